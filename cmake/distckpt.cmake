@@ -1,0 +1,52 @@
+# Helpers shared by every folder's CMakeLists.txt.
+#
+#   distckpt_library(NAME SRCS ... DEPS ...)   static library distckpt_<NAME>
+#   distckpt_test(NAME SRCS ... DEPS ... LABELS ...)  GoogleTest binary, one ctest per TEST
+#   distckpt_mpi_test(NAME NP n SRCS ... DEPS ... ) GoogleTest binary run under mpirun -np n
+
+function(distckpt_library name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_library(distckpt_${name} STATIC ${ARG_SRCS})
+  target_include_directories(distckpt_${name} PUBLIC ${PROJECT_SOURCE_DIR}/reference)
+  target_link_libraries(distckpt_${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+function(distckpt_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SRCS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                       DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# MPI GoogleTest binaries use the project's MPI main (reference/comm/mpi_test_main.cc),
+# which all-reduces the verdict so every rank agrees on pass/fail.
+set(DISTCKPT_MPIRUN_FLAGS --oversubscribe)
+execute_process(COMMAND id -u OUTPUT_VARIABLE _distckpt_uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(_distckpt_uid STREQUAL "0")
+  list(APPEND DISTCKPT_MPIRUN_FLAGS --allow-run-as-root)
+endif()
+set(DISTCKPT_MPIRUN_FLAGS ${DISTCKPT_MPIRUN_FLAGS} CACHE INTERNAL "")
+
+function(distckpt_mpi_test name)
+  cmake_parse_arguments(ARG "" "NP;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT DISTCKPT_WITH_MPI)
+    return()
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SRCS} ${PROJECT_SOURCE_DIR}/reference/comm/mpi_test_main.cc)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} distckpt_comm GTest::gmock GTest::gtest)
+  add_test(NAME ${name}_np${ARG_NP}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${DISTCKPT_MPIRUN_FLAGS} -np ${ARG_NP}
+                   $<TARGET_FILE:${name}>)
+  set_tests_properties(${name}_np${ARG_NP} PROPERTIES LABELS "mpi;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                       ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
+endfunction()

@@ -1,0 +1,76 @@
+// What a committed checkpoint holds, independent of its on-disk format:
+// global tensors as lists of stored chunks, sharded objects, common state.
+// The native format (format/native/) stores this as metadata.json; the DCP
+// format maps .metadata onto it.
+//
+// Thread-safety: value types.
+#ifndef DISTCKPT_FORMAT_CHECKPOINT_METADATA_H_
+#define DISTCKPT_FORMAT_CHECKPOINT_METADATA_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/box.h"
+#include "core/dtype.h"
+
+namespace distckpt {
+
+// One stored piece of a global tensor: the elements of `box` (global
+// coordinates; prepended axes have size 1) in row-major order, or only the
+// elements [flat.start, flat.stop) of that order when `flat` is set.
+struct StoredChunk {
+  Box box;
+  std::optional<FlatRange> flat;
+  std::string file;         // relative to the checkpoint directory
+  uint64_t offset = 0;      // byte offset of the first element in `file`
+  uint64_t length = 0;      // bytes
+  std::optional<uint64_t> checksum;  // xxHash3-64 of the `length` bytes
+  int writer_rank = 0;
+
+  int64_t numel() const { return flat ? flat->size() : box.volume(); }
+};
+
+struct StoredTensor {
+  std::string key;
+  DType dtype = DType::kF32;
+  Shape global_shape;
+  std::vector<StoredChunk> chunks;
+};
+
+struct StoredObject {
+  std::string key;         // ShardedObject key
+  std::string unique_key;  // "{key}/shard_{offset}_{shape}"
+  Shape global_shape;
+  Shape global_offset;
+  std::string file;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::optional<uint64_t> checksum;
+  int writer_rank = 0;
+};
+
+struct CheckpointMetadata {
+  std::string format = "native";  // "native" or "dcp"
+  int format_version = 1;
+  std::string writer;             // "distckpt 0.1.0"
+  std::string topology;           // topology string at save, "" if unknown
+  std::map<std::string, StoredTensor> tensors;   // by key
+  std::map<std::string, StoredObject> objects;   // by unique key
+  nlohmann::json common = nlohmann::json::object();  // non-sharded state
+  nlohmann::json content = nlohmann::json::object(); // free-form (content_metadata)
+
+  // Adds another rank's pieces (tensors merged by key; dtype and global shape
+  // must agree, else CheckpointError(kShapeMismatch) naming the key).
+  void MergeFrom(const CheckpointMetadata& other);
+  // The set of keys (tensor keys and object base keys), for strict handling.
+  std::vector<std::string> Keys() const;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_CHECKPOINT_METADATA_H_

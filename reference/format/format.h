@@ -1,0 +1,108 @@
+// Format: how a checkpoint is laid out on disk. The engine plans and
+// exchanges; a Format writes and reads bytes. Native (format/native/) and
+// PyTorch DCP sit side by side behind this interface.
+//
+// Save protocol (driven by the engine):
+//   1. coordinator: dir = PrepareDirectory(dir, overwrite)   (then broadcast)
+//   2. every rank:  w = NewWriter(dir, rank); w->WriteTensorChunk(...)...;
+//                   local = w->Finish()   (data durable: fsync'd)
+//   3. coordinator: Commit(dir, merged metadata of every rank)   (last; atomic)
+// A directory is a checkpoint iff Commit completed.
+//
+// Load: r = OpenReader(dir) (throws kIncomplete for an uncommitted or missing
+// directory); r->metadata(); r->ReadChunk(...) reads exactly the requested
+// byte runs (formats whose items are not raw row-major bytes read the whole
+// item and say so in ReadStats).
+//
+// Thread-safety: a Format is stateless. A writer belongs to one rank; a
+// reader may serve concurrent ReadChunk calls.
+#ifndef DISTCKPT_FORMAT_FORMAT_H_
+#define DISTCKPT_FORMAT_FORMAT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "format/checkpoint_metadata.h"
+#include "io/env.h"
+
+namespace distckpt {
+
+class CheckpointWriter {
+ public:
+  virtual ~CheckpointWriter() = default;
+  // Appends one chunk's raw little-endian bytes; returns where it went.
+  virtual StoredChunk WriteTensorChunk(const std::string& key, DType dtype, const Box& box,
+                                       const std::optional<FlatRange>& flat,
+                                       std::span<const std::byte> bytes) = 0;
+  virtual StoredObject WriteObject(const std::string& key, const std::string& unique_key,
+                                   const Shape& global_shape, const Shape& global_offset,
+                                   std::span<const std::byte> bytes) = 0;
+  // Flushes and fsyncs this rank's files; returns this rank's metadata.
+  virtual CheckpointMetadata Finish() = 0;
+  virtual uint64_t bytes_written() const = 0;
+};
+
+// One read of part of a stored chunk into caller memory.
+struct ReadRun {
+  uint64_t offset_in_chunk = 0;
+  uint64_t length = 0;
+  std::byte* dst = nullptr;
+};
+
+enum class VerifyPolicy {
+  kWhenWhole,  // verify a chunk's checksum when the runs read cover all of it
+  kAlways,     // read every touched chunk whole to verify it (more bytes read)
+  kNever,
+};
+
+struct ReadStats {
+  std::atomic<uint64_t> bytes_read{0};
+  std::atomic<uint64_t> chunks_verified{0};
+  std::atomic<uint64_t> chunks_unverified{0};  // partially read, not verifiable
+};
+
+class CheckpointReader {
+ public:
+  virtual ~CheckpointReader() = default;
+  virtual const CheckpointMetadata& metadata() const = 0;
+  // Reads `runs` (sorted by offset, non-overlapping) of chunk `chunk` of
+  // `tensor`. Verifies the checksum per `policy`; a mismatch throws
+  // CheckpointError(kCorruption) naming file, key and chunk offset.
+  virtual void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
+                         std::span<const ReadRun> runs, VerifyPolicy policy) = 0;
+  virtual std::string ReadObject(const StoredObject& object) = 0;  // verified
+  virtual const ReadStats& stats() const = 0;
+};
+
+class Format {
+ public:
+  virtual ~Format() = default;
+  virtual std::string_view name() const = 0;
+  // True if `dir` looks like a committed checkpoint of this format.
+  virtual bool Detect(Env* env, const std::string& dir) const = 0;
+  // Coordinator only. Creates `dir` if needed, removes stale files of an
+  // uncommitted attempt; a committed checkpoint in `dir` is refused
+  // (kInvalidArgument) unless `overwrite`, in which case the save goes to a
+  // staging directory that Commit swaps in, so the old checkpoint survives a
+  // failed save. Returns the directory ranks write into.
+  virtual std::string PrepareDirectory(Env* env, const std::string& dir, bool overwrite) const = 0;
+  virtual std::unique_ptr<CheckpointWriter> NewWriter(Env* env, const std::string& write_dir,
+                                                      int rank) const = 0;
+  // Coordinator only, after every rank's Finish: writes the metadata last,
+  // atomically (and swaps a staging directory into `dir`).
+  virtual void Commit(Env* env, const std::string& dir, const std::string& write_dir,
+                      const CheckpointMetadata& metadata) const = 0;
+  virtual std::unique_ptr<CheckpointReader> OpenReader(Env* env, const std::string& dir) const = 0;
+};
+
+const Format& NativeFormat();
+// Finds the format of a committed checkpoint; kIncomplete when none matches.
+const Format& DetectFormat(Env* env, const std::string& dir);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_FORMAT_H_

@@ -1,0 +1,34 @@
+// Chunk checksums: xxHash3 64-bit (seed 0), one-shot or streamed over pieces
+// that arrive in order. Printed as 16 lower-case hex digits.
+//
+// Thread-safety: Checksummer objects are not shared between threads.
+#ifndef DISTCKPT_IO_CHECKSUM_H_
+#define DISTCKPT_IO_CHECKSUM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace distckpt {
+
+uint64_t Checksum(std::span<const std::byte> data);
+std::string ChecksumToHex(uint64_t checksum);
+uint64_t ChecksumFromHex(const std::string& hex);  // throws kCorruption on malformed input
+
+class Checksummer {
+ public:
+  Checksummer();
+  ~Checksummer();
+  void Update(std::span<const std::byte> data);
+  uint64_t Digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_IO_CHECKSUM_H_

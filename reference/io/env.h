@@ -1,0 +1,69 @@
+// Env: the file system as distckpt uses it (leveldb's Env pattern), so tests
+// can inject faults (ENOSPC after N bytes, failing fsync/rename, short reads).
+//
+// Every error is a CheckpointError(kIo) naming the path and strerror; reads
+// past the end of a file are CheckpointError(kCorruption) "truncated file".
+//
+// Thread-safety: Env methods may be called concurrently; a file object is
+// used by one thread at a time, except RandomAccessFile::Read, which is safe
+// to call concurrently (pread).
+#ifndef DISTCKPT_IO_ENV_H_
+#define DISTCKPT_IO_ENV_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace distckpt {
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual void Append(std::span<const std::byte> data) = 0;
+  virtual void Sync() = 0;   // fdatasync
+  virtual void Close() = 0;  // idempotent
+  virtual uint64_t size() const = 0;  // bytes appended so far
+};
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads exactly dst.size() bytes at offset (loops over short preads).
+  virtual void Read(uint64_t offset, std::span<std::byte> dst) const = 0;
+  virtual uint64_t size() const = 0;
+  virtual const std::string& path() const = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  static Env* Default();  // POSIX
+
+  virtual std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) = 0;  // create/truncate
+  virtual std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) = 0;
+  virtual bool FileExists(const std::string& path) = 0;
+  virtual bool IsDirectory(const std::string& path) = 0;
+  virtual uint64_t FileSize(const std::string& path) = 0;
+  virtual std::vector<std::string> ListDir(const std::string& dir) = 0;  // names, sorted, no . / ..
+  virtual void CreateDirs(const std::string& dir) = 0;  // mkdir -p
+  virtual void RemoveFile(const std::string& path) = 0;
+  virtual void RemoveAll(const std::string& path) = 0;  // rm -rf; missing is fine
+  virtual void RenameFile(const std::string& from, const std::string& to) = 0;
+  virtual void SyncDir(const std::string& dir) = 0;
+};
+
+std::string JoinPath(const std::string& dir, const std::string& name);
+
+// Writes `contents` to `path` atomically: `path`.tmp, fsync, rename over
+// `path`, fsync the directory. On failure the temp file is removed and any
+// previous `path` is untouched.
+void WriteFileAtomic(Env* env, const std::string& path, std::span<const std::byte> contents);
+void WriteFileAtomic(Env* env, const std::string& path, const std::string& contents);
+std::string ReadFileToString(Env* env, const std::string& path);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_IO_ENV_H_

@@ -1,0 +1,59 @@
+// FaultInjectionEnv: wraps another Env and fails on demand, for tests of
+// full disks, failing fsync/rename and crashes before commit.
+//
+// Thread-safety: configuration setters are not synchronised with I/O; set
+// them before use. I/O counters are atomic.
+#ifndef DISTCKPT_IO_FAULT_ENV_H_
+#define DISTCKPT_IO_FAULT_ENV_H_
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "io/env.h"
+
+namespace distckpt {
+
+class FaultInjectionEnv : public Env {
+ public:
+  explicit FaultInjectionEnv(Env* base) : base_(base) {}
+
+  // After `bytes` more bytes appended in total, appends fail with ENOSPC.
+  void FailWritesAfter(uint64_t bytes) { write_budget_ = bytes; }
+  // Any operation on a path containing `substring` fails with EIO.
+  void FailPathsContaining(std::string substring) { fail_substring_ = std::move(substring); }
+  void FailRenames(bool fail) { fail_renames_ = fail; }
+  void FailSyncs(bool fail) { fail_syncs_ = fail; }
+  uint64_t bytes_written() const { return bytes_written_; }
+  uint64_t bytes_read() const { return bytes_read_; }
+
+  std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override;
+  std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) override;
+  bool FileExists(const std::string& path) override;
+  bool IsDirectory(const std::string& path) override;
+  uint64_t FileSize(const std::string& path) override;
+  std::vector<std::string> ListDir(const std::string& dir) override;
+  void CreateDirs(const std::string& dir) override;
+  void RemoveFile(const std::string& path) override;
+  void RemoveAll(const std::string& path) override;
+  void RenameFile(const std::string& from, const std::string& to) override;
+  void SyncDir(const std::string& dir) override;
+
+ private:
+  friend class FaultWritableFile;
+  friend class FaultRandomAccessFile;
+  void CheckPath(const std::string& path, const char* op) const;
+
+  Env* base_;
+  std::optional<uint64_t> write_budget_;
+  std::optional<std::string> fail_substring_;
+  bool fail_renames_ = false;
+  bool fail_syncs_ = false;
+  std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> bytes_read_{0};
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_IO_FAULT_ENV_H_

@@ -1,0 +1,50 @@
+// Sharding validation (megatron-semantics §2.1-§2.2) as pure functions over
+// the metadata of every rank. The engine runs them where its collectives put
+// all ranks' metadata and hands the verdict to every rank (unlike Megatron,
+// where only rank 0 raises, §12).
+//
+// Thread-safety: pure functions.
+#ifndef DISTCKPT_MAPPING_VALIDATION_H_
+#define DISTCKPT_MAPPING_VALIDATION_H_
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mapping/sharded_object.h"
+#include "mapping/sharded_tensor.h"
+#include "mapping/state_dict.h"
+
+namespace distckpt {
+
+// A ShardedTensor or ShardedObject without data.
+using ShardedMeta = std::variant<ShardedTensor, ShardedObject>;
+using LocalMetadata = std::vector<ShardedMeta>;
+using GlobalMetadata = std::vector<LocalMetadata>;  // indexed by rank
+
+// Every ShardedTensor / ShardedObject of a (preprocessed) sharded tree, without data.
+LocalMetadata CollectLocalMetadata(const Node& sharded);
+
+// JSON form used to exchange metadata between ranks (and in reports).
+nlohmann::json LocalMetadataToJson(const LocalMetadata& md);
+LocalMetadata LocalMetadataFromJson(const nlohmann::json& j);
+
+// Checks, per key: consistent dtype / global shape / grid / local shape /
+// flattening across ranks; main-replica coverage of every chunk exactly once
+// (regular grids: Megatron's count grid; uneven shardings: exact tiling of the
+// global box by main replicas, which Megatron defers to DCP); flattened-range
+// tiling; object uniqueness and count. Throws CheckpointError(kInvalidSharding)
+// whose message names the key, the offending shard and, for grids, the count
+// grid ("Invalid access pattern for ShardedTensor(...): [[1 0] [1 2]]").
+// Collects the errors of every key and reports them together.
+void ValidateShardingIntegrity(const GlobalMetadata& global_metadata);
+
+// Megatron's _validate_common_state_dict (warning text when `mine` differs
+// from `rank0`); empty string when they agree.
+std::string CommonStateDifference(int rank, const Node& rank0_common, const Node& mine);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_MAPPING_VALIDATION_H_
