@@ -1,1 +1,86 @@
-// placeholder
+#include "topology/topology.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace distckpt {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(TopologyTest, ParsesSizesWithDefaults) {
+  Topology t = Topology::Parse("tp=2,pp=4,dp=2");
+  EXPECT_EQ(t.tp, 2);
+  EXPECT_EQ(t.pp, 4);
+  EXPECT_EQ(t.dp, 2);
+  EXPECT_EQ(t.cp, 1);
+  EXPECT_EQ(t.ep, 1);
+  EXPECT_EQ(t.vpp, 1);
+  EXPECT_EQ(t.world_size(), 16);
+  EXPECT_EQ(t.ToString(), "tp=2,dp=2,pp=4");
+  EXPECT_EQ(Topology::Parse(t.ToString()), t);
+}
+
+TEST(TopologyTest, DefaultOrderTpFastest) {
+  // Megatron: TP=2, PP=4 => rank = tp + 2*pp (megatron-semantics §0.1).
+  Topology t = Topology::Parse("tp=2,pp=4");
+  for (int rank = 0; rank < 8; ++rank) {
+    RankCoords c = t.Coords(rank);
+    EXPECT_EQ(c.tp, rank % 2);
+    EXPECT_EQ(c.pp, rank / 2);
+    EXPECT_EQ(t.RankOf(c), rank);
+  }
+  // TP=1, PP=2, DP=4 => rank = dp + 4*pp.
+  Topology u = Topology::Parse("pp=2,dp=4");
+  EXPECT_EQ(u.Coords(5).dp, 1);
+  EXPECT_EQ(u.Coords(5).pp, 1);
+}
+
+TEST(TopologyTest, CustomOrder) {
+  Topology t = Topology::Parse("tp=2,pp=2,dp=2,order=tp-pp-dp");
+  RankCoords c = t.Coords(2);  // tp fastest, then pp, then dp
+  EXPECT_EQ(c.tp, 0);
+  EXPECT_EQ(c.pp, 1);
+  EXPECT_EQ(c.dp, 0);
+  EXPECT_EQ(t.Coords(4).dp, 1);
+  EXPECT_EQ(t.ToString(), "tp=2,dp=2,pp=2,order=tp-pp-dp-cp");
+  EXPECT_EQ(Topology::Parse(t.ToString()), t);
+}
+
+TEST(TopologyTest, ExpertView) {
+  Topology t = Topology::Parse("tp=1,dp=4,ep=2");
+  EXPECT_EQ(t.edp(), 2);
+  EXPECT_EQ(t.Coords(0).ep, 0);
+  EXPECT_EQ(t.Coords(1).ep, 1);
+  EXPECT_EQ(t.Coords(2).ep, 0);
+  EXPECT_EQ(t.Coords(3).edp, 1);
+  EXPECT_THAT(t.Group(0, MeshDim::kEp), ElementsAre(0, 1));
+  EXPECT_THAT(t.Group(1, MeshDim::kEdp), ElementsAre(1, 3));
+}
+
+TEST(TopologyTest, Groups) {
+  Topology t = Topology::Parse("tp=2,dp=2,pp=2");
+  EXPECT_THAT(t.Group(0, MeshDim::kDp), ElementsAre(0, 2));
+  EXPECT_THAT(t.Group(3, MeshDim::kTp), ElementsAre(2, 3));
+  EXPECT_THAT(t.Group(1, MeshDim::kPp), ElementsAre(1, 5));
+}
+
+TEST(TopologyTest, RejectsBadInput) {
+  for (const char* bad : {"tp=0", "tp=x", "tp=2,tp=2", "zz=1", "tp", "dp=3,ep=2", "tp=2,,pp=2",
+                          "order=tp-foo", ""}) {
+    EXPECT_THROW(Topology::Parse(bad), CheckpointError) << bad;
+  }
+  try {
+    Topology::Parse("dp=3,ep=2");
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("ep=2 must divide dp*cp=3"));
+  }
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -1,0 +1,83 @@
+// distckpt: the command-line front end (see README.md for the contract).
+#include <iostream>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#ifdef DISTCKPT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace {
+
+void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
+  cmd->add_option("scenario", a.scenario, "scenario file (default: the embedded default scenario)");
+  cmd->add_option("--topology,-t", a.topology, "topology, e.g. tp=2,pp=2,dp=2")->required();
+  cmd->add_option("--dir,-d", a.dir, "checkpoint directory")->required();
+  cmd->add_option("--backend", a.backend, "threads or mpi (one rank per mpirun process)")
+      ->check(CLI::IsMember({"threads", "mpi"}));
+  cmd->add_option("--pair", a.pair, "index of the scenario pair whose extras apply");
+  cmd->add_option("--report-json", a.report_json, "write the step report (JSON) here");
+  if (load) {
+    cmd->add_option("--saved-topology", a.saved_topology,
+                    "topology the checkpoint was saved under (default: recorded in it)");
+    cmd->add_option("--strict", a.strict, "strict handling mode (default: the scenario's)");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"distckpt: distributed checkpoint save/load under any parallel layout"};
+  app.require_subcommand(1);
+  distckpt::StepArgs save_args, load_args;
+  distckpt::RunArgs run_args;
+  std::string inspect_dir;
+  bool inspect_json = false;
+
+  CLI::App* run = app.add_subcommand("run", "save under A, load under B, for a scenario's pairs or its topology matrix");
+  run->add_option("scenario", run_args.scenario, "scenario file (default: the embedded default scenario)");
+  run->add_flag("--matrix", run_args.matrix, "every ordered pair of the scenario's topologies");
+  run->add_option("--backend", run_args.backend, "threads or mpi")->check(CLI::IsMember({"threads", "mpi"}));
+  run->add_option("--format", run_args.format, "native or dcp");
+  run->add_option("--report", run_args.report, "write a JSON report per pair here");
+  run->add_option("--work-dir", run_args.work_dir, "where checkpoints are written (default: a temp dir)");
+  run->add_flag("--keep", run_args.keep, "keep the checkpoints");
+  CLI::App* save = app.add_subcommand("save", "save a scenario's state under a topology");
+  AddStepOptions(save, save_args, false);
+  CLI::App* load = app.add_subcommand("load", "load a scenario's state under a topology and check every element");
+  AddStepOptions(load, load_args, true);
+  CLI::App* inspect = app.add_subcommand("inspect", "list what a checkpoint holds");
+  inspect->add_option("dir", inspect_dir, "checkpoint directory")->required();
+  inspect->add_flag("--json", inspect_json, "print the metadata as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : distckpt::kExitInputError;
+  }
+
+  bool mpi = (save->parsed() && save_args.backend == "mpi") || (load->parsed() && load_args.backend == "mpi");
+  try {
+#ifdef DISTCKPT_HAVE_MPI
+    std::unique_ptr<distckpt::MpiSession> session;
+    if (mpi) session = std::make_unique<distckpt::MpiSession>(&argc, &argv);
+#else
+    (void)mpi;
+#endif
+    if (run->parsed()) return distckpt::RunCommand(run_args);
+    if (save->parsed()) return distckpt::SaveCommand(save_args);
+    if (load->parsed()) return distckpt::LoadCommand(load_args);
+    if (inspect->parsed()) return distckpt::InspectCommand(inspect_dir, inspect_json);
+  } catch (const distckpt::CheckpointError& e) {
+    std::cerr << "distckpt: error (" << distckpt::ErrorKindName(e.kind()) << "): " << e.what() << "\n";
+    return distckpt::kExitInputError;
+  } catch (const std::exception& e) {
+    std::cerr << "distckpt: error: " << e.what() << "\n";
+    return distckpt::kExitInputError;
+  }
+  return distckpt::kExitInputError;
+}

@@ -1,0 +1,90 @@
+#include "engine/load.h"
+
+#include <chrono>
+#include <set>
+
+#include "core/error.h"
+#include "engine/common_state.h"
+#include "engine/read_state.h"
+#include "mapping/dict_utils.h"
+#include "mapping/validation.h"
+
+namespace distckpt {
+namespace {
+
+constexpr int kCoordinator = 0;
+
+std::set<std::string> RequestedKeys(const Node& sharded) {
+  std::set<std::string> keys;
+  ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
+    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) keys.insert(t->key);
+    if (const ShardedObject* o = leaf.get_if<ShardedObject>()) keys.insert(o->key);
+  });
+  return keys;
+}
+
+// Union of every rank's requested keys (one all-gather).
+std::set<std::string> AllRanksKeys(const std::set<std::string>& mine, Communicator& comm) {
+  std::set<std::string> all;
+  for (const std::string& s : comm.AllGather(nlohmann::json(mine).dump())) {
+    for (const auto& key : nlohmann::json::parse(s)) all.insert(key.get<std::string>());
+  }
+  return all;
+}
+
+void ValidateRequest(const Node& sharded, Communicator& comm) {
+  std::string mine = LocalMetadataToJson(CollectLocalMetadata(sharded)).dump();
+  std::vector<std::string> all = comm.Gather(mine, kCoordinator);
+  AgreeOnOutcome(comm, [&] {
+    if (comm.rank() != kCoordinator) return;
+    GlobalMetadata global;
+    for (const std::string& s : all) global.push_back(LocalMetadataFromJson(nlohmann::json::parse(s)));
+    ValidateShardingIntegrity(global);
+  });
+}
+
+}  // namespace
+
+LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
+                const LoadOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  Env* env = options.env ? options.env : Env::Default();
+  LoadResult result;
+
+  std::unique_ptr<CheckpointReader> reader;
+  LoadPieces pieces;
+  AgreeOnOutcome(comm, [&] {
+    reader = DetectFormat(env, dir).OpenReader(env, dir);
+    pieces = LoadPreprocess(request);
+  });
+
+  if (RequiresExplicitCkptMismatchCheck(options.strict)) {
+    std::set<std::string> mine = RequestedKeys(pieces.sharded);
+    std::set<std::string> all;
+    if (RequiresGlobalAppMetadata(options.strict)) all = AllRanksKeys(mine, comm);
+    AgreeOnOutcome(comm, [&] {
+      std::vector<std::string> stored = reader->metadata().Keys();
+      std::string log;
+      result.mismatch = ApplyStrictHandling(options.strict, pieces.sharded,
+                                            {stored.begin(), stored.end()}, all, &log);
+      if (!log.empty()) result.summary.warnings.push_back(std::move(log));
+    });
+  }
+  if (options.validate_access_integrity) ValidateRequest(pieces.sharded, comm);
+
+  AgreeOnOutcome(comm, [&] {
+    Node loaded = ReadShardedState(*reader, pieces.sharded, options.verify, &result.summary);
+    // Megatron: result = checkpoint common ∪ nonpersistent ∪ loaded shards,
+    // then factory merges; request-only plain values are dropped (§3.1).
+    Node merged = CommonFromJson(reader->metadata().common);
+    Merge(merged, pieces.nonpersistent);
+    Merge(merged, loaded);
+    ApplyFactoryMerges(merged, pieces.factories);
+    result.state_dict = std::move(merged);
+  });
+  result.summary.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,64 @@
+#include "engine/load_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace distckpt {
+
+TensorPlan PlanTensorLoad(const StoredTensor& stored, const ShardedTensor& request) {
+  if (stored.global_shape.size() != request.global_shape.size() ||
+      (!request.allow_shape_mismatch && stored.global_shape != request.global_shape)) {
+    Fail(ErrorKind::kShapeMismatch,
+         "Global shape mismatch for loaded ({}) and expected ({}) tensor for key {}",
+         ShapeToString(stored.global_shape), ShapeToString(request.global_shape), request.key);
+  }
+  const Box want = request.GlobalBox();
+  // With allow_shape_mismatch only the part inside the stored shape is read;
+  // the rest of the destination stays zero (Megatron's trim / zero-pad).
+  const Box stored_box{Shape(stored.global_shape.size(), 0), stored.global_shape};
+  TensorPlan plan;
+  std::optional<Box> inside = Intersect(want, stored_box);
+  if (!inside) return plan;
+
+  // Elements of the request inside the stored shape (flat requests: only
+  // those of the flattened range).
+  if (request.flattened_range) {
+    ForEachCopyRun(want, request.flattened_range, want, std::nullopt, *inside,
+                   [&](const CopyRun& run) { plan.elements_needed += run.count; });
+  } else {
+    plan.elements_needed = inside->volume();
+  }
+
+  for (size_t i = 0; i < stored.chunks.size(); ++i) {
+    const StoredChunk& chunk = stored.chunks[i];
+    std::optional<Box> region = Intersect(chunk.box, *inside);
+    if (!region) continue;
+    ChunkPlan cp;
+    cp.chunk_index = i;
+    ForEachCopyRun(chunk.box, chunk.flat, want, request.flattened_range, *region,
+                   [&](const CopyRun& run) {
+                     cp.runs.push_back(run);
+                     cp.elements += run.count;
+                   });
+    if (cp.elements == 0) continue;
+    plan.elements_covered += cp.elements;
+    plan.chunks.push_back(std::move(cp));
+  }
+  if (plan.elements_covered > plan.elements_needed) {
+    Fail(ErrorKind::kCorruption,
+         "stored chunks of key '{}' overlap: {} elements of the request {} are covered more than "
+         "once",
+         request.key, plan.elements_covered - plan.elements_needed, want.ToString());
+  }
+  if (plan.elements_covered < plan.elements_needed) {
+    Fail(ErrorKind::kIncomplete,
+         "key '{}': {} of {} requested elements of {} are in no stored chunk (missing shards; "
+         "checkpoint has {} chunks)",
+         request.key, plan.elements_needed - plan.elements_covered, plan.elements_needed,
+         want.ToString(), stored.chunks.size());
+  }
+  return plan;
+}
+
+}  // namespace distckpt

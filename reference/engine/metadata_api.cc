@@ -1,0 +1,59 @@
+#include "engine/metadata_api.h"
+
+#include "engine/common_state.h"
+#include "engine/read_state.h"
+#include "format/format.h"
+
+namespace distckpt {
+namespace {
+
+std::unique_ptr<CheckpointReader> Open(const std::string& dir, Env* env) {
+  if (!env) env = Env::Default();
+  return DetectFormat(env, dir).OpenReader(env, dir);
+}
+
+Dict TensorsMetadata(const CheckpointMetadata& md) {
+  Dict out;
+  for (const auto& [key, stored] : md.tensors) {
+    ShardedTensor t;
+    t.key = key;
+    t.dtype = stored.dtype;
+    t.local_shape = stored.global_shape;
+    t.global_shape = stored.global_shape;
+    t.global_offset = Shape(stored.global_shape.size(), 0);
+    t.axis_fragmentations = Shape(stored.global_shape.size(), 1);
+    out[key] = Node(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+Node LoadTensorsMetadata(const std::string& dir, Env* env) {
+  return Node(TensorsMetadata(Open(dir, env)->metadata()));
+}
+
+Node LoadShardedMetadata(const std::string& dir, Env* env) {
+  auto reader = Open(dir, env);
+  Dict out = TensorsMetadata(reader->metadata());
+  for (const auto& [unique_key, stored] : reader->metadata().objects) {
+    ShardedObject o;
+    o.key = stored.key;
+    o.global_shape = stored.global_shape;
+    o.global_offset = stored.global_offset;
+    out[unique_key] = Node(std::move(o));
+  }
+  return Node(std::move(out));
+}
+
+Node LoadCommonStateDict(const std::string& dir, Env* env) {
+  return CommonFromJson(Open(dir, env)->metadata().common);
+}
+
+Node LoadPlainTensors(const std::string& dir, Env* env, LoadSummary* summary) {
+  auto reader = Open(dir, env);
+  Node request(TensorsMetadata(reader->metadata()));
+  return ReadShardedState(*reader, request, VerifyPolicy::kWhenWhole, summary);
+}
+
+}  // namespace distckpt

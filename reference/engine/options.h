@@ -1,0 +1,54 @@
+// Options and summaries of save() and load().
+//
+// Thread-safety: value types.
+#ifndef DISTCKPT_ENGINE_OPTIONS_H_
+#define DISTCKPT_ENGINE_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "format/format.h"
+#include "io/env.h"
+#include "mapping/strict.h"
+
+namespace distckpt {
+
+struct SaveOptions {
+  const Format* format = nullptr;  // nullptr = NativeFormat()
+  Env* env = nullptr;              // nullptr = Env::Default()
+  bool validate_access_integrity = true;
+  bool overwrite = false;          // replace a committed checkpoint (via staging)
+  std::string topology;            // recorded in the metadata
+  nlohmann::json content_metadata = nullptr;  // Megatron's content_metadata (common['content_metadata'])
+};
+
+struct SaveSummary {
+  uint64_t bytes_written = 0;  // this rank
+  uint64_t chunks_written = 0;
+  double seconds = 0;
+  std::vector<std::string> warnings;
+};
+
+struct LoadOptions {
+  Env* env = nullptr;  // nullptr = Env::Default()
+  StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
+  bool validate_access_integrity = true;
+  VerifyPolicy verify = VerifyPolicy::kWhenWhole;
+};
+
+struct LoadSummary {
+  uint64_t bytes_needed = 0;  // stored bytes overlapping this rank's request
+  uint64_t bytes_read = 0;    // bytes this rank read from data files
+  uint64_t bytes_loaded = 0;  // destination bytes filled
+  uint64_t chunks_verified = 0;
+  uint64_t chunks_unverified = 0;  // partially read: checksum not checkable
+  double seconds = 0;
+  std::vector<std::string> warnings;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_ENGINE_OPTIONS_H_

@@ -1,0 +1,23 @@
+// Rank-local reading shared by Load and the metadata API: fills every
+// ShardedTensor / ShardedObject leaf of a sharded tree from a checkpoint.
+//
+// Thread-safety: distinct trees may be read concurrently from one reader.
+#ifndef DISTCKPT_ENGINE_READ_STATE_H_
+#define DISTCKPT_ENGINE_READ_STATE_H_
+
+#include "engine/options.h"
+#include "format/format.h"
+#include "mapping/state_dict.h"
+
+namespace distckpt {
+
+// Returns `sharded` with each ShardedTensor replaced by its loaded Tensor (the
+// leaf's own buffer when defined, else a new one) and each ShardedObject by
+// its value. Unknown keys: CheckpointError(kKeyMismatch) "<key> from model not
+// in state dict: [<checkpoint keys>]" (Megatron's KeyError text).
+Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolicy policy,
+                      LoadSummary* summary);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_ENGINE_READ_STATE_H_

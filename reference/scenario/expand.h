@@ -1,0 +1,50 @@
+// Expands a scenario into the sharded state dict each rank saves, the
+// request each rank loads, and the check of what it loaded.
+//
+// State dict layout: {"tensors": {key: ShardedTensor}, "objects": {key:
+// ShardedObject}, "common": {"scenario": name, "seed": seed}}. Replica ids
+// follow Megatron's (PP, TP, DP) convention: each component is the rank's
+// coordinate along mesh dims that do not split the tensor (the DP component
+// covers cp and dp, or ep and edp for expert-sharded tensors).
+//
+// Thread-safety: pure functions.
+#ifndef DISTCKPT_SCENARIO_EXPAND_H_
+#define DISTCKPT_SCENARIO_EXPAND_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/load.h"
+#include "mapping/state_dict.h"
+#include "scenario/spec.h"
+#include "scenario/values.h"
+#include "topology/topology.h"
+
+namespace distckpt {
+
+// The shards of `spec` that `rank` holds (metadata only, no data). Throws
+// CheckpointError(kInvalidArgument) when the topology cannot split the
+// tensor ("tensor 'w' axis 0 of size 10 cannot be split evenly into
+// tp*dp=4 parts"), before anything is written.
+std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topology, int rank);
+ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology& topology, int rank);
+// Where a shard's elements are in the spec's logical tensor.
+ShardLocation LocationOf(const TensorSpec& spec, const ShardedTensor& shard);
+
+// Rank `rank`'s state dict with generated values (and the pair's deliberate damage).
+Node BuildSaveState(const Scenario& scenario, const PairSpec* pair, const Topology& topology, int rank);
+// Rank `rank`'s load request: destination buffers allocated, load_extra
+// added, load_drop removed; objects requested only when their grid is the
+// same under both topologies (objects cannot be resharded).
+Node BuildLoadRequest(const Scenario& scenario, const PairSpec* pair, const Topology& saved,
+                      const Topology& topology, int rank);
+// Checks every loaded tensor element and object; returns the first problem
+// ("key 'w' element (3, 1) [index 16]: expected 1.5, got 0 (7 elements differ)").
+std::optional<std::string> CheckLoaded(const Scenario& scenario, const PairSpec* pair,
+                                       const Topology& saved, const Topology& topology, int rank,
+                                       const LoadResult& loaded);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_SCENARIO_EXPAND_H_

@@ -1,0 +1,363 @@
+#include "scenario/runner.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "comm/thread_world.h"
+#include "core/error.h"
+#include "engine/load.h"
+#include "engine/save.h"
+#include "scenario/expand.h"
+
+extern char** environ;
+
+namespace distckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Joined(const std::set<std::string>& keys) { return fmt::format("{}", fmt::join(keys, ",")); }
+
+// Every rank contributes its error (or ""); every rank gets the lowest failing rank's.
+std::string AgreeOnError(Communicator& comm, const std::string& mine) {
+  std::vector<std::string> all = comm.AllGather(mine);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].empty()) return all.size() > 1 ? fmt::format("rank {}: {}", r, all[r]) : all[r];
+  }
+  return "";
+}
+
+uint64_t Sum(Communicator& comm, uint64_t value) {
+  return static_cast<uint64_t>(comm.AllReduceOne(static_cast<int64_t>(value), ReduceOp::kSum));
+}
+
+double Max(Communicator& comm, double seconds) {
+  return comm.AllReduceOne(static_cast<int64_t>(seconds * 1e6), ReduceOp::kMax) / 1e6;
+}
+
+Topology WorldTopology(const std::string& text, Communicator& comm) {
+  Topology topo = Topology::Parse(text);
+  if (topo.world_size() != comm.size()) {
+    Fail(ErrorKind::kInvalidArgument, "topology {} needs {} ranks, but {} are running", text,
+         topo.world_size(), comm.size());
+  }
+  return topo;
+}
+
+std::string MakeWorkDir(const std::string& requested) {
+  if (!requested.empty()) {
+    fs::create_directories(requested);
+    return requested;
+  }
+  std::string tmpl = (fs::temp_directory_path() / "distckpt-run-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) Fail(ErrorKind::kIo, "cannot create a temporary directory in {}", tmpl);
+  return tmpl;
+}
+
+std::string Sanitize(const std::string& topology) {
+  std::string out;
+  for (char c : topology) out += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return out;
+}
+
+// Runs one step on threads; every rank returns the same report, take rank 0's.
+template <typename Fn>
+StepReport OnThreads(int world, Fn&& step) {
+  std::vector<StepReport> reports(world);
+  std::vector<RankOutcome> outcomes =
+      RunRanksCollect(world, [&](Communicator& comm) { reports[comm.rank()] = step(comm); });
+  for (const RankOutcome& o : outcomes) {
+    if (!o.error) continue;
+    StepReport failed;
+    try {
+      std::rethrow_exception(o.error);
+    } catch (const std::exception& e) {
+      failed.error = fmt::format("rank {}: {}", o.rank, e.what());
+    }
+    return failed;
+  }
+  return reports[0];
+}
+
+// Runs `mpirun -np world exe args...` and reads the JSON report it writes.
+StepReport OnMpi(const RunOptions& options, int world, std::vector<std::string> args,
+                 const std::string& report_path) {
+  std::vector<std::string> argv{"mpirun"};
+  argv.insert(argv.end(), options.mpirun_args.begin(), options.mpirun_args.end());
+  argv.insert(argv.end(), {"-np", std::to_string(world), options.self_exe});
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"--backend", "mpi", "--report-json", report_path});
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  fs::remove(report_path);
+  pid_t pid;
+  if (posix_spawnp(&pid, "mpirun", nullptr, nullptr, cargv.data(), environ) != 0) {
+    Fail(ErrorKind::kIo, "cannot start mpirun (is Open MPI installed?)");
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream in(report_path);
+  if (!in) {
+    StepReport failed;
+    failed.error = fmt::format("mpirun -np {} {} exited with status {} and wrote no report", world,
+                               fmt::join(args, " "), WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return failed;
+  }
+  return StepReport::FromJson(nlohmann::json::parse(in));
+}
+
+StepReport RunSave(const Scenario& s, const PairSpec* pair, int pair_index, const std::string& topo,
+                   const std::string& dir, const RunOptions& options) {
+  int world = Topology::Parse(topo).world_size();
+  if (options.backend == Backend::kThreads) {
+    return OnThreads(world, [&](Communicator& comm) { return SaveStep(s, pair, topo, dir, comm); });
+  }
+  std::vector<std::string> args{"save", options.scenario_path, "--topology", topo, "--dir", dir};
+  if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
+  return OnMpi(options, world, args, dir + ".save.json");
+}
+
+StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index, const std::string& saved,
+                   const std::string& topo, const std::string& dir, StrictHandling strict,
+                   const RunOptions& options) {
+  int world = Topology::Parse(topo).world_size();
+  if (options.backend == Backend::kThreads) {
+    return OnThreads(world, [&](Communicator& comm) {
+      return LoadStep(s, pair, saved, topo, dir, comm, strict);
+    });
+  }
+  std::vector<std::string> args{"load",  options.scenario_path, "--topology", topo, "--saved-topology",
+                                saved,   "--dir", dir, "--strict", std::string(StrictHandlingName(strict))};
+  if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
+  return OnMpi(options, world, args, dir + ".load.json");
+}
+
+PairResult Judge(const PairSpec* pair, const std::string& save, const std::string& load,
+                 const StepReport& saved, const StepReport& loaded) {
+  PairResult r{save, load, false, "", saved, loaded};
+  const std::string& error = !saved.ok ? saved.error : loaded.error;
+  bool failed = !saved.ok || !loaded.ok;
+  if (pair && pair->expect_error) {
+    if (!failed) {
+      r.reason = fmt::format("expected an error containing '{}', but save and load succeeded",
+                             *pair->expect_error);
+    } else if (error.find(*pair->expect_error) == std::string::npos) {
+      r.reason = fmt::format("expected an error containing '{}', got: {}", *pair->expect_error, error);
+    } else {
+      r.ok = true;
+      r.reason = error;
+    }
+    return r;
+  }
+  if (failed) {
+    r.reason = error;
+    return r;
+  }
+  if (pair && pair->expect_missing && *pair->expect_missing != loaded.missing) {
+    r.reason = fmt::format("missing keys: expected [{}], got [{}]", *pair->expect_missing, loaded.missing);
+    return r;
+  }
+  if (pair && pair->expect_unexpected && *pair->expect_unexpected != loaded.unexpected) {
+    r.reason = fmt::format("unexpected keys: expected [{}], got [{}]", *pair->expect_unexpected,
+                           loaded.unexpected);
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json StepReport::ToJson() const {
+  return {{"ok", ok},
+          {"value_mismatch", value_mismatch},
+          {"error", error},
+          {"bytes_written", bytes_written},
+          {"bytes_needed", bytes_needed},
+          {"bytes_read", bytes_read},
+          {"chunks_verified", chunks_verified},
+          {"chunks_unverified", chunks_unverified},
+          {"seconds", seconds},
+          {"missing", missing},
+          {"unexpected", unexpected}};
+}
+
+StepReport StepReport::FromJson(const nlohmann::json& j) {
+  StepReport r;
+  r.ok = j.at("ok").get<bool>();
+  r.value_mismatch = j.at("value_mismatch").get<bool>();
+  r.error = j.at("error").get<std::string>();
+  r.bytes_written = j.at("bytes_written").get<uint64_t>();
+  r.bytes_needed = j.at("bytes_needed").get<uint64_t>();
+  r.bytes_read = j.at("bytes_read").get<uint64_t>();
+  r.chunks_verified = j.at("chunks_verified").get<uint64_t>();
+  r.chunks_unverified = j.at("chunks_unverified").get<uint64_t>();
+  r.seconds = j.at("seconds").get<double>();
+  r.missing = j.at("missing").get<std::string>();
+  r.unexpected = j.at("unexpected").get<std::string>();
+  return r;
+}
+
+StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& topology,
+                    const std::string& dir, Communicator& comm) {
+  StepReport r;
+  std::string error;
+  SaveSummary summary;
+  try {
+    Topology topo = WorldTopology(topology, comm);
+    Node state;
+    AgreeOnOutcome(comm, [&] { state = BuildSaveState(s, pair, topo, comm.rank()); });
+    SaveOptions options;
+    options.topology = topo.ToString();
+    summary = Save(state, dir, comm, options);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  r.error = AgreeOnError(comm, error);
+  r.ok = r.error.empty();
+  r.bytes_written = Sum(comm, summary.bytes_written);
+  r.seconds = Max(comm, summary.seconds);
+  return r;
+}
+
+StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& saved_topology,
+                    const std::string& topology, const std::string& dir, Communicator& comm,
+                    StrictHandling strict) {
+  StepReport r;
+  std::string error;
+  bool mismatch = false;
+  LoadResult result;
+  try {
+    Topology saved = Topology::Parse(saved_topology);
+    Topology topo = WorldTopology(topology, comm);
+    Node request;
+    AgreeOnOutcome(comm, [&] { request = BuildLoadRequest(s, pair, saved, topo, comm.rank()); });
+    LoadOptions options;
+    options.strict = strict;
+    result = Load(request, dir, comm, options);
+    std::optional<std::string> bad = CheckLoaded(s, pair, saved, topo, comm.rank(), result);
+    if (bad) {
+      error = *bad;
+      mismatch = true;
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  r.error = AgreeOnError(comm, error);
+  r.ok = r.error.empty();
+  r.value_mismatch = Sum(comm, mismatch ? 1 : 0) > 0;
+  const LoadSummary& sum = result.summary;
+  r.bytes_needed = Sum(comm, sum.bytes_needed);
+  r.bytes_read = Sum(comm, sum.bytes_read);
+  r.chunks_verified = Sum(comm, sum.chunks_verified);
+  r.chunks_unverified = Sum(comm, sum.chunks_unverified);
+  r.seconds = Max(comm, sum.seconds);
+  // Missing keys are global; unexpected keys per rank: report rank 0's view.
+  r.missing = Joined(result.mismatch.missing);
+  r.unexpected = Joined(result.mismatch.unexpected);
+  comm.Broadcast(r.missing, 0);
+  comm.Broadcast(r.unexpected, 0);
+  return r;
+}
+
+std::vector<PairResult> RunScenario(const Scenario& s, const RunOptions& options) {
+  std::string work = MakeWorkDir(options.work_dir);
+  auto progress = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  std::vector<PairResult> results;
+  bool matrix = options.matrix || s.pairs.empty();
+  if (matrix) {
+    if (s.topologies.empty()) Fail(ErrorKind::kInvalidArgument, "scenario '{}' lists no topologies", s.name);
+    size_t total = s.topologies.size() * s.topologies.size(), done = 0;
+    for (size_t i = 0; i < s.topologies.size(); ++i) {
+      const std::string& a = s.topologies[i];
+      std::string dir = (fs::path(work) / fmt::format("save-{}-{}", i, Sanitize(a))).string();
+      StepReport saved = RunSave(s, nullptr, -1, a, dir, options);
+      for (const std::string& b : s.topologies) {
+        StepReport loaded;
+        if (saved.ok) loaded = RunLoad(s, nullptr, -1, a, b, dir, s.strict, options);
+        results.push_back(Judge(nullptr, a, b, saved, loaded));
+        progress(fmt::format("[{}/{}] {} -> {}: {}", ++done, total, a, b,
+                             results.back().ok ? "ok" : "FAIL: " + results.back().reason));
+      }
+      if (!options.keep) fs::remove_all(dir);
+    }
+  } else {
+    for (size_t k = 0; k < s.pairs.size(); ++k) {
+      const PairSpec& pair = s.pairs[k];
+      std::string dir = (fs::path(work) / fmt::format("pair-{}", k)).string();
+      StepReport saved = RunSave(s, &pair, static_cast<int>(k), pair.save, dir, options);
+      StepReport loaded;
+      if (saved.ok) {
+        loaded = RunLoad(s, &pair, static_cast<int>(k), pair.save, pair.load, dir,
+                         pair.strict.value_or(s.strict), options);
+      }
+      results.push_back(Judge(&pair, pair.save, pair.load, saved, loaded));
+      progress(fmt::format("[{}/{}] {} -> {}: {}", k + 1, s.pairs.size(), pair.save, pair.load,
+                           results.back().ok ? "ok" : "FAIL: " + results.back().reason));
+      if (!options.keep) fs::remove_all(dir);
+    }
+  }
+  if (!options.keep && options.work_dir.empty()) fs::remove_all(work);
+  return results;
+}
+
+std::string FormatMatrix(const std::vector<std::string>& topologies,
+                         const std::vector<PairResult>& results) {
+  std::ostringstream out;
+  size_t width = 10;
+  for (const std::string& t : topologies) width = std::max(width, t.size() + 2);
+  std::vector<std::string> reasons;
+  out << fmt::format("{:<{}}", "save \\ load", width);
+  for (const std::string& t : topologies) out << fmt::format("{:<{}}", t, width);
+  out << "\n";
+  for (const std::string& a : topologies) {
+    out << fmt::format("{:<{}}", a, width);
+    for (const std::string& b : topologies) {
+      std::string cell = "-";
+      for (const PairResult& r : results) {
+        if (r.save != a || r.load != b) continue;
+        if (r.ok) {
+          cell = "ok";
+        } else {
+          reasons.push_back(r.reason);
+          cell = fmt::format("FAIL[{}]", reasons.size());
+        }
+      }
+      out << fmt::format("{:<{}}", cell, width);
+    }
+    out << "\n";
+  }
+  for (size_t i = 0; i < reasons.size(); ++i) out << fmt::format("[{}] {}\n", i + 1, reasons[i]);
+  return out.str();
+}
+
+nlohmann::json ResultsToJson(const std::vector<PairResult>& results) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const PairResult& r : results) {
+    out.push_back({{"save", r.save},
+                   {"load", r.load},
+                   {"verdict", r.ok ? "ok" : "FAIL"},
+                   {"reason", r.reason},
+                   {"bytes_written", r.save_report.bytes_written},
+                   {"bytes_needed", r.load_report.bytes_needed},
+                   {"bytes_read", r.load_report.bytes_read},
+                   {"save_seconds", r.save_report.seconds},
+                   {"load_seconds", r.load_report.seconds}});
+  }
+  return out;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,79 @@
+// The scenario runner: saves under topology A and loads under B, for the
+// scenario's pairs or for every ordered pair of its topologies (--matrix),
+// and checks every loaded element against the value generator.
+//
+// Ranks run as threads of this process (Backend::kThreads) or as Open MPI
+// processes: each save and each load is its own `mpirun -np <world>` job of
+// the distckpt binary (Backend::kMpi).
+//
+// Thread-safety: RunScenario is reentrant (distinct work directories).
+#ifndef DISTCKPT_SCENARIO_RUNNER_H_
+#define DISTCKPT_SCENARIO_RUNNER_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "engine/options.h"
+#include "scenario/spec.h"
+
+namespace distckpt {
+
+enum class Backend { kThreads, kMpi };
+
+// Aggregated over the ranks of one save or load.
+struct StepReport {
+  bool ok = false;
+  bool value_mismatch = false; // loaded, but some element differs (verdict fails)
+  std::string error;           // first failure (agreed by every rank)
+  uint64_t bytes_written = 0;  // save
+  uint64_t bytes_needed = 0;   // load
+  uint64_t bytes_read = 0;
+  uint64_t chunks_verified = 0;
+  uint64_t chunks_unverified = 0;
+  double seconds = 0;
+  std::string missing, unexpected;  // sorted, comma-separated (return_* modes)
+  nlohmann::json ToJson() const;
+  static StepReport FromJson(const nlohmann::json& j);
+};
+
+// One rank's part of a save / a load+check. Collective over `comm`; every
+// rank returns the same report (sums over ranks).
+StepReport SaveStep(const Scenario& scenario, const PairSpec* pair, const std::string& topology,
+                    const std::string& dir, Communicator& comm);
+StepReport LoadStep(const Scenario& scenario, const PairSpec* pair, const std::string& saved_topology,
+                    const std::string& topology, const std::string& dir, Communicator& comm,
+                    StrictHandling strict);
+
+struct PairResult {
+  std::string save, load;
+  bool ok = false;
+  std::string reason;  // why it failed, or the expected error that was seen
+  StepReport save_report, load_report;
+};
+
+struct RunOptions {
+  Backend backend = Backend::kThreads;
+  bool matrix = false;
+  std::string work_dir;     // checkpoints go here; empty = a fresh temp directory
+  bool keep = false;        // keep checkpoints after the run
+  std::string self_exe;     // the distckpt binary (for mpirun)
+  std::string scenario_path;  // passed to the MPI jobs
+  std::vector<std::string> mpirun_args;  // extra flags, e.g. --oversubscribe
+  std::function<void(const std::string&)> progress;  // one line per step
+};
+
+std::vector<PairResult> RunScenario(const Scenario& scenario, const RunOptions& options);
+
+// The matrix table (rows = save, columns = load) and totals, for the CLI.
+std::string FormatMatrix(const std::vector<std::string>& topologies,
+                         const std::vector<PairResult>& results);
+nlohmann::json ResultsToJson(const std::vector<PairResult>& results);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_SCENARIO_RUNNER_H_

@@ -1,0 +1,270 @@
+#include "scenario/spec.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace distckpt {
+namespace {
+
+using nlohmann::json;
+
+// Reads fields of one JSON object, rejecting unknown ones.
+class Fields {
+ public:
+  Fields(const json& j, std::string path, std::set<std::string> allowed) : j_(j), path_(std::move(path)) {
+    if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "{}: expected an object", path_);
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!allowed.count(it.key())) {
+        Fail(ErrorKind::kInvalidArgument, "{}: unknown field '{}'", path_, it.key());
+      }
+    }
+  }
+  bool has(const std::string& k) const { return j_.contains(k); }
+  std::string at(const std::string& k) const { return path_ + "." + k; }
+  const json& get(const std::string& k) const {
+    if (!j_.contains(k)) Fail(ErrorKind::kInvalidArgument, "{}: missing field '{}'", path_, k);
+    return j_.at(k);
+  }
+  std::string str(const std::string& k) const {
+    const json& v = get(k);
+    if (!v.is_string()) Fail(ErrorKind::kInvalidArgument, "{}: expected a string", at(k));
+    return v.get<std::string>();
+  }
+  std::string str(const std::string& k, const std::string& dflt) const { return has(k) ? str(k) : dflt; }
+  int64_t integer(const std::string& k, int64_t dflt) const {
+    if (!has(k)) return dflt;
+    const json& v = j_.at(k);
+    if (!v.is_number_integer()) Fail(ErrorKind::kInvalidArgument, "{}: expected an integer", at(k));
+    return v.get<int64_t>();
+  }
+  bool boolean(const std::string& k, bool dflt) const {
+    if (!has(k)) return dflt;
+    if (!j_.at(k).is_boolean()) Fail(ErrorKind::kInvalidArgument, "{}: expected true or false", at(k));
+    return j_.at(k).get<bool>();
+  }
+  const json& array(const std::string& k) const {
+    const json& v = get(k);
+    if (!v.is_array()) Fail(ErrorKind::kInvalidArgument, "{}: expected an array", at(k));
+    return v;
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+};
+
+// Re-raises parse errors of nested values with the JSON path prepended.
+template <typename Fn>
+auto AtPath(const std::string& path, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const CheckpointError& e) {
+    if (std::string(e.what()).rfind(path, 0) == 0) throw;
+    throw CheckpointError(e.kind(), path + ": " + e.what());
+  }
+}
+
+std::vector<MeshDim> ParseDims(const json& v, const std::string& path) {
+  std::vector<MeshDim> dims;
+  if (v.is_string()) {
+    dims.push_back(AtPath(path, [&] { return ParseMeshDim(v.get<std::string>()); }));
+  } else if (v.is_array() && !v.empty()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::string p = path + "[" + std::to_string(i) + "]";
+      if (!v[i].is_string()) Fail(ErrorKind::kInvalidArgument, "{}: expected a mesh dim name", p);
+      dims.push_back(AtPath(p, [&] { return ParseMeshDim(v[i].get<std::string>()); }));
+    }
+  } else {
+    Fail(ErrorKind::kInvalidArgument, "{}: expected a mesh dim or a non-empty list of them", path);
+  }
+  return dims;
+}
+
+std::vector<TensorSpec> ParseTensors(const json& v, const std::string& path) {
+  if (!v.is_array()) Fail(ErrorKind::kInvalidArgument, "{}: expected an array", path);
+  std::vector<TensorSpec> out;
+  std::set<std::string> keys;
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string p = path + "[" + std::to_string(i) + "]";
+    out.push_back(ParseTensorSpec(v[i], p));
+    if (!keys.insert(out.back().key).second) {
+      Fail(ErrorKind::kInvalidArgument, "{}: duplicate tensor key '{}'", p, out.back().key);
+    }
+  }
+  return out;
+}
+
+StrictHandling ParseStrictAt(const Fields& f, const std::string& k) {
+  return AtPath(f.at(k), [&] { return ParseStrictHandling(f.str(k)); });
+}
+
+PairSpec ParsePair(const json& v, const std::string& path) {
+  Fields f(v, path, {"save", "load", "strict", "expect", "load_extra", "load_drop", "break",
+                     "expect_missing", "expect_unexpected"});
+  PairSpec pair;
+  pair.save = f.str("save");
+  pair.load = f.str("load");
+  AtPath(f.at("save"), [&] { return Topology::Parse(pair.save); });
+  AtPath(f.at("load"), [&] { return Topology::Parse(pair.load); });
+  if (f.has("strict")) pair.strict = ParseStrictAt(f, "strict");
+  if (f.has("expect")) {
+    const json& e = f.get("expect");
+    if (e.is_string() && e.get<std::string>() == "ok") {
+    } else if (e.is_object()) {
+      Fields ef(e, f.at("expect"), {"error"});
+      pair.expect_error = ef.str("error");
+    } else {
+      Fail(ErrorKind::kInvalidArgument, "{}: expected \"ok\" or {{\"error\": \"...\"}}", f.at("expect"));
+    }
+  }
+  if (f.has("load_extra")) pair.load_extra = ParseTensors(f.get("load_extra"), f.at("load_extra"));
+  if (f.has("load_drop")) {
+    for (const json& k : f.array("load_drop")) {
+      if (!k.is_string()) Fail(ErrorKind::kInvalidArgument, "{}: expected key strings", f.at("load_drop"));
+      pair.load_drop.push_back(k.get<std::string>());
+    }
+  }
+  if (f.has("break")) {
+    Fields bf(f.get("break"), f.at("break"), {"key", "kind", "rank"});
+    BreakSpec b{bf.str("key"), bf.str("kind"), static_cast<int>(bf.integer("rank", 0))};
+    if (b.kind != "gap" && b.kind != "overlap") {
+      Fail(ErrorKind::kInvalidArgument, "{}: kind must be \"gap\" or \"overlap\"", bf.at("kind"));
+    }
+    pair.break_save = b;
+  }
+  if (f.has("expect_missing")) pair.expect_missing = f.str("expect_missing");
+  if (f.has("expect_unexpected")) pair.expect_unexpected = f.str("expect_unexpected");
+  return pair;
+}
+
+}  // namespace
+
+TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
+  Fields f(v, path, {"key", "shape", "dtype", "shard", "split", "flatten", "flatten_jitter",
+                     "pad_multiple", "load_dtype"});
+  TensorSpec t;
+  t.key = f.str("key");
+  if (t.key.empty()) Fail(ErrorKind::kInvalidArgument, "{}: empty key", f.at("key"));
+  for (const json& d : f.array("shape")) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      Fail(ErrorKind::kInvalidArgument, "{}: sizes must be non-negative integers", f.at("shape"));
+    }
+    t.shape.push_back(d.get<int64_t>());
+  }
+  t.dtype = AtPath(f.at("dtype"), [&] { return DTypeFromName(f.str("dtype", "f32")); });
+  if (f.has("load_dtype")) {
+    t.load_dtype = AtPath(f.at("load_dtype"), [&] { return DTypeFromName(f.str("load_dtype")); });
+  }
+  if (f.has("shard")) {
+    const json& s = f.get("shard");
+    if (!s.is_object()) Fail(ErrorKind::kInvalidArgument, "{}: expected an object", f.at("shard"));
+    std::set<MeshDim> used;
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      std::string p = f.at("shard") + "." + it.key();
+      size_t consumed = 0;
+      int axis = -1;
+      try {
+        axis = std::stoi(it.key(), &consumed);
+      } catch (...) {
+      }
+      if (consumed != it.key().size() || axis < 0 || axis >= static_cast<int>(t.shape.size())) {
+        Fail(ErrorKind::kInvalidArgument, "{}: '{}' is not an axis of shape {}", p, it.key(),
+             ShapeToString(t.shape));
+      }
+      t.shard[axis] = ParseDims(it.value(), p);
+      for (MeshDim d : t.shard[axis]) {
+        if (!used.insert(d).second) {
+          Fail(ErrorKind::kInvalidArgument, "{}: mesh dim {} splits two axes", p, MeshDimName(d));
+        }
+      }
+    }
+  }
+  std::string split = f.str("split", "even");
+  if (split == "even") t.split = SplitKind::kEven;
+  else if (split == "chunk") t.split = SplitKind::kChunk;
+  else Fail(ErrorKind::kInvalidArgument, "{}: expected \"even\" or \"chunk\"", f.at("split"));
+  if (f.has("flatten")) {
+    std::vector<MeshDim> dims = ParseDims(f.get("flatten"), f.at("flatten"));
+    if (dims.size() != 1) Fail(ErrorKind::kInvalidArgument, "{}: one mesh dim", f.at("flatten"));
+    for (const auto& [axis, sd] : t.shard) {
+      for (MeshDim d : sd) {
+        if (d == dims[0]) {
+          Fail(ErrorKind::kInvalidArgument, "{}: {} already shards axis {}", f.at("flatten"),
+               MeshDimName(d), axis);
+        }
+      }
+    }
+    t.flatten = dims[0];
+  }
+  t.flatten_jitter = f.boolean("flatten_jitter", false);
+  t.pad_multiple = f.integer("pad_multiple", 0);
+  if (t.pad_multiple < 0 || (t.pad_multiple > 0 && t.shape.empty())) {
+    Fail(ErrorKind::kInvalidArgument, "{}: must be positive and the tensor at least 1-d",
+         f.at("pad_multiple"));
+  }
+  return t;
+}
+
+Scenario Scenario::FromJson(const json& j, const std::string& source) {
+  return AtPath(source, [&] {
+    Fields f(j, "$", {"name", "seed", "model", "tensors", "objects", "topologies", "pairs",
+                      "strict", "optimizer", "fsdp", "fp8", "description"});
+    Scenario s;
+    s.name = f.str("name", "unnamed");
+    s.seed = static_cast<uint64_t>(f.integer("seed", 1));
+    if (f.has("model")) s.model = f.get("model");
+    for (const char* later : {"optimizer", "fsdp", "fp8"}) {
+      if (f.has(later)) {
+        Fail(ErrorKind::kUnsupported, "{}: this build does not implement the '{}' section yet",
+             f.at(later), later);
+      }
+    }
+    if (f.has("model")) {
+      Fail(ErrorKind::kUnsupported, "{}: this build does not implement model generators yet",
+           f.at("model"));
+    }
+    if (f.has("tensors")) s.tensors = ParseTensors(f.get("tensors"), f.at("tensors"));
+    if (f.has("objects")) {
+      const json& objs = f.array("objects");
+      for (size_t i = 0; i < objs.size(); ++i) {
+        std::string p = f.at("objects") + "[" + std::to_string(i) + "]";
+        Fields of(objs[i], p, {"key", "per"});
+        ObjectSpec o{of.str("key"), {}};
+        if (of.has("per")) o.per = ParseDims(of.get("per"), of.at("per"));
+        s.objects.push_back(std::move(o));
+      }
+    }
+    if (f.has("topologies")) {
+      const json& topos = f.array("topologies");
+      for (size_t i = 0; i < topos.size(); ++i) {
+        std::string p = f.at("topologies") + "[" + std::to_string(i) + "]";
+        if (!topos[i].is_string()) Fail(ErrorKind::kInvalidArgument, "{}: expected a string", p);
+        AtPath(p, [&] { return Topology::Parse(topos[i].get<std::string>()); });
+        s.topologies.push_back(topos[i].get<std::string>());
+      }
+    }
+    if (f.has("pairs")) {
+      const json& pairs = f.array("pairs");
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        s.pairs.push_back(ParsePair(pairs[i], f.at("pairs") + "[" + std::to_string(i) + "]"));
+      }
+    }
+    if (f.has("strict")) s.strict = ParseStrictAt(f, "strict");
+    return s;
+  });
+}
+
+Scenario Scenario::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) Fail(ErrorKind::kInvalidArgument, "cannot open scenario file {}", path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  json j = json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (j.is_discarded()) Fail(ErrorKind::kInvalidArgument, "{}: not valid JSON", path);
+  return FromJson(j, path);
+}
+
+}  // namespace distckpt

@@ -1,0 +1,82 @@
+// Scenario files (schema version 1, documented in scenarios/README.md):
+// parsed and checked here, with errors naming the JSON path of the bad field.
+// Unknown fields are an error.
+//
+// Thread-safety: value types.
+#ifndef DISTCKPT_SCENARIO_SPEC_H_
+#define DISTCKPT_SCENARIO_SPEC_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/box.h"
+#include "core/dtype.h"
+#include "mapping/strict.h"
+#include "topology/topology.h"
+
+namespace distckpt {
+
+enum class SplitKind { kEven, kChunk };
+
+struct TensorSpec {
+  std::string key;
+  Shape shape;  // logical (unpadded) global shape
+  DType dtype = DType::kF32;
+  // axis -> mesh dims splitting it, outermost first ({"0": ["tp", "dp"]}).
+  std::map<int, std::vector<MeshDim>> shard;
+  SplitKind split = SplitKind::kEven;
+  std::optional<MeshDim> flatten;  // distributed-optimizer style flat ranges over this dim
+  bool flatten_jitter = false;     // Megatron test_flattened_resharding's uneven ranges
+  int64_t pad_multiple = 0;        // pad axis 0 to a multiple of pad_multiple * parts(axis 0)
+  std::optional<DType> load_dtype; // request dtype on load, when it differs
+};
+
+struct ObjectSpec {
+  std::string key;
+  std::vector<MeshDim> per;  // one object per coordinate of these dims
+};
+
+// Deliberate damage to a save, to test that validation refuses it.
+struct BreakSpec {
+  std::string key;
+  std::string kind;  // "gap" (drop the rank's shard) or "overlap" (also save rank+1's shard)
+  int rank = 0;
+};
+
+struct PairSpec {
+  std::string save;
+  std::string load;
+  std::optional<StrictHandling> strict;
+  std::optional<std::string> expect_error;  // nullopt = expect ok
+  std::vector<TensorSpec> load_extra;       // requested on load only (unexpected keys)
+  std::vector<std::string> load_drop;       // not requested on load (missing keys)
+  std::optional<BreakSpec> break_save;
+  std::optional<std::string> expect_missing;     // for return_*: comma-separated sorted keys
+  std::optional<std::string> expect_unexpected;
+};
+
+struct Scenario {
+  std::string name;
+  uint64_t seed = 1;
+  std::vector<TensorSpec> tensors;
+  std::vector<ObjectSpec> objects;
+  std::vector<std::string> topologies;
+  std::vector<PairSpec> pairs;
+  StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
+  nlohmann::json model;  // generator sections handled by later layers; null if absent
+
+  // Throws CheckpointError(kInvalidArgument) naming `source` and the field.
+  static Scenario FromJson(const nlohmann::json& json, const std::string& source);
+  static Scenario FromFile(const std::string& path);
+};
+
+TensorSpec ParseTensorSpec(const nlohmann::json& json, const std::string& path);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_SCENARIO_SPEC_H_
