@@ -50,6 +50,10 @@ class Communicator {
   // calls it with the same list; ranks outside get nullptr).
   std::unique_ptr<Communicator> Subgroup(const std::vector<int>& ranks);
   int64_t AllReduceOne(int64_t value, ReduceOp op);
+
+ protected:
+  // Throws CheckpointError(kInvalidArgument) unless 0 <= root < size().
+  void CheckRoot(int root) const;
 };
 
 // Runs `fn` on this rank and agrees on the outcome: if it threw on any rank,

@@ -5,6 +5,7 @@
 #ifndef DISTCKPT_COMM_MPI_COMMUNICATOR_H_
 #define DISTCKPT_COMM_MPI_COMMUNICATOR_H_
 
+#include <cstddef>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -17,12 +18,19 @@ class MpiSession {
   ~MpiSession();                        // MPI_Finalize if this session initialised
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  bool owns_mpi_ = false;  // this session called MPI_Init_thread
 };
 
 // True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE set).
 bool LaunchedByMpirun();
 // The world communicator; MPI must be initialised.
 std::unique_ptr<Communicator> MpiWorld();
+
+// Largest message one MPI call carries (default 1 GiB); larger payloads go in
+// several calls. Tests lower it to exercise the chunked paths.
+void SetMpiMaxMessageBytesForTesting(std::size_t bytes);
 
 }  // namespace distckpt
 

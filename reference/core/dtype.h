@@ -52,6 +52,8 @@ uint8_t SaturateToE5M2(float value);
 
 // Reads element i of a buffer of `dtype` as a double / writes a double with
 // PyTorch cast semantics (float->int truncates toward zero; bool is x != 0).
+// Where C++ leaves a cast undefined, float->int maps NaN to 0 and saturates
+// to int64 before wrapping to the integer's width. Buffers need no alignment.
 double LoadAsDouble(const void* data, DType dtype, size_t i);
 void StoreFromDouble(void* data, DType dtype, size_t i, double value);
 

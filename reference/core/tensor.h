@@ -1,8 +1,10 @@
 // Tensor: a dense, contiguous, row-major, host buffer with a dtype and shape.
 //
 // Copies share storage (like torch.Tensor); Clone() makes a deep copy. An
-// undefined Tensor (default-constructed) has no storage. Buffers are 64-byte
-// aligned. Tensor::Wrap adopts caller memory without owning it.
+// undefined Tensor (default-constructed) has no storage; every other Tensor,
+// even one with no elements, has. Buffers are 64-byte aligned. Tensor::Wrap
+// adopts caller memory without owning it. Shapes and boxes that do not fit
+// throw CheckpointError(kInvalidArgument).
 //
 // Thread-safety: distinct Tensors may be used concurrently; concurrent writes
 // to shared storage need external synchronization.
@@ -26,7 +28,7 @@ class Tensor {
   // Non-owning view of caller memory of at least Volume(shape) * DTypeSize(dtype) bytes.
   static Tensor Wrap(void* data, DType dtype, Shape shape);
 
-  bool defined() const { return defined_; }
+  bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return Volume(shape_); }
@@ -55,8 +57,7 @@ class Tensor {
  private:
   DType dtype_ = DType::kF32;
   Shape shape_;
-  std::shared_ptr<std::byte> storage_;
-  bool defined_ = false;
+  std::shared_ptr<std::byte> storage_;  // null iff undefined; never null otherwise
 };
 
 }  // namespace distckpt
