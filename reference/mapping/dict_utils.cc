@@ -1,1 +1,313 @@
-// placeholder
+// Tree utilities (megatron-semantics §1.4, §1.6) and save/load
+// pre-processing (§1.8).
+#include "mapping/dict_utils.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "mapping/py_format.h"
+
+namespace distckpt {
+
+namespace {
+
+// Python truthiness of an extracted part: empty containers are false.
+bool Truthy(const Node& node) {
+  if (const Dict* d = node.get_if<Dict>()) return !d->empty();
+  if (const List* l = node.get_if<List>()) return !l->empty();
+  return true;
+}
+
+// A recursion's key as Megatron prints it: a tuple of dict keys ('a') and
+// list indices (0).
+using KeyTuple = std::vector<std::string>;
+KeyTuple Append(const KeyTuple& key, std::string element) {
+  KeyTuple out = key;
+  out.push_back(std::move(element));
+  return out;
+}
+
+std::string DictKeys(const Dict& d) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : d) keys.push_back(PyRepr(k));
+  return fmt::format("dict_keys({})", PyList(keys));
+}
+
+bool TensorsEqual(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  return a.Equals(b);
+}
+
+// Leaf equality for Diff: tensors by bytes, sharded leaves by their data.
+bool LeavesEqual(const Node& a, const Node& b) {
+  if (a.value().index() != b.value().index()) return false;
+  if (const Tensor* t = a.get_if<Tensor>()) return TensorsEqual(*t, b.as<Tensor>());
+  if (const ShardedTensor* t = a.get_if<ShardedTensor>()) {
+    return TensorsEqual(t->data, b.as<ShardedTensor>().data);
+  }
+  if (const ShardedObject* o = a.get_if<ShardedObject>())
+    return o->data == b.as<ShardedObject>().data;
+  if (const ShardedTensorFactory* f = a.get_if<ShardedTensorFactory>()) {
+    return TensorsEqual(f->data, b.as<ShardedTensorFactory>().data);
+  }
+  if (const LocalNonpersistentObject* n = a.get_if<LocalNonpersistentObject>()) {
+    return n->obj == b.as<LocalNonpersistentObject>().obj;
+  }
+  return a.as<nlohmann::json>() == b.as<nlohmann::json>();
+}
+
+std::pair<Node, Node> Extract(const Node& x, const std::function<bool(const Node&)>& pred,
+                              bool lists_as_dicts) {
+  if (const Dict* d = x.get_if<Dict>()) {
+    Dict matching, nonmatching;
+    for (const auto& [k, v] : *d) {
+      if (v.is_container()) {
+        auto [match, nonmatch] = Extract(v, pred, lists_as_dicts);
+        if (Truthy(match)) matching[k] = std::move(match);
+        if (Truthy(nonmatch) || !Truthy(v)) nonmatching[k] = std::move(nonmatch);
+      } else if (pred(v)) {
+        matching[k] = v;
+      } else {
+        nonmatching[k] = v;
+      }
+    }
+    return {Node(std::move(matching)), Node(std::move(nonmatching))};
+  }
+  if (const List* l = x.get_if<List>()) {
+    Node matching = lists_as_dicts ? Node(Dict{}) : Node(List{});
+    Node nonmatching = lists_as_dicts ? Node(Dict{}) : Node(List{});
+    auto set_elem = [lists_as_dicts](Node& target, size_t index, Node value) {
+      if (lists_as_dicts) {
+        target.as<Dict>()[std::to_string(index)] = std::move(value);
+      } else {
+        target.as<List>().push_back(std::move(value));
+      }
+    };
+    for (size_t i = 0; i < l->size(); ++i) {
+      const Node& v = (*l)[i];
+      if (v.is_container() && Truthy(v)) {
+        auto [match, nonmatch] = Extract(v, pred, lists_as_dicts);
+        if (Truthy(match)) set_elem(matching, i, std::move(match));
+        if (Truthy(nonmatch)) set_elem(nonmatching, i, std::move(nonmatch));
+      } else {
+        set_elem(pred(v) ? matching : nonmatching, i, v);
+      }
+    }
+    return {std::move(matching), std::move(nonmatching)};
+  }
+  Fail(ErrorKind::kInvalidArgument, "Unexpected top-level object type: {}", NodeTypeRepr(x));
+}
+
+void MergeAt(Node& x1, const Node& x2, const KeyTuple& key) {
+  if (x1.is<Dict>() && x2.is<Dict>()) {
+    Dict& d1 = x1.as<Dict>();
+    for (const auto& [k, v2] : x2.as<Dict>()) {
+      auto it = d1.find(k);
+      if (it == d1.end()) {
+        d1.emplace(k, v2);
+      } else {
+        MergeAt(it->second, v2, Append(key, PyRepr(k)));
+      }
+    }
+  } else if (x1.is<List>() && x2.is<List>()) {
+    List& l1 = x1.as<List>();
+    const List& l2 = x2.as<List>();
+    if (l1.size() != l2.size()) {
+      Fail(ErrorKind::kInvalidArgument,
+           "Cannot merge two lists with different lengths ({} and {}, encountered at level {})",
+           l1.size(), l2.size(), PyTuple(key));
+    }
+    for (size_t i = 0; i < l2.size(); ++i) MergeAt(l1[i], l2[i], Append(key, std::to_string(i)));
+  } else {
+    Fail(ErrorKind::kInvalidArgument,
+         "Duplicate non-dict and non-list values encountered: `{}` and `{}` (at level {})",
+         NodeToString(x1), NodeToString(x2), PyTuple(key));
+  }
+}
+
+void DiffAt(const Node& x1, const Node& x2, const NodePath& prefix, TreeDiff& out) {
+  if (x1.is<Dict>() && x2.is<Dict>()) {
+    const Dict& d1 = x1.as<Dict>();
+    const Dict& d2 = x2.as<Dict>();
+    for (const auto& [k, v] : d1) {
+      if (!d2.count(k)) out.only_left.push_back(Append(prefix, k));
+    }
+    for (const auto& [k, v] : d2) {
+      if (!d1.count(k)) out.only_right.push_back(Append(prefix, k));
+    }
+    for (const auto& [k, v1] : d1) {
+      auto it = d2.find(k);
+      if (it != d2.end()) DiffAt(v1, it->second, Append(prefix, k), out);
+    }
+  } else if (x1.is<List>() && x2.is<List>()) {
+    // Megatron reports bare, unprefixed indices here (and the same ones on
+    // both sides); we report the extra elements' paths on the side that has them.
+    const List& l1 = x1.as<List>();
+    const List& l2 = x2.as<List>();
+    for (size_t i = l2.size(); i < l1.size(); ++i)
+      out.only_left.push_back(Append(prefix, std::to_string(i)));
+    for (size_t i = l1.size(); i < l2.size(); ++i)
+      out.only_right.push_back(Append(prefix, std::to_string(i)));
+    for (size_t i = 0; i < std::min(l1.size(), l2.size()); ++i) {
+      DiffAt(l1[i], l2[i], Append(prefix, std::to_string(i)), out);
+    }
+  } else if (!LeavesEqual(x1, x2)) {
+    out.mismatch.push_back(prefix);
+  }
+}
+
+template <typename NodeT, typename Fn>
+void VisitLeaves(NodeT& x, NodePath& path, const Fn& fn) {
+  if (auto* d = x.template get_if<Dict>()) {
+    for (auto& [k, v] : *d) {
+      path.push_back(k);
+      VisitLeaves(v, path, fn);
+      path.pop_back();
+    }
+  } else if (auto* l = x.template get_if<List>()) {
+    for (size_t i = 0; i < l->size(); ++i) {
+      path.push_back(std::to_string(i));
+      VisitLeaves((*l)[i], path, fn);
+      path.pop_back();
+    }
+  } else {
+    fn(static_cast<const NodePath&>(path), x);
+  }
+}
+
+void FactoryMergesAt(Node& x1, const Node& x2, const KeyTuple& key) {
+  if (const ShardedTensorFactory* f = x2.get_if<ShardedTensorFactory>()) {
+    if (!f->merge_fn) {
+      Fail(ErrorKind::kInvalidArgument, "ShardedTensorFactory {} has no merge_fn", PyRepr(f->key));
+    }
+    Tensor merged = f->merge_fn(x1);
+    x1 = Node(std::move(merged));
+  } else if (x1.is<Dict>() && x2.is<Dict>()) {
+    Dict& d1 = x1.as<Dict>();
+    for (const auto& [k, v2] : x2.as<Dict>()) {
+      auto it = d1.find(k);
+      if (it == d1.end()) {
+        Fail(ErrorKind::kInvalidArgument,
+             "Different dict keys encountered in `apply_factory_merges` ({} vs {})", DictKeys(d1),
+             DictKeys(x2.as<Dict>()));
+      }
+      FactoryMergesAt(it->second, v2, Append(key, PyRepr(k)));
+    }
+  } else if (x1.is<List>() && x2.is<List>()) {
+    List& l1 = x1.as<List>();
+    const List& l2 = x2.as<List>();
+    if (l1.size() != l2.size()) {
+      Fail(ErrorKind::kInvalidArgument,
+           "Cannot merge two lists with different lengths ({} and {}, encountered at key {})",
+           l1.size(), l2.size(), PyTuple(key));
+    }
+    for (size_t i = 0; i < l2.size(); ++i)
+      FactoryMergesAt(l1[i], l2[i], Append(key, std::to_string(i)));
+  } else if (x1.is<List>() && x2.is<Dict>()) {
+    // A list turned into {index: value} by ExtractMatching(return_lists_as_dicts).
+    List& l1 = x1.as<List>();
+    for (const auto& [k, v2] : x2.as<Dict>()) {
+      size_t index = 0;
+      const auto [ptr, ec] = std::from_chars(k.data(), k.data() + k.size(), index);
+      if (ec != std::errc() || ptr != k.data() + k.size() || k.empty()) {
+        Fail(ErrorKind::kInvalidArgument,
+             "Invalid dict key {} non-integer type encountered in a list-dict merge at level {}", k,
+             PyTuple(key));
+      }
+      if (index >= l1.size()) {
+        // Megatron's text, missing space included.
+        Fail(ErrorKind::kInvalidArgument,
+             "Dict key {} out of bound for list of length{} (encountered at level {})", k,
+             l1.size(), PyTuple(key));
+      }
+      FactoryMergesAt(l1[index], v2, Append(key, k));
+    }
+  } else {
+    Fail(ErrorKind::kInvalidArgument,
+         "Duplicate non-dict and non-list values encountered: `{}` and `{} (at key {})`",
+         NodeToString(x1), NodeToString(x2), PyTuple(key));
+  }
+}
+
+bool IsShardedBase(const Node& n) { return n.is<ShardedTensor>() || n.is<ShardedObject>(); }
+
+bool IsEmptyFlattened(const Node& n) {
+  const ShardedTensor* t = n.get_if<ShardedTensor>();
+  return t != nullptr && t->flattened_range && t->flattened_range->size() == 0;
+}
+
+}  // namespace
+
+std::pair<Node, Node> ExtractMatching(const Node& x, const std::function<bool(const Node&)>& pred,
+                                      bool return_lists_as_dicts) {
+  return Extract(x, pred, return_lists_as_dicts);
+}
+
+void Merge(Node& x1, const Node& x2) { MergeAt(x1, x2, {}); }
+
+TreeDiff Diff(const Node& x1, const Node& x2) {
+  TreeDiff out;
+  DiffAt(x1, x2, {}, out);
+  return out;
+}
+
+void ForEachLeaf(Node& x, const std::function<void(const NodePath&, Node&)>& fn) {
+  NodePath path;
+  VisitLeaves(x, path, fn);
+}
+
+void ForEachLeaf(const Node& x, const std::function<void(const NodePath&, const Node&)>& fn) {
+  NodePath path;
+  VisitLeaves(x, path, fn);
+}
+
+void ApplyFactories(Node& x) {
+  ForEachLeaf(x, [](const NodePath&, Node& leaf) {
+    if (const ShardedTensorFactory* f = leaf.get_if<ShardedTensorFactory>()) {
+      Node built = f->Build();
+      leaf = std::move(built);
+    }
+  });
+}
+
+void ApplyFactoryMerges(Node& loaded, const Node& factories) {
+  FactoryMergesAt(loaded, factories, {});
+}
+
+SavePieces SavePreprocess(const Node& state_dict) {
+  Node sd = state_dict;
+  ApplyFactories(sd);
+  Node persistent =
+      ExtractMatching(sd, [](const Node& n) { return n.is<LocalNonpersistentObject>(); }).second;
+  auto [sharded, common] = ExtractMatching(persistent, IsShardedBase);
+  Node kept = ExtractMatching(sharded, [](const Node& n) { return !IsEmptyFlattened(n); }).first;
+  return SavePieces{std::move(kept), std::move(common)};
+}
+
+LoadPieces LoadPreprocess(const Node& state_dict) {
+  // One pass makes the structural copy and drops empty flattened tensors.
+  Node sd = ExtractMatching(state_dict, [](const Node& n) { return !IsEmptyFlattened(n); }).first;
+  Node factories = ExtractMatching(
+                       sd, [](const Node& n) { return n.is<ShardedTensorFactory>(); }, true)
+                       .first;
+  ApplyFactories(sd);
+  ForEachLeaf(factories, [](const NodePath&, Node& leaf) {
+    if (ShardedTensorFactory* f = leaf.get_if<ShardedTensorFactory>()) f->data = Tensor();
+  });
+  auto [nonpersistent, rest] =
+      ExtractMatching(sd, [](const Node& n) { return n.is<LocalNonpersistentObject>(); });
+  ForEachLeaf(nonpersistent, [](const NodePath&, Node& leaf) {
+    if (LocalNonpersistentObject* n = leaf.get_if<LocalNonpersistentObject>()) {
+      nlohmann::json obj = std::move(n->obj);
+      leaf = Node(std::move(obj));
+    }
+  });
+  // Megatron's load() keeps only the sharded part of the request: common
+  // values come from the checkpoint.
+  Node sharded = ExtractMatching(rest, IsShardedBase).first;
+  return LoadPieces{std::move(sharded), std::move(nonpersistent), std::move(factories)};
+}
+
+}  // namespace distckpt

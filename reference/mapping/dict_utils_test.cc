@@ -1,1 +1,278 @@
-// placeholder
+// Tests of the tree utilities: Megatron's extract/merge/diff semantics and
+// messages, factories (test_mapping #32) and save/load pre-processing.
+#include "mapping/dict_utils.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "mapping/testing.h"
+
+namespace distckpt {
+namespace {
+
+using nlohmann::json;
+using testing::ElementsAre;
+
+Node J(json j) { return Node(std::move(j)); }
+
+ShardedTensor St(const std::string& key, Tensor data = Arange({2})) {
+  return ShardedTensor::FromRankOffsets(key, std::move(data), {});
+}
+
+bool IsSt(const Node& n) { return n.is<ShardedTensor>(); }
+
+ShardedTensorFactory Factory(std::string key, Tensor data, ShardedTensorFactory::BuildFn build,
+                             ShardedTensorFactory::MergeFn merge) {
+  ShardedTensorFactory f;
+  f.key = std::move(key);
+  f.data = std::move(data);
+  f.build_fn = std::move(build);
+  f.merge_fn = std::move(merge);
+  return f;
+}
+
+std::string Keys(const Node& n) {  // compact structure: sharded leaves by key
+  if (const Dict* d = n.get_if<Dict>()) {
+    std::vector<std::string> items;
+    for (const auto& [k, v] : *d) items.push_back(k + ":" + Keys(v));
+    return fmt::format("{{{}}}", fmt::join(items, ","));
+  }
+  if (const List* l = n.get_if<List>()) {
+    std::vector<std::string> items;
+    for (const Node& v : *l) items.push_back(Keys(v));
+    return fmt::format("[{}]", fmt::join(items, ","));
+  }
+  if (const ShardedTensor* t = n.get_if<ShardedTensor>()) return "ST(" + t->key + ")";
+  if (const ShardedObject* o = n.get_if<ShardedObject>()) return "SO(" + o->key + ")";
+  if (const ShardedTensorFactory* f = n.get_if<ShardedTensorFactory>()) {
+    return "F(" + f->key + (f->data.defined() ? ",data" : "") + ")";
+  }
+  if (n.is<LocalNonpersistentObject>()) return "NP";
+  if (n.is<Tensor>()) return "T";
+  return n.as<json>().dump();
+}
+
+Node Example() {
+  Node x;
+  x["a"] = J(1);
+  x["b"]["c"] = Node(St("c"));
+  x["b"]["d"] = J(2);
+  x["e"] = Node(Dict{});
+  Node g;
+  g["g"] = Node(St("g"));
+  x["f"] = Node(List{Node(St("f0")), J(3), Node(List{}), g});
+  return x;
+}
+
+TEST(ExtractMatchingTest, KeepsHierarchyAndEmptyContainers) {
+  const auto [matching, nonmatching] = ExtractMatching(Example(), IsSt);
+  EXPECT_EQ(Keys(matching), "{b:{c:ST(c)},f:[ST(f0),{g:ST(g)}]}");
+  EXPECT_EQ(Keys(nonmatching), "{a:1,b:{d:2},e:{},f:[3,[]]}");
+}
+
+TEST(ExtractMatchingTest, ListsAsDicts) {
+  const auto [matching, nonmatching] = ExtractMatching(Example(), IsSt, true);
+  EXPECT_EQ(Keys(matching), "{b:{c:ST(c)},f:{0:ST(f0),3:{g:ST(g)}}}");
+  EXPECT_EQ(Keys(nonmatching), "{a:1,b:{d:2},e:{},f:{1:3,2:[]}}");
+}
+
+TEST(ExtractMatchingTest, RejectsLeafTopLevel) {
+  EXPECT_EQ(ErrorMessage(ErrorKind::kInvalidArgument, [] { ExtractMatching(J(1), IsSt); }),
+            "Unexpected top-level object type: <class 'int'>");
+}
+
+TEST(MergeTest, MergesRecursively) {
+  Node x1, x2;
+  x1["a"]["b"] = J(1);
+  x1["l"] = Node(List{Node(Dict{{"x", J(1)}})});
+  x2["a"]["c"] = J(2);
+  x2["l"] = Node(List{Node(Dict{{"y", J(2)}})});
+  x2["n"] = J(3);
+  Merge(x1, x2);
+  EXPECT_EQ(Keys(x1), "{a:{b:1,c:2},l:[{x:1,y:2}],n:3}");
+}
+
+TEST(MergeTest, MegatronMessages) {
+  Node x1, x2;
+  x1["l"] = Node(List{J(1)});
+  x2["l"] = Node(List{J(1), J(2)});
+  EXPECT_EQ(ErrorMessage(ErrorKind::kInvalidArgument, [&] { Merge(x1, x2); }),
+            "Cannot merge two lists with different lengths (1 and 2, encountered at level ('l',))");
+  x2["l"] = Node(List{J(2)});
+  EXPECT_EQ(ErrorMessage(ErrorKind::kInvalidArgument, [&] { Merge(x1, x2); }),
+            "Duplicate non-dict and non-list values encountered: `1` and `2` (at level ('l', 0))");
+}
+
+TEST(DiffTest, ComparesTensorsByBytesAndShardedLeavesByData) {
+  Node x1, x2;
+  x1["t"] = Node(Arange({3}));
+  x2["t"] = Node(Arange({3}));  // equal bytes, separate storage
+  x1["t_dtype"] = Node(Arange({3}, 0, DType::kI64));
+  x2["t_dtype"] = Node(Arange({3}, 0, DType::kF64));
+  x1["st"] = Node(St("k1", Arange({2})));
+  x2["st"] = Node(St("k2", Arange({2})));  // compared by data only
+  x1["st_diff"] = Node(St("k", Arange({2})));
+  x2["st_diff"] = Node(St("k", Arange({2}, 1)));
+  x1["obj"] = Node(ShardedObject{"o", json(1), {1}, {0}});
+  x2["obj"] = Node(ShardedObject{"o", json(2), {1}, {0}});
+  x1["j"] = J(1);
+  x2["j"] = J(1);
+  x1["l"] = Node(List{J(1), J(2), J(3)});
+  x2["l"] = Node(List{J(1), J(5)});
+  x1["only1"] = J(0);
+  x2["only2"] = J(0);
+  x1["kind"] = J(1);
+  x2["kind"] = Node(Dict{});
+  const TreeDiff d = Diff(x1, x2);
+  EXPECT_FALSE(d.empty());
+  EXPECT_THAT(d.only_left, ElementsAre(NodePath{"only1"}, NodePath{"l", "2"}));
+  EXPECT_THAT(d.only_right, ElementsAre(NodePath{"only2"}));
+  EXPECT_THAT(d.mismatch, ElementsAre(NodePath{"kind"}, NodePath{"l", "1"}, NodePath{"obj"},
+                                      NodePath{"st_diff"}, NodePath{"t_dtype"}));
+  EXPECT_TRUE(Diff(x1, x1).empty());
+}
+
+TEST(ForEachLeafTest, VisitsLeavesWithPaths) {
+  std::vector<std::string> seen;
+  ForEachLeaf(static_cast<const Node&>(Example()), [&](const NodePath& path, const Node& leaf) {
+    seen.push_back(PathToString(path) + "=" + Keys(leaf));
+  });
+  EXPECT_THAT(seen, ElementsAre("a=1", "b.c=ST(c)", "b.d=2", "f.0=ST(f0)", "f.1=3", "f.3.g=ST(g)"));
+}
+
+// test_mapping.py::TestShardedTensorFactory::test_build_and_merge (#32).
+TEST(FactoryTest, BuildAndMerge) {
+  auto build_fn = [](const std::string& key, const Tensor& data, const ReplicaId& replica_id,
+                     const std::optional<FlatRange>& range) {
+    EXPECT_FALSE(range.has_value());
+    Node out;
+    out["level2_a"] = Node(
+        ShardedTensor::FromRankOffsets(key + "part1", Arange(data.shape(), 1), {}, replica_id));
+    out["level2_b"] = Node(
+        ShardedTensor::FromRankOffsets(key + "part2", Arange(data.shape(), 2), {}, replica_id));
+    return out;
+  };
+  auto get_state_dict = [&] {
+    Node sd;
+    sd["level1"] = Node(Factory("a", Arange({3}), build_fn,
+                                [](const Node& x) { return x.at("level2_b").as<Tensor>(); }));
+    return sd;
+  };
+  Node sd = get_state_dict();
+  ApplyFactories(sd);
+  EXPECT_THAT(Values(sd.at("level1").at("level2_a").as<ShardedTensor>().data),
+              ElementsAre(1, 2, 3));
+  EXPECT_THAT(Values(sd.at("level1").at("level2_b").as<ShardedTensor>().data),
+              ElementsAre(2, 3, 4));
+  EXPECT_EQ(sd.at("level1").at("level2_a").as<ShardedTensor>().key, "apart1");
+
+  // Simulate loading.
+  for (const char* k : {"level2_a", "level2_b"}) {
+    Node& leaf = sd["level1"][k];
+    Tensor data = leaf.as<ShardedTensor>().data;
+    leaf = Node(data);
+  }
+  ApplyFactoryMerges(sd, get_state_dict());
+  EXPECT_THAT(Values(sd.at("level1").as<Tensor>()), ElementsAre(2, 3, 4));
+}
+
+TEST(FactoryTest, MergesIntoListsThroughIndexDicts) {
+  Node loaded;
+  loaded["l"] = Node(List{J(0), Node(Dict{{"p", Node(Arange({2}, 5))}}), J(2)});
+  Node factories;
+  factories["l"]["1"] =
+      Node(Factory("f", {}, nullptr, [](const Node& x) { return x.at("p").as<Tensor>(); }));
+  ApplyFactoryMerges(loaded, factories);
+  EXPECT_THAT(Values(loaded.at("l").as<List>()[1].as<Tensor>()), ElementsAre(5, 6));
+}
+
+TEST(FactoryTest, MergeMessages) {
+  const Node factory{Factory("f", {}, nullptr, [](const Node&) { return Tensor(); })};
+  Node loaded, factories;
+  loaded["a"] = J(1);
+  factories["b"] = factory;
+  EXPECT_EQ(
+      ErrorMessage(ErrorKind::kInvalidArgument, [&] { ApplyFactoryMerges(loaded, factories); }),
+      "Different dict keys encountered in `apply_factory_merges` (dict_keys(['a']) vs "
+      "dict_keys(['b']))");
+
+  loaded = Node();
+  loaded["l"] = Node(List{J(1)});
+  factories = Node();
+  factories["l"] = Node(List{factory, factory});
+  EXPECT_EQ(
+      ErrorMessage(ErrorKind::kInvalidArgument, [&] { ApplyFactoryMerges(loaded, factories); }),
+      "Cannot merge two lists with different lengths (1 and 2, encountered at key ('l',))");
+
+  factories = Node();
+  factories["l"]["x"] = factory;
+  EXPECT_EQ(
+      ErrorMessage(ErrorKind::kInvalidArgument, [&] { ApplyFactoryMerges(loaded, factories); }),
+      "Invalid dict key x non-integer type encountered in a list-dict merge at level ('l',)");
+
+  factories = Node();
+  factories["l"]["5"] = factory;
+  EXPECT_EQ(
+      ErrorMessage(ErrorKind::kInvalidArgument, [&] { ApplyFactoryMerges(loaded, factories); }),
+      "Dict key 5 out of bound for list of length1 (encountered at level ('l',))");
+
+  factories = Node();
+  factories["l"] = Node(List{J(2)});
+  EXPECT_EQ(
+      ErrorMessage(ErrorKind::kInvalidArgument, [&] { ApplyFactoryMerges(loaded, factories); }),
+      "Duplicate non-dict and non-list values encountered: `1` and `2 (at key ('l', 0))`");
+}
+
+ShardedTensorFactory SplitFactory(const std::string& key) {
+  return Factory(
+      key, Arange({4}),
+      [](const std::string& k, const Tensor& data, const ReplicaId&,
+         const std::optional<FlatRange>&) {
+        Node out;
+        out["p1"] = Node(St(k + ".p1", data.Slice({{0}, {2}})));
+        out["p2"] = Node(St(k + ".p2", data.Slice({{2}, {2}})));
+        return out;
+      },
+      [](const Node& x) { return x.at("p1").as<Tensor>(); });
+}
+
+ShardedTensor EmptyFlat() {
+  return ShardedTensor::FromRankOffsetsFlat("ef", Arange({0}), {6}, {}, FlatRange{3, 3});
+}
+
+// Every kind of leaf the pre-processing sorts, at the top level.
+Node MixedStateDict() {
+  Node sd;
+  sd["w"] = Node(St("w"));
+  sd["f"] = Node(SplitFactory("f"));
+  sd["np"] = Node(LocalNonpersistentObject{json(7)});
+  sd["lr"] = J(0.5);
+  sd["empty_flat"] = Node(EmptyFlat());
+  return sd;
+}
+
+TEST(PreprocessTest, SaveSplitsShardedFromCommon) {
+  Node sd = MixedStateDict();
+  sd["obj"] = Node(ShardedObject{"obj", json(1), {1}, {0}});
+  sd["nested"]["x"] = J(1);
+  sd["nested"]["np2"] = Node(LocalNonpersistentObject{json(8)});
+  sd["lst"] = Node(List{Node(St("l0")), J(5)});
+  const SavePieces pieces = SavePreprocess(sd);
+  EXPECT_EQ(Keys(pieces.sharded), "{f:{p1:ST(f.p1),p2:ST(f.p2)},lst:[ST(l0)],obj:SO(obj),w:ST(w)}");
+  EXPECT_EQ(Keys(pieces.common), "{lr:0.5,lst:[5],nested:{x:1}}");
+  EXPECT_TRUE(sd.at("f").is<ShardedTensorFactory>());  // the caller's tree is untouched
+}
+
+TEST(PreprocessTest, LoadExtractsFactoriesAndNonpersistent) {
+  Node sd = MixedStateDict();
+  sd["lst"] = Node(List{Node(St("l0")), Node(SplitFactory("g")), J(3)});
+  const LoadPieces pieces = LoadPreprocess(sd);
+  EXPECT_EQ(Keys(pieces.sharded),
+            "{f:{p1:ST(f.p1),p2:ST(f.p2)},lst:[ST(l0),{p1:ST(g.p1),p2:ST(g.p2)}],w:ST(w)}");
+  EXPECT_EQ(Keys(pieces.factories), "{f:F(f),lst:{1:F(g)}}");  // data dropped
+  EXPECT_EQ(Keys(pieces.nonpersistent), "{np:7}");
+  EXPECT_EQ(Keys(sd.at("f")), "F(f,data)");
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -82,6 +82,13 @@ class Node {
 using NodePath = std::vector<std::string>;
 std::string PathToString(const NodePath& path);
 
+// Python-like text of a node for messages: a leaf's repr (ShardedTensor(...),
+// JSON dumped), containers as {'k': v} / [v].
+std::string NodeToString(const Node& node);
+// Python's repr of the node's type, as Megatron's messages print it:
+// "<class 'dict'>", "<class 'int'>", "<class 'torch.Tensor'>", ...
+std::string NodeTypeRepr(const Node& node);
+
 }  // namespace distckpt
 
 #endif  // DISTCKPT_MAPPING_STATE_DICT_H_
