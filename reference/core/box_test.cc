@@ -21,7 +21,7 @@ CopyRuns CollectCopyRuns(const Box& a, const std::optional<FlatRange>& a_flat, c
   return runs;
 }
 
-const auto kThrowsInvalidArgument = ThrowsCheckpointError(ErrorKind::kInvalidArgument);
+const auto kThrowsInvalidArgument = ThrowsError(ErrorKind::kInvalidArgument);
 
 TEST(BoxTest, VolumeAndStrings) {
   EXPECT_EQ(Volume({}), 1);

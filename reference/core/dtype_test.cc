@@ -63,7 +63,7 @@ TEST(DTypeTest, RejectsUnknownNames) {
     EXPECT_EQ(ParseDType(name), std::nullopt) << name;
   }
   EXPECT_THAT([] { DTypeFromName("complex64"); },
-              ThrowsCheckpointError(ErrorKind::kInvalidArgument, "'complex64'"));
+              ThrowsError(ErrorKind::kInvalidArgument, "'complex64'"));
 }
 
 // Writes `values` into a buffer of `dtype` with StoreFromDouble.

@@ -1,8 +1,8 @@
 // GoogleTest helpers for CheckpointError; for *_test.cc files only.
 //
-//   EXPECT_THAT([&] { Volume({-1}); }, ThrowsCheckpointError(ErrorKind::kInvalidArgument));
+//   EXPECT_THAT([&] { Volume({-1}); }, ThrowsError(ErrorKind::kInvalidArgument));
 //   EXPECT_THAT([&] { DTypeFromName("x"); },
-//               ThrowsCheckpointError(ErrorKind::kInvalidArgument, "'x'"));
+//               ThrowsError(ErrorKind::kInvalidArgument, "'x'"));
 #ifndef DISTCKPT_CORE_ERROR_TESTING_H_
 #define DISTCKPT_CORE_ERROR_TESTING_H_
 
@@ -16,7 +16,7 @@ namespace distckpt {
 
 // Matches a callable that throws a CheckpointError of `kind` whose message
 // contains `substring`.
-inline auto ThrowsCheckpointError(ErrorKind kind, const std::string& substring = "") {
+inline auto ThrowsError(ErrorKind kind, const std::string& substring = "") {
   return testing::Throws<CheckpointError>(
       testing::AllOf(testing::Property(&CheckpointError::kind, kind),
                      testing::Property(&CheckpointError::what, testing::HasSubstr(substring))));

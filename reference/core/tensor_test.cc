@@ -23,7 +23,7 @@ std::vector<int32_t> Values(const Tensor& t) {
   return {t.data_as<int32_t>(), t.data_as<int32_t>() + t.numel()};
 }
 
-const auto kThrowsInvalidArgument = ThrowsCheckpointError(ErrorKind::kInvalidArgument);
+const auto kThrowsInvalidArgument = ThrowsError(ErrorKind::kInvalidArgument);
 
 TEST(TensorTest, UndefinedTensor) {
   const Tensor t;
@@ -91,7 +91,7 @@ TEST(TensorTest, ReshapeSharesStorageAndChecksVolume) {
   EXPECT_EQ(Values(r), Values(t));
   EXPECT_EQ(t.shape(), (Shape{2, 6}));
   EXPECT_EQ(Tensor::Zeros(DType::kF32, {1, 1}).Reshape({}).shape(), Shape{});
-  EXPECT_THAT([&] { t.Reshape({5}); }, ThrowsCheckpointError(ErrorKind::kInvalidArgument,
+  EXPECT_THAT([&] { t.Reshape({5}); }, ThrowsError(ErrorKind::kInvalidArgument,
                                                              "shape (2, 6) (12 elements) to (5,)"));
 }
 

@@ -33,6 +33,7 @@ struct StoredChunk {
   int writer_rank = 0;
 
   int64_t numel() const { return flat ? flat->size() : box.volume(); }
+  friend bool operator==(const StoredChunk&, const StoredChunk&) = default;
 };
 
 struct StoredTensor {
@@ -40,6 +41,7 @@ struct StoredTensor {
   DType dtype = DType::kF32;
   Shape global_shape;
   std::vector<StoredChunk> chunks;
+  friend bool operator==(const StoredTensor&, const StoredTensor&) = default;
 };
 
 struct StoredObject {
@@ -52,6 +54,7 @@ struct StoredObject {
   uint64_t length = 0;
   std::optional<uint64_t> checksum;
   int writer_rank = 0;
+  friend bool operator==(const StoredObject&, const StoredObject&) = default;
 };
 
 struct CheckpointMetadata {
@@ -65,10 +68,13 @@ struct CheckpointMetadata {
   nlohmann::json content = nlohmann::json::object(); // free-form (content_metadata)
 
   // Adds another rank's pieces (tensors merged by key; dtype and global shape
-  // must agree, else CheckpointError(kShapeMismatch) naming the key).
+  // must agree, else CheckpointError(kShapeMismatch) naming the key; an object
+  // unique key stored twice is CheckpointError(kInvalidSharding)). Empty
+  // writer/topology/common/content are taken from `other`.
   void MergeFrom(const CheckpointMetadata& other);
   // The set of keys (tensor keys and object base keys), for strict handling.
   std::vector<std::string> Keys() const;
+  friend bool operator==(const CheckpointMetadata&, const CheckpointMetadata&) = default;
 };
 
 }  // namespace distckpt

@@ -1,1 +1,44 @@
-// placeholder
+#include "format/format.h"
+
+#include "core/error.h"
+
+namespace distckpt {
+namespace {
+
+std::string FormatNames() {
+  std::string names;
+  for (const Format* format : AllFormats()) {
+    if (!names.empty()) names += ", ";
+    names += format->name();
+  }
+  return names;
+}
+
+}  // namespace
+
+const std::vector<const Format*>& AllFormats() {
+  // New formats (DCP, ...) are added here; detection tries them in order.
+  static const std::vector<const Format*> formats = {&NativeFormat()};
+  return formats;
+}
+
+const Format& FormatByName(std::string_view name) {
+  for (const Format* format : AllFormats()) {
+    if (format->name() == name) return *format;
+  }
+  Fail(ErrorKind::kInvalidArgument, "unknown checkpoint format '{}' (known: {})", name,
+       FormatNames());
+}
+
+const Format& DetectFormat(Env* env, const std::string& dir) {
+  if (!env->IsDirectory(dir))
+    Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist", dir);
+  for (const Format* format : AllFormats()) {
+    if (format->Detect(env, dir)) return *format;
+  }
+  Fail(ErrorKind::kIncomplete,
+       "{} is not a distributed checkpoint (no committed checkpoint of a known format: {})", dir,
+       FormatNames());
+}
+
+}  // namespace distckpt

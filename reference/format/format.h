@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "format/checkpoint_metadata.h"
 #include "io/env.h"
@@ -34,8 +35,11 @@ namespace distckpt {
 class CheckpointWriter {
  public:
   virtual ~CheckpointWriter() = default;
-  // Appends one chunk's raw little-endian bytes; returns where it went.
-  virtual StoredChunk WriteTensorChunk(const std::string& key, DType dtype, const Box& box,
+  // Appends one chunk's raw little-endian bytes (`box` in the coordinates of
+  // `global_shape`; with `flat`, only those elements of its row-major order);
+  // returns where it went. Sizes that disagree are CheckpointError(kInvalidArgument).
+  virtual StoredChunk WriteTensorChunk(const std::string& key, DType dtype,
+                                       const Shape& global_shape, const Box& box,
                                        const std::optional<FlatRange>& flat,
                                        std::span<const std::byte> bytes) = 0;
   virtual StoredObject WriteObject(const std::string& key, const std::string& unique_key,
@@ -100,6 +104,10 @@ class Format {
 };
 
 const Format& NativeFormat();
+// Every format this build knows, in detection order (format.cc lists them).
+const std::vector<const Format*>& AllFormats();
+// The format called `name` ("native", ...); kInvalidArgument listing the known ones.
+const Format& FormatByName(std::string_view name);
 // Finds the format of a committed checkpoint; kIncomplete when none matches.
 const Format& DetectFormat(Env* env, const std::string& dir);
 

@@ -1,1 +1,45 @@
-// placeholder
+#include "io/checksum.h"
+
+#include <xxhash.h>
+
+#include "core/error.h"
+
+namespace distckpt {
+
+uint64_t Checksum(std::span<const std::byte> data) { return XXH3_64bits(data.data(), data.size()); }
+
+std::string ChecksumToHex(uint64_t checksum) { return fmt::format("{:016x}", checksum); }
+
+uint64_t ChecksumFromHex(const std::string& hex) {
+  uint64_t value = 0;
+  bool ok = hex.size() == 16;
+  for (size_t i = 0; ok && i < hex.size(); ++i) {
+    char c = hex[i];
+    int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    ok = digit >= 0;
+    value = value << 4 | static_cast<uint64_t>(digit);
+  }
+  if (!ok)
+    Fail(ErrorKind::kCorruption, "malformed checksum '{}' (want 16 lower-case hex digits)", hex);
+  return value;
+}
+
+struct Checksummer::State {
+  XXH3_state_t* xxh = XXH3_createState();
+  ~State() { XXH3_freeState(xxh); }
+};
+
+Checksummer::Checksummer() : state_(std::make_unique<State>()) {
+  if (state_->xxh == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(state_->xxh);
+}
+
+Checksummer::~Checksummer() = default;
+
+void Checksummer::Update(std::span<const std::byte> data) {
+  XXH3_64bits_update(state_->xxh, data.data(), data.size());
+}
+
+uint64_t Checksummer::Digest() const { return XXH3_64bits_digest(state_->xxh); }
+
+}  // namespace distckpt

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace distckpt {
@@ -56,6 +57,12 @@ class Env {
 };
 
 std::string JoinPath(const std::string& dir, const std::string& name);
+// The directory holding `path` ("." for a bare name), for SyncDir after a rename.
+std::string DirName(const std::string& path);
+
+// Throws CheckpointError(kIo) "<op> <path>: <strerror(error_number)>". For Env
+// implementations.
+[[noreturn]] void FailIo(std::string_view op, const std::string& path, int error_number);
 
 // Writes `contents` to `path` atomically: `path`.tmp, fsync, rename over
 // `path`, fsync the directory. On failure the temp file is removed and any

@@ -1,1 +1,167 @@
-// placeholder
+#include "io/env.h"
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "io/fault_env.h"
+#include "io/testing.h"
+
+namespace distckpt {
+namespace {
+
+void WriteFile(Env* env, const std::string& path, const std::string& contents) {
+  std::unique_ptr<WritableFile> file = env->NewWritableFile(path);
+  file->Append(Bytes(contents));
+  file->Close();
+}
+
+TEST(JoinPathTest, InsertsOneSeparator) {
+  EXPECT_EQ(JoinPath("a", "b"), "a/b");
+  EXPECT_EQ(JoinPath("a/", "b"), "a/b");
+  EXPECT_EQ(JoinPath("", "b"), "b");
+  EXPECT_EQ(DirName("a/b/c"), "a/b");
+  EXPECT_EQ(DirName("c"), ".");
+}
+
+TEST(PosixEnvTest, AppendsAndReadsBack) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = JoinPath(tmp.path(), "f");
+  std::unique_ptr<WritableFile> file = env->NewWritableFile(path);
+  file->Append(Bytes("hello "));
+  file->Append(Bytes("world"));
+  EXPECT_EQ(file->size(), 11u);
+  file->Sync();
+  file->Close();
+  file->Close();  // idempotent
+  EXPECT_TRUE(env->FileExists(path));
+  EXPECT_FALSE(env->IsDirectory(path));
+  EXPECT_EQ(env->FileSize(path), 11u);
+
+  std::unique_ptr<RandomAccessFile> in = env->NewRandomAccessFile(path);
+  EXPECT_EQ(in->size(), 11u);
+  EXPECT_EQ(in->path(), path);
+  std::string got(5, '\0');
+  in->Read(6, std::as_writable_bytes(std::span(got.data(), got.size())));
+  EXPECT_EQ(got, "world");
+  EXPECT_EQ(ReadFileToString(env, path), "hello world");
+}
+
+TEST(PosixEnvTest, ConcurrentReadsShareOneFile) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = JoinPath(tmp.path(), "f");
+  std::string contents;
+  for (int i = 0; i < 4096; ++i) contents.push_back(static_cast<char>(i * 7));
+  WriteFile(env, path, contents);
+  std::unique_ptr<RandomAccessFile> in = env->NewRandomAccessFile(path);
+  std::vector<std::thread> threads;
+  std::vector<std::string> got(8, std::string(512, '\0'));
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back(
+        [&, t] { in->Read(512 * t, std::as_writable_bytes(std::span(got[t].data(), 512))); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(got[t], contents.substr(512 * t, 512)) << t;
+}
+
+TEST(PosixEnvTest, ReadPastEndIsTruncation) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = JoinPath(tmp.path(), "short.bin");
+  WriteFile(env, path, "0123456789");
+  std::unique_ptr<RandomAccessFile> in = env->NewRandomAccessFile(path);
+  std::vector<std::byte> dst(8);
+  EXPECT_THAT([&] { in->Read(5, dst); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "truncated file " + path + ": wanted 8 bytes at offset 5, file has 10"));
+  EXPECT_NO_THROW(in->Read(2, dst));
+}
+
+TEST(PosixEnvTest, ErrorsNameThePath) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string missing = JoinPath(tmp.path(), "missing");
+  const std::string nested = JoinPath(missing, "f");
+  EXPECT_THAT([&] { env->NewRandomAccessFile(missing); },
+              ThrowsError(ErrorKind::kIo, "open " + missing + ": No such file or directory"));
+  EXPECT_THAT([&] { env->NewWritableFile(nested); }, ThrowsError(ErrorKind::kIo, nested));
+  EXPECT_THAT([&] { env->FileSize(missing); }, ThrowsError(ErrorKind::kIo, missing));
+  EXPECT_THAT([&] { env->ListDir(missing); }, ThrowsError(ErrorKind::kIo, missing));
+  EXPECT_THAT([&] { env->RemoveFile(missing); }, ThrowsError(ErrorKind::kIo, missing));
+  EXPECT_THAT([&] { env->RenameFile(missing, nested); }, ThrowsError(ErrorKind::kIo, missing));
+  EXPECT_THAT([&] { env->SyncDir(missing); }, ThrowsError(ErrorKind::kIo, missing));
+  EXPECT_THAT([&] { env->NewRandomAccessFile(tmp.path()); },
+              ThrowsError(ErrorKind::kIo, tmp.path()));
+  EXPECT_FALSE(env->FileExists(missing));
+  EXPECT_FALSE(env->IsDirectory(missing));
+}
+
+TEST(PosixEnvTest, DirectoryOperations) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string deep = JoinPath(tmp.path(), "a/b/c");
+  env->CreateDirs(deep);
+  env->CreateDirs(deep);  // existing is fine
+  EXPECT_TRUE(env->IsDirectory(deep));
+  WriteFile(env, JoinPath(deep, "z"), "1");
+  WriteFile(env, JoinPath(deep, "y"), "2");
+  env->CreateDirs(JoinPath(deep, "x"));
+  EXPECT_EQ(env->ListDir(deep), (std::vector<std::string>{"x", "y", "z"}));
+  env->SyncDir(deep);
+
+  env->RenameFile(JoinPath(deep, "z"), JoinPath(deep, "w"));
+  EXPECT_EQ(env->ListDir(deep), (std::vector<std::string>{"w", "x", "y"}));
+  env->RemoveFile(JoinPath(deep, "w"));
+  EXPECT_EQ(env->ListDir(deep), (std::vector<std::string>{"x", "y"}));
+
+  const std::string top = JoinPath(tmp.path(), "a");
+  env->RemoveAll(top);
+  EXPECT_FALSE(env->FileExists(top));
+  env->RemoveAll(top);  // missing is fine
+}
+
+TEST(WriteFileAtomicTest, CreatesAndReplaces) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = JoinPath(tmp.path(), "meta.json");
+  WriteFileAtomic(env, path, std::string("first"));
+  EXPECT_EQ(ReadFileToString(env, path), "first");
+  WriteFileAtomic(env, path, std::string("second, longer"));
+  EXPECT_EQ(ReadFileToString(env, path), "second, longer");
+  EXPECT_EQ(env->ListDir(tmp.path()), std::vector<std::string>{"meta.json"});
+}
+
+class WriteFileAtomicFailureTest : public testing::TestWithParam<int> {};
+
+// Whatever step fails, the old file stays intact and no temp file is left.
+TEST_P(WriteFileAtomicFailureTest, KeepsOldFile) {
+  ScopedTempDir tmp;
+  FaultInjectionEnv env(Env::Default());
+  const std::string path = JoinPath(tmp.path(), "meta.json");
+  WriteFileAtomic(&env, path, std::string("old contents"));
+  switch (GetParam()) {
+    case 0:
+      env.FailWritesAfter(3);
+      break;
+    case 1:
+      env.FailSyncs(true);
+      break;
+    case 2:
+      env.FailRenames(true);
+      break;
+    case 3:
+      env.FailPathsContaining(".tmp");
+      break;
+  }
+  EXPECT_THAT([&] { WriteFileAtomic(&env, path, std::string("new contents")); },
+              ThrowsError(ErrorKind::kIo, ".tmp"));
+  EXPECT_EQ(ReadFileToString(Env::Default(), path), "old contents");
+  EXPECT_EQ(Env::Default()->ListDir(tmp.path()), std::vector<std::string>{"meta.json"});
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStep, WriteFileAtomicFailureTest, testing::Values(0, 1, 2, 3));
+
+}  // namespace
+}  // namespace distckpt

@@ -1,1 +1,320 @@
-// placeholder
+#include "format/native/metadata_json.h"
+
+#include <algorithm>
+#include <climits>
+#include <limits>
+#include <optional>
+
+#include "core/error.h"
+#include "io/checksum.h"
+
+namespace distckpt {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+// A JSON value under parse, with its path ("tensors[\"w\"].chunks[0].file")
+// so that every error names the field.
+class Field {
+ public:
+  Field(const json& value, std::string path, const std::string& source)
+      : value_(value), path_(std::move(path)), source_(source) {}
+
+  const json& value() const { return value_; }
+
+  [[noreturn]] void Fail(std::string_view problem) const {
+    distckpt::Fail(ErrorKind::kCorruption, "{}: {}: {}", source_,
+                   path_.empty() ? "top level" : path_, problem);
+  }
+
+  Field Member(const char* name) const {
+    Expect(value_.is_object(), "an object");
+    std::string path = path_.empty() ? name : path_ + "." + name;
+    auto it = value_.find(name);
+    if (it == value_.end()) Field(value_, path, source_).Fail("missing");
+    return Field(*it, std::move(path), source_);
+  }
+  bool Has(const char* name) const { return value_.is_object() && value_.contains(name); }
+
+  // Fails on a member not in `names` (every format change bumps the version).
+  void OnlyMembers(std::initializer_list<std::string_view> names) const {
+    Expect(value_.is_object(), "an object");
+    for (const auto& [key, member] : value_.items()) {
+      if (std::find(names.begin(), names.end(), key) == names.end()) {
+        Fail(fmt::format("unexpected field '{}'", key));
+      }
+    }
+  }
+
+  template <typename Fn>  // fn(Field element)
+  void ForEachElement(Fn&& fn) const {
+    Expect(value_.is_array(), "an array");
+    for (size_t i = 0; i < value_.size(); ++i) {
+      fn(Field(value_[i], fmt::format("{}[{}]", path_, i), source_));
+    }
+  }
+  template <typename Fn>  // fn(const std::string& key, Field value)
+  void ForEachEntry(Fn&& fn) const {
+    Expect(value_.is_object(), "an object");
+    for (const auto& [key, member] : value_.items()) {
+      fn(key, Field(member, fmt::format("{}[{}]", path_, json(key).dump()), source_));
+    }
+  }
+
+  std::string String() const {
+    Expect(value_.is_string(), "a string");
+    return value_.get<std::string>();
+  }
+  int64_t Int(int64_t min, int64_t max) const {
+    Expect(value_.is_number_integer(), "an integer");
+    bool in_range = value_.is_number_unsigned()
+                        ? value_.get<uint64_t>() <= static_cast<uint64_t>(max)
+                        : value_.get<int64_t>() >= min && value_.get<int64_t>() <= max;
+    if (!in_range) Fail(fmt::format("{} is out of range [{}, {}]", value_.dump(), min, max));
+    return value_.get<int64_t>();
+  }
+  uint64_t Size() const { return static_cast<uint64_t>(Int(0, kInt64Max)); }
+  Shape ShapeOf(int64_t min_dim) const {
+    Shape shape;
+    ForEachElement([&](const Field& dim) { shape.push_back(dim.Int(min_dim, kInt64Max)); });
+    return shape;
+  }
+
+ private:
+  void Expect(bool ok, const char* what) const {
+    if (!ok) Fail(fmt::format("expected {}, got {}", what, value_.type_name()));
+  }
+
+  const json& value_;
+  std::string path_;
+  const std::string& source_;
+};
+
+std::optional<int64_t> CheckedVolume(const Shape& shape) {
+  int64_t volume = 1;
+  for (int64_t dim : shape) {
+    if (__builtin_mul_overflow(volume, dim, &volume)) return std::nullopt;
+  }
+  return volume;
+}
+
+// file, byte_offset, length, checksum, rank: shared by chunks and objects.
+template <typename Stored>
+void LocationToJson(const Stored& stored, json& j) {
+  j["file"] = stored.file;
+  j["byte_offset"] = stored.offset;
+  j["length"] = stored.length;
+  if (stored.checksum) j["checksum"] = ChecksumToHex(*stored.checksum);
+  j["rank"] = stored.writer_rank;
+}
+
+template <typename Stored>
+void ParseLocation(const Field& f, Stored& stored) {
+  Field file = f.Member("file");
+  stored.file = file.String();
+  if (stored.file.empty() ||
+      stored.file.find_first_of(std::string_view("/\\\0", 3)) != std::string::npos ||
+      stored.file.find("..") != std::string::npos) {
+    file.Fail(
+        fmt::format("'{}' is not a plain file name inside the checkpoint directory", stored.file));
+  }
+  stored.offset = f.Member("byte_offset").Size();
+  Field length = f.Member("length");
+  stored.length = length.Size();
+  if (stored.offset > static_cast<uint64_t>(kInt64Max) - stored.length) {
+    length.Fail("byte range overflows a file offset");
+  }
+  if (f.Has("checksum")) {
+    Field checksum = f.Member("checksum");
+    try {
+      stored.checksum = ChecksumFromHex(checksum.String());
+    } catch (const CheckpointError& e) {
+      checksum.Fail(e.what());
+    }
+  }
+  stored.writer_rank = static_cast<int>(f.Member("rank").Int(0, INT_MAX));
+}
+
+StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor) {
+  f.OnlyMembers({"offset", "shape", "flat", "file", "byte_offset", "length", "checksum", "rank"});
+  StoredChunk chunk;
+  const size_t rank = tensor.global_shape.size();
+  auto parse_dims = [&](const char* name) {
+    Field field = f.Member(name);
+    Shape dims = field.ShapeOf(0);
+    if (dims.size() != rank)
+      field.Fail(fmt::format("has {} dims, the tensor has {}", dims.size(), rank));
+    return dims;
+  };
+  chunk.box.offset = parse_dims("offset");
+  chunk.box.shape = parse_dims("shape");
+  for (size_t d = 0; d < rank; ++d) {
+    if (chunk.box.offset[d] > tensor.global_shape[d] - chunk.box.shape[d]) {
+      f.Fail(fmt::format("chunk {} lies outside global shape {}", chunk.box.ToString(),
+                         ShapeToString(tensor.global_shape)));
+    }
+  }
+  if (f.Has("flat")) {
+    Field flat = f.Member("flat");
+    Shape range = flat.ShapeOf(0);
+    if (range.size() != 2 || range[0] > range[1] || range[1] > chunk.box.volume()) {
+      flat.Fail(fmt::format("{} is not a [start, stop] range within the chunk's {} elements",
+                            flat.value().dump(), chunk.box.volume()));
+    }
+    chunk.flat = FlatRange{range[0], range[1]};
+  }
+  ParseLocation(f, chunk);
+  // numel <= 2^63 and a dtype takes at most 8 bytes: the product fits in 128 bits.
+  const unsigned __int128 expected =
+      static_cast<unsigned __int128>(chunk.numel()) * DTypeSize(tensor.dtype);
+  if (expected != chunk.length) {
+    f.Member("length").Fail(fmt::format("{} bytes, but {} elements of {} take {}", chunk.length,
+                                        chunk.numel(), DTypeName(tensor.dtype), expected));
+  }
+  return chunk;
+}
+
+StoredTensor ParseTensor(const std::string& key, const Field& f) {
+  f.OnlyMembers({"dtype", "global_shape", "chunks"});
+  StoredTensor tensor;
+  tensor.key = key;
+  Field dtype = f.Member("dtype");
+  std::string dtype_name = dtype.String();
+  std::optional<DType> parsed = ParseDType(dtype_name);
+  if (!parsed) dtype.Fail(fmt::format("unknown dtype '{}'", dtype_name));
+  tensor.dtype = *parsed;
+  Field global_shape = f.Member("global_shape");
+  tensor.global_shape = global_shape.ShapeOf(0);
+  if (!CheckedVolume(tensor.global_shape)) global_shape.Fail("volume overflows 64 bits");
+  f.Member("chunks").ForEachElement(
+      [&](const Field& chunk) { tensor.chunks.push_back(ParseChunk(chunk, tensor)); });
+  return tensor;
+}
+
+StoredObject ParseObject(const std::string& unique_key, const Field& f) {
+  f.OnlyMembers({"key", "global_shape", "global_offset", "file", "byte_offset", "length",
+                 "checksum", "rank"});
+  StoredObject object;
+  object.unique_key = unique_key;
+  object.key = f.Member("key").String();
+  object.global_shape = f.Member("global_shape").ShapeOf(-1);  // -1: Megatron's legacy keys
+  Field offset = f.Member("global_offset");
+  object.global_offset = offset.ShapeOf(0);
+  if (object.global_offset.size() != object.global_shape.size()) {
+    offset.Fail(fmt::format("has {} dims, global_shape has {}", object.global_offset.size(),
+                            object.global_shape.size()));
+  }
+  ParseLocation(f, object);
+  return object;
+}
+
+// An object of scalars and arrays of scalars (a chunk, an object entry).
+bool IsFlatRecord(const json& value) {
+  if (!value.is_object()) return false;
+  for (const json& member : value) {
+    if (member.is_object()) return false;
+    if (member.is_array() && std::any_of(member.begin(), member.end(),
+                                         [](const json& e) { return e.is_structured(); })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Flat records and short values on one line, the rest broken over indented lines.
+void Render(const json& value, int depth, std::string& out) {
+  constexpr size_t kWidth = 100;
+  std::string flat = value.dump();
+  if (!value.is_structured() || value.empty() || IsFlatRecord(value) ||
+      2 * depth + flat.size() <= kWidth) {
+    out += flat;
+    return;
+  }
+  out += value.is_object() ? "{\n" : "[\n";
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (it != value.begin()) out += ",\n";
+    out.append(2 * (depth + 1), ' ');
+    if (value.is_object()) out += json(it.key()).dump() + ": ";
+    Render(*it, depth + 1, out);
+  }
+  out += '\n';
+  out.append(2 * depth, ' ');
+  out += value.is_object() ? '}' : ']';
+}
+
+}  // namespace
+
+json MetadataToJson(const CheckpointMetadata& metadata) {
+  json tensors = json::object();
+  for (const auto& [key, tensor] : metadata.tensors) {
+    json chunks = json::array();
+    for (const StoredChunk& chunk : tensor.chunks) {
+      json j = {{"offset", chunk.box.offset}, {"shape", chunk.box.shape}};
+      if (chunk.flat) j["flat"] = json::array({chunk.flat->start, chunk.flat->stop});
+      LocationToJson(chunk, j);
+      chunks.push_back(std::move(j));
+    }
+    tensors[key] = {{"dtype", std::string(DTypeName(tensor.dtype))},
+                    {"global_shape", tensor.global_shape},
+                    {"chunks", std::move(chunks)}};
+  }
+  json objects = json::object();
+  for (const auto& [unique_key, object] : metadata.objects) {
+    json j = {{"key", object.key},
+              {"global_shape", object.global_shape},
+              {"global_offset", object.global_offset}};
+    LocationToJson(object, j);
+    objects[unique_key] = std::move(j);
+  }
+  return {{"format", metadata.format},     {"format_version", metadata.format_version},
+          {"writer", metadata.writer},     {"topology", metadata.topology},
+          {"tensors", std::move(tensors)}, {"objects", std::move(objects)},
+          {"common", metadata.common},     {"content", metadata.content}};
+}
+
+CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
+  Field root(j, "", source);
+  CheckpointMetadata metadata;
+  // The version first: a newer file may have fields this version does not know.
+  metadata.format_version = static_cast<int>(root.Member("format_version").Int(1, INT_MAX));
+  if (metadata.format_version > kNativeFormatVersion) {
+    Fail(ErrorKind::kUnsupported,
+         "{}: format_version {} is newer than this distckpt reads (up to {}); upgrade distckpt",
+         source, metadata.format_version, kNativeFormatVersion);
+  }
+  root.OnlyMembers({"format", "format_version", "writer", "topology", "tensors", "objects",
+                    "common", "content"});
+  metadata.format = root.Member("format").String();
+  metadata.writer = root.Member("writer").String();
+  metadata.topology = root.Member("topology").String();
+  root.Member("tensors").ForEachEntry([&](const std::string& key, const Field& f) {
+    metadata.tensors.emplace(key, ParseTensor(key, f));
+  });
+  root.Member("objects").ForEachEntry([&](const std::string& unique_key, const Field& f) {
+    metadata.objects.emplace(unique_key, ParseObject(unique_key, f));
+  });
+  metadata.common = root.Member("common").value();
+  metadata.content = root.Member("content").value();
+  return metadata;
+}
+
+std::string MetadataToText(const CheckpointMetadata& metadata) {
+  std::string text;
+  Render(MetadataToJson(metadata), 0, text);
+  text += '\n';
+  return text;
+}
+
+CheckpointMetadata MetadataFromText(std::string_view text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    Fail(ErrorKind::kCorruption, "{}: not valid JSON: {}", source, e.what());
+  }
+  return MetadataFromJson(j, source);
+}
+
+}  // namespace distckpt

@@ -1,1 +1,239 @@
-// placeholder
+#include "format/native/metadata_json.h"
+
+#include <gtest/gtest.h>
+
+#include "io/testing.h"
+
+namespace distckpt {
+namespace {
+
+using nlohmann::json;
+
+StoredChunk Chunk(Box box, std::optional<FlatRange> flat, std::string file, uint64_t offset,
+                  uint64_t length, uint64_t checksum, int rank) {
+  StoredChunk chunk;
+  chunk.box = std::move(box);
+  chunk.flat = flat;
+  chunk.file = std::move(file);
+  chunk.offset = offset;
+  chunk.length = length;
+  chunk.checksum = checksum;
+  chunk.writer_rank = rank;
+  return chunk;
+}
+
+CheckpointMetadata Example() {
+  CheckpointMetadata md;
+  md.writer = "distckpt 0.1.0";
+  md.topology = "tp=2,pp=1,dp=1";
+  StoredTensor& w = md.tensors["decoder.w"];
+  w.key = "decoder.w";
+  w.dtype = DType::kBF16;
+  w.global_shape = {4, 5};
+  w.chunks.push_back(
+      Chunk({{0, 0}, {2, 5}}, std::nullopt, "__0_0.bin", 0, 20, 0x0123456789abcdefull, 0));
+  w.chunks.push_back(Chunk({{2, 0}, {2, 5}}, FlatRange{3, 10}, "__1_0.bin", 64, 14, 42, 1));
+  StoredTensor& s = md.tensors["scalar"];
+  s.key = "scalar";
+  s.dtype = DType::kI64;
+  s.chunks.push_back(Chunk({}, std::nullopt, "__0_0.bin", 20, 8, 7, 0));
+  StoredObject& o = md.objects["rng/shard_0.1_1.2"];
+  o.key = "rng";
+  o.unique_key = "rng/shard_0.1_1.2";
+  o.global_shape = {1, 2};
+  o.global_offset = {0, 1};
+  o.file = "__1_0.bin";
+  o.length = 64;
+  o.checksum = 9;
+  o.writer_rank = 1;
+  md.common = {{"iteration", 10}, {"args", {{"lr", 0.5}, {"name", "gpt \"x\""}}}};
+  md.content = {{"note", "free-form"}};
+  return md;
+}
+
+TEST(MetadataJsonTest, RoundTrips) {
+  const CheckpointMetadata md = Example();
+  EXPECT_EQ(MetadataFromJson(MetadataToJson(md), "test"), md);
+  EXPECT_EQ(MetadataFromText(MetadataToText(md), "test"), md);
+  CheckpointMetadata legacy = md;  // Megatron's legacy object keys carry a -1 dim
+  legacy.objects.begin()->second.global_shape = {1, -1};
+  legacy.tensors["decoder.w"].chunks[0].checksum.reset();
+  EXPECT_EQ(MetadataFromText(MetadataToText(legacy), "test"), legacy);
+}
+
+// Pins the on-disk text of format version 1: a change here needs a version bump.
+TEST(MetadataJsonTest, TextIsStable) {
+  EXPECT_EQ(MetadataToText(Example()), R"({
+  "common": {"args":{"lr":0.5,"name":"gpt \"x\""},"iteration":10},
+  "content": {"note":"free-form"},
+  "format": "native",
+  "format_version": 1,
+  "objects": {
+    "rng/shard_0.1_1.2": {"byte_offset":0,"checksum":"0000000000000009","file":"__1_0.bin","global_offset":[0,1],"global_shape":[1,2],"key":"rng","length":64,"rank":1}
+  },
+  "tensors": {
+    "decoder.w": {
+      "chunks": [
+        {"byte_offset":0,"checksum":"0123456789abcdef","file":"__0_0.bin","length":20,"offset":[0,0],"rank":0,"shape":[2,5]},
+        {"byte_offset":64,"checksum":"000000000000002a","file":"__1_0.bin","flat":[3,10],"length":14,"offset":[2,0],"rank":1,"shape":[2,5]}
+      ],
+      "dtype": "bf16",
+      "global_shape": [4,5]
+    },
+    "scalar": {
+      "chunks": [
+        {"byte_offset":20,"checksum":"0000000000000007","file":"__0_0.bin","length":8,"offset":[],"rank":0,"shape":[]}
+      ],
+      "dtype": "i64",
+      "global_shape": []
+    }
+  },
+  "topology": "tp=2,pp=1,dp=1",
+  "writer": "distckpt 0.1.0"
+}
+)");
+}
+
+struct Malformed {
+  std::string pointer;  // JSON pointer of the field to change
+  json value;           // new value; null with erase = true removes it
+  bool erase;
+  const char* message;  // expected in the error
+};
+
+void PrintTo(const Malformed& m, std::ostream* os) { *os << m.pointer << " = " << m.value.dump(); }
+
+class MalformedMetadataTest : public testing::TestWithParam<Malformed> {};
+
+TEST_P(MalformedMetadataTest, IsCorruptionNamingTheField) {
+  const Malformed& m = GetParam();
+  json j = MetadataToJson(Example());
+  json::json_pointer pointer(m.pointer);
+  if (m.erase) {
+    j[pointer.parent_pointer()].erase(pointer.back());
+  } else {
+    j[pointer] = m.value;
+  }
+  try {
+    MetadataFromJson(j, "/ckpt/metadata.json");
+    ADD_FAILURE() << "parsed";
+  } catch (const CheckpointError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorruption);
+    EXPECT_THAT(e.what(), testing::StartsWith("/ckpt/metadata.json: "));
+    EXPECT_THAT(e.what(), testing::HasSubstr(m.message));
+  }
+}
+
+const std::string kW = "/tensors/decoder.w";
+const std::string kC0 = kW + "/chunks/0";
+const std::string kO = "/objects/rng~1shard_0.1_1.2";
+
+INSTANTIATE_TEST_SUITE_P(
+    Battery, MalformedMetadataTest,
+    testing::Values(
+        Malformed{"/format_version", nullptr, true, "format_version: missing"},
+        Malformed{"/format_version", "1", false, "format_version: expected an integer, got string"},
+        Malformed{"/format_version", 0, false, "format_version: 0 is out of range"},
+        Malformed{"/format_version", 1.0, false, "format_version: expected an integer, got number"},
+        Malformed{"/format", nullptr, true, "format: missing"},
+        Malformed{"/writer", 5, false, "writer: expected a string, got number"},
+        Malformed{"/common", nullptr, true, "common: missing"},
+        Malformed{"/extra", 1, false, "top level: unexpected field 'extra'"},
+        Malformed{"/tensors", json::array(), false, "tensors: expected an object, got array"},
+        Malformed{kW + "/dtype", nullptr, true, R"(tensors["decoder.w"].dtype: missing)"},
+        Malformed{kW + "/dtype", "f128", false,
+                  R"(tensors["decoder.w"].dtype: unknown dtype 'f128')"},
+        Malformed{kW + "/global_shape", json::array({-1, 5}), false,
+                  R"(tensors["decoder.w"].global_shape[0]: -1 is out of range)"},
+        Malformed{kW + "/global_shape", json::array({1ull << 62, 1ull << 62}), false,
+                  R"(tensors["decoder.w"].global_shape: volume overflows)"},
+        Malformed{kW + "/global_shape", json::array({4, 5, 1}), false,
+                  R"(tensors["decoder.w"].chunks[0].offset: has 2 dims, the tensor has 3)"},
+        Malformed{kW + "/chunks", json::object(), false, "chunks: expected an array, got object"},
+        Malformed{kC0 + "/offset", json::array({3, 0}), false,
+                  R"(chunks[0]: chunk [3:5, 0:5] lies outside global shape (4, 5))"},
+        Malformed{kC0 + "/shape", json::array({2}), false, "chunks[0].shape: has 1 dims"},
+        Malformed{kC0 + "/shape", "2x5", false, "chunks[0].shape: expected an array, got string"},
+        Malformed{kC0 + "/length", 21, false,
+                  "chunks[0].length: 21 bytes, but 10 elements of bf16 take 20"},
+        Malformed{kW + "/chunks/1/length", 20, false, "chunks[1].length: 20 bytes, but 7 elements"},
+        Malformed{kC0 + "/length", -20, false, "chunks[0].length: -20 is out of range"},
+        Malformed{kC0 + "/byte_offset", 18446744073709551615ull, false,
+                  "chunks[0].byte_offset: 18446744073709551615 is out of range"},
+        Malformed{kC0 + "/byte_offset", 9223372036854775800ll, false,
+                  "chunks[0].length: byte range overflows"},
+        Malformed{kC0 + "/byte_offset", 1.5, false, "chunks[0].byte_offset: expected an integer"},
+        Malformed{kC0 + "/file", "../x.bin", false, "chunks[0].file: '../x.bin' is not a plain"},
+        Malformed{kC0 + "/file", "/abs/x.bin", false, "chunks[0].file: '/abs/x.bin'"},
+        Malformed{kC0 + "/file", "..", false, "chunks[0].file: '..'"},
+        Malformed{kC0 + "/file", "", false, "chunks[0].file: ''"},
+        Malformed{kC0 + "/file", nullptr, false, "chunks[0].file: expected a string, got null"},
+        Malformed{kC0 + "/checksum", "xyz", false, "chunks[0].checksum: malformed checksum 'xyz'"},
+        Malformed{kC0 + "/rank", -1, false, "chunks[0].rank: -1 is out of range"},
+        Malformed{kC0 + "/rank", 1ll << 40, false, "chunks[0].rank: 1099511627776 is out of range"},
+        Malformed{kC0 + "/flat", json::array({5, 3}), false, "chunks[0].flat: [5,3] is not a"},
+        Malformed{kC0 + "/flat", json::array({0, 11}), false, "within the chunk's 10 elements"},
+        Malformed{kC0 + "/flat", json::array({1}), false, "chunks[0].flat: [1] is not a"},
+        Malformed{kC0 + "/size", 3, false, "chunks[0]: unexpected field 'size'"},
+        Malformed{kO + "/key", nullptr, true, R"(objects["rng/shard_0.1_1.2"].key: missing)"},
+        Malformed{kO + "/global_offset", json::array({0}), false,
+                  "global_offset: has 1 dims, global_shape has 2"},
+        Malformed{kO + "/global_shape", json::array({1, -2}), false,
+                  "global_shape[1]: -2 is out of range"},
+        Malformed{kO + "/file", "a/b.bin", false, "file: 'a/b.bin' is not a plain"}));
+
+TEST(MetadataJsonTest, TopLevelMustBeAnObject) {
+  EXPECT_THAT(
+      [] { MetadataFromText("[]", "m.json"); },
+      ThrowsError(ErrorKind::kCorruption, "m.json: top level: expected an object, got array"));
+  EXPECT_THAT([] { MetadataFromText("{\"format\": ", "m.json"); },
+              ThrowsError(ErrorKind::kCorruption, "m.json: not valid JSON"));
+  EXPECT_THAT([] { MetadataFromText("", "m.json"); },
+              ThrowsError(ErrorKind::kCorruption, "m.json: not valid JSON"));
+}
+
+TEST(MetadataJsonTest, NewerVersionIsUnsupported) {
+  json j = MetadataToJson(Example());
+  j["format_version"] = 2;
+  j["new_field"] = true;  // versions may add fields: reported as unsupported, not corrupt
+  EXPECT_THAT([&] { MetadataFromJson(j, "m.json"); },
+              ThrowsError(ErrorKind::kUnsupported,
+                          "m.json: format_version 2 is newer than this distckpt reads (up to 1)"));
+}
+
+// Any single damaged or removed field either still parses or is a
+// CheckpointError; nothing else escapes (no crash, no foreign exception).
+TEST(MetadataJsonTest, NeverCrashesOnDamagedFields) {
+  const json original = MetadataToJson(Example());
+  const std::vector<json> replacements = {
+      nullptr, -1, 0, "x", 1e300, 18446744073709551615ull, json::array(), json::object(), true};
+  int failures = 0;
+  auto parse = [&](const json& j) {
+    try {
+      MetadataFromJson(j, "m.json");
+    } catch (const CheckpointError&) {
+      ++failures;
+    }
+  };
+  const json leaves = original.flatten();
+  for (const auto& [path, leaf] : leaves.items()) {
+    json::json_pointer pointer(path);
+    for (const json& replacement : replacements) {
+      json j = original;
+      j[pointer] = replacement;
+      parse(j);
+    }
+    json j = original;
+    json& parent = j[pointer.parent_pointer()];
+    if (parent.is_array()) {
+      parent.erase(std::stoul(pointer.back()));
+    } else {
+      parent.erase(pointer.back());
+    }
+    parse(j);
+  }
+  EXPECT_GT(failures, 100);
+}
+
+}  // namespace
+}  // namespace distckpt

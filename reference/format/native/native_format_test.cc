@@ -1,1 +1,250 @@
-// placeholder
+// Save side of the native format: round trip, commit protocol, overwrite via
+// staging, stale-file cleanup, detection. Reads are in native_reader_test.cc.
+#include <gtest/gtest.h>
+
+#include "format/format.h"
+#include "format/native/example_checkpoint.h"
+#include "format/native/metadata_json.h"
+#include "format/native/native_writer.h"
+#include "io/fault_env.h"
+#include "io/testing.h"
+
+namespace distckpt {
+namespace {
+
+std::vector<std::byte> ReadWhole(CheckpointReader& reader, const StoredTensor& tensor,
+                                 const StoredChunk& chunk) {
+  std::vector<std::byte> bytes(chunk.length);
+  ReadRun run{0, chunk.length, bytes.data()};
+  reader.ReadChunk(tensor, chunk, {&run, 1}, VerifyPolicy::kWhenWhole);
+  return bytes;
+}
+
+// Every chunk and object of the checkpoint at `dir` holds the example's values for `seed`.
+void ExpectExample(Env* env, const std::string& dir, int seed) {
+  std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(env, dir);
+  EXPECT_EQ(reader->metadata().common["iteration"], 100 + seed);
+  for (const auto& [key, tensor] : reader->metadata().tensors) {
+    for (const StoredChunk& chunk : tensor.chunks) {
+      EXPECT_EQ(ReadWhole(*reader, tensor, chunk), ExampleChunkBytes(key, chunk, seed)) << key;
+    }
+  }
+  for (const auto& [unique_key, object] : reader->metadata().objects) {
+    EXPECT_EQ(reader->ReadObject(object), ExampleObjectPayload(object.writer_rank, seed));
+  }
+}
+
+TEST(NativeFormatTest, WriteCommitReadRoundTrip) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  const CheckpointMetadata saved = SaveExampleCheckpoint(env, dir);
+
+  EXPECT_EQ(env->ListDir(dir),
+            (std::vector<std::string>{"__0_0.bin", "__1_0.bin", "metadata.json"}));
+  EXPECT_EQ(env->FileSize(JoinPath(dir, "__0_0.bin")),
+            80u + 40u + 6u + ExampleObjectPayload(0).size());
+  EXPECT_EQ(&DetectFormat(env, dir), &NativeFormat());
+
+  std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(env, dir);
+  const CheckpointMetadata& md = reader->metadata();
+  EXPECT_EQ(md, saved);
+  EXPECT_EQ(md.format, "native");
+  EXPECT_EQ(md.format_version, 1);
+  EXPECT_EQ(md.writer, "distckpt 0.1.0");
+  EXPECT_EQ(md.topology, "tp=2");
+  ASSERT_EQ(md.tensors.size(), 3u);
+  const StoredTensor& flat = md.tensors.at("flat");
+  ASSERT_EQ(flat.chunks.size(), 2u);
+  EXPECT_EQ(flat.chunks[1].flat, (FlatRange{10, 24}));
+  EXPECT_EQ(flat.chunks[1].file, "__1_0.bin");
+  EXPECT_EQ(flat.chunks[1].offset, 80u);  // after rank 1's "w" chunk
+  EXPECT_EQ(flat.chunks[1].length, 56u);
+  EXPECT_EQ(md.objects.size(), 2u);
+  ExpectExample(env, dir, 0);
+}
+
+// testdata/v1 was written by SaveExampleCheckpoint(seed 0) at format version 1;
+// it must stay readable, bit for bit, by every later version.
+TEST(NativeFormatTest, ReadsTheVersion1GoldenCheckpoint) {
+  ScopedTempDir tmp;
+  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v1";
+  const CheckpointMetadata fresh = SaveExampleCheckpoint(Env::Default(), JoinPath(tmp.path(), "c"));
+  std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(Env::Default(), golden);
+  EXPECT_EQ(reader->metadata().format_version, 1);
+  EXPECT_EQ(reader->metadata().tensors, fresh.tensors);
+  EXPECT_EQ(reader->metadata().objects, fresh.objects);
+  ExpectExample(Env::Default(), golden, 0);
+}
+
+TEST(NativeFormatTest, WriterRejectsInconsistentChunks) {
+  ScopedTempDir tmp;
+  std::unique_ptr<CheckpointWriter> writer =
+      NativeFormat().NewWriter(Env::Default(), tmp.path(), 0);
+  std::vector<std::byte> bytes(16);
+  EXPECT_THAT(
+      [&] {
+        writer->WriteTensorChunk("w", DType::kF32, {4}, {{2}, {3}}, std::nullopt, bytes);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument,
+                  "chunk [2:5] of tensor 'w' lies outside its global shape (4,)"));
+  EXPECT_THAT(
+      [&] {
+        writer->WriteTensorChunk("w", DType::kF32, {4}, {{0}, {3}}, std::nullopt, bytes);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "got 16 bytes, but 3 elements of f32 take 12"));
+  EXPECT_THAT(
+      [&] {
+        writer->WriteTensorChunk("w", DType::kF32, {4}, {{0}, {4}}, FlatRange{2, 5}, bytes);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "flat range [2, 5) of tensor 'w'"));
+  writer->WriteTensorChunk("w", DType::kF32, {4}, {{0}, {4}}, std::nullopt, bytes);
+  EXPECT_THAT(
+      [&] {
+        writer->WriteTensorChunk("w", DType::kI32, {4}, {{0}, {4}}, std::nullopt, bytes);
+      },
+      ThrowsError(ErrorKind::kShapeMismatch, "tensor 'w' written as dtype f32"));
+  EXPECT_EQ(writer->bytes_written(), 16u);
+  writer->Finish();
+  EXPECT_THAT([&] { writer->WriteObject("o", "o/shard_0_1", {1}, {0}, bytes); },
+              ThrowsError(ErrorKind::kInvalidArgument, "already finished"));
+}
+
+TEST(NativeFormatTest, UncommittedDirectoryIsIncomplete) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  EXPECT_THAT(
+      [&] { NativeFormat().OpenReader(env, dir); },
+      ThrowsError(ErrorKind::kIncomplete, "Checkpoint directory " + dir + " does not exist"));
+  SaveExampleCheckpoint(env, dir);
+  env->RemoveFile(JoinPath(dir, "metadata.json"));
+  EXPECT_THAT(
+      [&] { NativeFormat().OpenReader(env, dir); },
+      ThrowsError(
+          ErrorKind::kIncomplete,
+          dir + " is not a distributed checkpoint (metadata.json missing: save did not commit)"));
+  EXPECT_THAT([&] { DetectFormat(env, dir); },
+              ThrowsError(ErrorKind::kIncomplete, dir + " is not a distributed checkpoint"));
+}
+
+TEST(NativeFormatTest, RefusesToOverwriteACommittedCheckpoint) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir);
+  EXPECT_THAT(
+      [&] { NativeFormat().PrepareDirectory(env, dir, /*overwrite=*/false); },
+      ThrowsError(ErrorKind::kInvalidArgument,
+                  "refusing to overwrite committed checkpoint " + dir + " (pass overwrite)"));
+  ExpectExample(env, dir, 0);
+}
+
+TEST(NativeFormatTest, OverwriteGoesThroughStaging) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir, /*seed=*/0);
+  EXPECT_EQ(NativeFormat().PrepareDirectory(env, dir + "/", true), dir + ".staging");
+  SaveExampleCheckpoint(env, dir, /*seed=*/1, /*overwrite=*/true);
+  ExpectExample(env, dir, 1);
+  EXPECT_EQ(env->ListDir(tmp.path()), std::vector<std::string>{"ckpt"});
+}
+
+TEST(NativeFormatTest, FailedOverwriteKeepsTheOldCheckpoint) {
+  ScopedTempDir tmp;
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(Env::Default(), dir, /*seed=*/0);
+  {
+    FaultInjectionEnv full_disk(Env::Default());
+    full_disk.FailWritesAfter(100);
+    EXPECT_THAT([&] { SaveExampleCheckpoint(&full_disk, dir, 1, /*overwrite=*/true); },
+                ThrowsError(ErrorKind::kIo, "No space left on device"));
+  }
+  ExpectExample(Env::Default(), dir, 0);
+  {
+    FaultInjectionEnv failing_rename(Env::Default());
+    failing_rename.FailRenames(true);  // metadata.json of the staging dir never lands
+    EXPECT_THAT([&] { SaveExampleCheckpoint(&failing_rename, dir, 1, true); },
+                ThrowsError(ErrorKind::kIo, "rename"));
+  }
+  ExpectExample(Env::Default(), dir, 0);
+  SaveExampleCheckpoint(Env::Default(), dir, 2, true);  // cleans the failed staging dir
+  ExpectExample(Env::Default(), dir, 2);
+}
+
+// A crash between "rename dir -> dir.old" and "rename staging -> dir".
+TEST(NativeFormatTest, InterruptedSwapIsFinishedByTheNextSave) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir, 0);
+  SaveExampleCheckpoint(env, dir + ".staging", 1);  // a committed staging dir
+  env->RenameFile(dir, dir + ".old");
+  EXPECT_THAT(
+      [&] { NativeFormat().OpenReader(env, dir); },
+      ThrowsError(ErrorKind::kIncomplete, "left the new checkpoint in " + dir + ".staging"));
+  EXPECT_THAT([&] { NativeFormat().PrepareDirectory(env, dir, false); },
+              ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
+  ExpectExample(env, dir, 1);
+  EXPECT_EQ(env->ListDir(tmp.path()), std::vector<std::string>{"ckpt"});
+}
+
+TEST(NativeFormatTest, OverwriteRefusesWhenOldDirExists) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir, 0);
+  env->CreateDirs(dir + ".old");
+  EXPECT_THAT([&] { NativeFormat().PrepareDirectory(env, dir, true); },
+              ThrowsError(ErrorKind::kInvalidArgument, dir + ".old exists"));
+}
+
+TEST(NativeFormatTest, PrepareRemovesOnlyStaleFilesOfOurs) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  env->CreateDirs(dir);
+  for (const char* name : {"__0_0.bin", "__12_3.bin", "metadata.json.tmp", "notes.txt", "__x_0.bin",
+                           "__0_0.bin.bak", "common.pt"}) {
+    WriteFileAtomic(env, JoinPath(dir, name), std::string("stale"));
+  }
+  EXPECT_EQ(NativeFormat().PrepareDirectory(env, dir, false), dir);
+  EXPECT_EQ(env->ListDir(dir),
+            (std::vector<std::string>{"__0_0.bin.bak", "__x_0.bin", "common.pt", "notes.txt"}));
+  EXPECT_TRUE(IsDataFileName("__3_0.bin"));
+  EXPECT_FALSE(IsDataFileName("__3_.bin"));
+  EXPECT_EQ(DataFileName(3, 1), "__3_1.bin");
+}
+
+TEST(NativeFormatTest, DetectsOnlyNativeMetadata) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = tmp.path();
+  EXPECT_FALSE(NativeFormat().Detect(env, dir));
+  WriteFileAtomic(
+      env, JoinPath(dir, "metadata.json"),
+      std::string(R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1})"));
+  EXPECT_FALSE(NativeFormat().Detect(env, dir));  // Megatron's own metadata.json
+  WriteFileAtomic(env, JoinPath(dir, "metadata.json"), std::string("{\"format\": \"native\", "));
+  EXPECT_TRUE(NativeFormat().Detect(env, dir));  // damaged, but ours: opening reports it
+  EXPECT_THAT(
+      [&] { NativeFormat().OpenReader(env, dir); },
+      ThrowsError(ErrorKind::kCorruption, JoinPath(dir, "metadata.json") + ": not valid JSON"));
+  EXPECT_EQ(&FormatByName("native"), &NativeFormat());
+  EXPECT_THAT(
+      [] { FormatByName("zarr"); },
+      ThrowsError(ErrorKind::kInvalidArgument, "unknown checkpoint format 'zarr' (known: native)"));
+}
+
+TEST(NativeFormatTest, CommitRejectsForeignMetadata) {
+  ScopedTempDir tmp;
+  CheckpointMetadata md;
+  md.format = "dcp";
+  EXPECT_THAT([&] { NativeFormat().Commit(Env::Default(), tmp.path(), tmp.path(), md); },
+              ThrowsError(ErrorKind::kInvalidArgument, "cannot commit dcp version 1 metadata"));
+  EXPECT_FALSE(Env::Default()->FileExists(JoinPath(tmp.path(), "metadata.json")));
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -1,0 +1,197 @@
+#include "format/native/native_reader.h"
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "format/native/example_checkpoint.h"
+#include "io/fault_env.h"
+#include "io/testing.h"
+
+namespace distckpt {
+namespace {
+
+class NativeReaderTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    SaveExampleCheckpoint(Env::Default(), dir_);
+    reader_ = NativeFormat().OpenReader(&env_, dir_);
+    metadata_reads_ = env_.read_calls();
+    metadata_bytes_ = env_.bytes_read();
+  }
+
+  // Data-file reads since the reader opened (which read metadata.json).
+  uint64_t ReadCalls() const { return env_.read_calls() - metadata_reads_; }
+  uint64_t BytesRead() const { return env_.bytes_read() - metadata_bytes_; }
+
+  const StoredTensor& Tensor(const std::string& key) const {
+    return reader_->metadata().tensors.at(key);
+  }
+  // Rank 1's chunk of "w": rows [4, 8) of a f32 [8, 5] tensor, 80 bytes.
+  const StoredChunk& W1() const { return Tensor("w").chunks[1]; }
+
+  // Flips one bit of data file `file` at byte `offset`.
+  void FlipByte(const std::string& file, uint64_t offset) {
+    std::fstream f(JoinPath(dir_, file), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(offset));
+    char c;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.put(static_cast<char>(c ^ 0x10));
+    ASSERT_TRUE(f.good());
+  }
+
+  ScopedTempDir tmp_;
+  const std::string dir_ = JoinPath(tmp_.path(), "ckpt");
+  FaultInjectionEnv env_{Env::Default()};
+  std::unique_ptr<CheckpointReader> reader_;
+  uint64_t metadata_reads_ = 0;
+  uint64_t metadata_bytes_ = 0;
+};
+
+TEST_F(NativeReaderTest, WholeReadsAreVerified) {
+  size_t chunks = 0;
+  uint64_t bytes = 0;
+  for (const auto& [key, tensor] : reader_->metadata().tensors) {
+    for (const StoredChunk& chunk : tensor.chunks) {
+      std::vector<std::byte> got(chunk.length);
+      ReadRun run{0, chunk.length, got.data()};
+      reader_->ReadChunk(tensor, chunk, {&run, 1}, VerifyPolicy::kWhenWhole);
+      EXPECT_EQ(got, ExampleChunkBytes(key, chunk));
+      ++chunks;
+      bytes += chunk.length;
+    }
+  }
+  EXPECT_EQ(reader_->stats().chunks_verified, chunks);
+  EXPECT_EQ(reader_->stats().chunks_unverified, 0u);
+  EXPECT_EQ(reader_->stats().bytes_read, bytes);
+  EXPECT_EQ(ReadCalls(), chunks);
+}
+
+// Rows 1..2, columns 1..2 of W1: two 8-byte runs, 12 bytes apart in the file.
+TEST_F(NativeReaderTest, PartialRunsReadExactlyTheirBytes) {
+  std::vector<std::byte> got(16);
+  const ReadRun runs[] = {{24, 8, got.data()}, {44, 8, got.data() + 8}};
+  reader_->ReadChunk(Tensor("w"), W1(), runs, VerifyPolicy::kWhenWhole);
+  const std::vector<std::byte> all = ExampleChunkBytes("w", W1());
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + 8, all.begin() + 24));
+  EXPECT_TRUE(std::equal(got.begin() + 8, got.end(), all.begin() + 44));
+  EXPECT_EQ(reader_->stats().bytes_read, 16u);
+  EXPECT_EQ(BytesRead(), 16u);
+  EXPECT_EQ(reader_->stats().chunks_verified, 0u);
+  EXPECT_EQ(reader_->stats().chunks_unverified, 1u);
+}
+
+TEST_F(NativeReaderTest, RunsAdjacentInFileAndMemoryBecomeOneRead) {
+  std::vector<std::byte> got(80);
+  const ReadRun contiguous[] = {
+      {0, 20, got.data()}, {20, 40, got.data() + 20}, {60, 20, got.data() + 60}};
+  reader_->ReadChunk(Tensor("w"), W1(), contiguous, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(ReadCalls(), 1u);
+  EXPECT_EQ(got, ExampleChunkBytes("w", W1()));
+  EXPECT_EQ(reader_->stats().chunks_verified, 1u);  // the runs tile the chunk
+
+  std::vector<std::byte> scattered(80);  // adjacent in the file, not in memory
+  const ReadRun swapped[] = {{0, 40, scattered.data() + 40}, {40, 40, scattered.data()}};
+  reader_->ReadChunk(Tensor("w"), W1(), swapped, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(ReadCalls(), 3u);
+  EXPECT_EQ(reader_->stats().chunks_verified, 2u);
+}
+
+TEST_F(NativeReaderTest, FlippedByteIsCaughtWhenVerifiable) {
+  FlipByte(W1().file, W1().offset + 70);
+  std::vector<std::byte> got(80);
+  ReadRun whole{0, 80, got.data()};
+  EXPECT_THAT(
+      [&] {
+        reader_->ReadChunk(Tensor("w"), W1(), {&whole, 1}, VerifyPolicy::kWhenWhole);
+      },
+      ThrowsError(ErrorKind::kCorruption,
+                  "checksum mismatch in " + JoinPath(dir_, "__1_0.bin") +
+                      " for key 'w' chunk at global offset (4, 0): expected "));
+  EXPECT_NO_THROW(reader_->ReadChunk(Tensor("w"), W1(), {&whole, 1}, VerifyPolicy::kNever));
+
+  ReadRun head{0, 40, got.data()};  // does not include the flipped byte
+  reader_->ReadChunk(Tensor("w"), W1(), {&head, 1}, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(reader_->stats().chunks_unverified, 2u);  // kNever + this one
+  const uint64_t before = reader_->stats().bytes_read;
+  EXPECT_THAT(
+      [&] {
+        reader_->ReadChunk(Tensor("w"), W1(), {&head, 1}, VerifyPolicy::kAlways);
+      },
+      ThrowsError(ErrorKind::kCorruption, "checksum mismatch"));
+  EXPECT_EQ(reader_->stats().bytes_read - before, 80u);  // kAlways read the whole chunk
+}
+
+TEST_F(NativeReaderTest, AlwaysVerifiesPartialReadsOfIntactChunks) {
+  std::vector<std::byte> got(8);
+  ReadRun run{44, 8, got.data()};
+  reader_->ReadChunk(Tensor("w"), W1(), {&run, 1}, VerifyPolicy::kAlways);
+  const std::vector<std::byte> all = ExampleChunkBytes("w", W1());
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + 44));
+  EXPECT_EQ(reader_->stats().chunks_verified, 1u);
+}
+
+TEST_F(NativeReaderTest, ObjectsAreVerified) {
+  const StoredObject& rng1 = reader_->metadata().objects.at("rng/shard_1_2");
+  EXPECT_EQ(reader_->ReadObject(rng1), ExampleObjectPayload(1));
+  FlipByte(rng1.file, rng1.offset + 3);
+  EXPECT_THAT([&] { reader_->ReadObject(rng1); },
+              ThrowsError(ErrorKind::kCorruption, "for object 'rng/shard_1_2': expected"));
+}
+
+TEST_F(NativeReaderTest, TruncatedOrMissingDataFileIsCorruption) {
+  const std::string path = JoinPath(dir_, "__1_0.bin");
+  std::filesystem::resize_file(path, W1().offset + 50);
+  std::vector<std::byte> got(80);
+  ReadRun run{0, 8, got.data()};
+  EXPECT_THAT(
+      [&] {
+        reader_->ReadChunk(Tensor("w"), W1(), {&run, 1}, VerifyPolicy::kWhenWhole);
+      },
+      ThrowsError(ErrorKind::kCorruption, "data file " + path +
+                                              " is truncated: key 'w' chunk at global offset "
+                                              "(4, 0) needs bytes [0, 80), the file has 50"));
+  Env::Default()->RemoveFile(JoinPath(dir_, "__0_0.bin"));
+  const StoredChunk& b = Tensor("b").chunks[0];
+  ReadRun run_b{0, b.length, got.data()};
+  EXPECT_THAT(
+      [&] {
+        reader_->ReadChunk(Tensor("b"), b, {&run_b, 1}, VerifyPolicy::kWhenWhole);
+      },
+      ThrowsError(ErrorKind::kCorruption, "__0_0.bin is missing (key 'b' chunk"));
+}
+
+TEST_F(NativeReaderTest, RejectsMalformedRuns) {
+  std::vector<std::byte> got(80);
+  const ReadRun overlapping[] = {{0, 20, got.data()}, {10, 20, got.data() + 20}};
+  EXPECT_THAT([&] { reader_->ReadChunk(Tensor("w"), W1(), overlapping, VerifyPolicy::kNever); },
+              ThrowsError(ErrorKind::kInvalidArgument, "overlap"));
+  const ReadRun past_end[] = {{70, 20, got.data()}};
+  EXPECT_THAT([&] { reader_->ReadChunk(Tensor("w"), W1(), past_end, VerifyPolicy::kNever); },
+              ThrowsError(ErrorKind::kInvalidArgument, "exceed its 80 bytes"));
+  EXPECT_EQ(ReadCalls(), 0u);
+}
+
+TEST_F(NativeReaderTest, ConcurrentReadsShareOpenFiles) {
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      const StoredChunk& chunk = Tensor("w").chunks[t % 2];
+      std::vector<std::byte> got(chunk.length);
+      ReadRun run{0, chunk.length, got.data()};
+      reader_->ReadChunk(Tensor("w"), chunk, {&run, 1}, VerifyPolicy::kWhenWhole);
+      if (got != ExampleChunkBytes("w", chunk)) ++mismatches;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(reader_->stats().chunks_verified, 8u);
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -1,0 +1,52 @@
+// Test helpers shared by the io/ and format/ tests: a scoped temporary
+// directory, string bytes and a gmock matcher for CheckpointError.
+//
+// Thread-safety: ScopedTempDir::path() may be read concurrently.
+#ifndef DISTCKPT_IO_TESTING_H_
+#define DISTCKPT_IO_TESTING_H_
+
+#include <stdlib.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include <gmock/gmock.h>
+
+#include "core/error.h"
+#include "core/error_testing.h"  // ThrowsError
+
+namespace distckpt {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it
+// on destruction.
+class ScopedTempDir {
+ public:
+  ScopedTempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "distckpt-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~ScopedTempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The bytes of `s`.
+inline std::span<const std::byte> Bytes(const std::string& s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_IO_TESTING_H_
