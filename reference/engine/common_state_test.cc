@@ -1,1 +1,43 @@
-// placeholder
+#include "engine/common_state.h"
+
+#include <gtest/gtest.h>
+
+#include "io/testing.h"
+#include "mapping/dict_utils.h"
+
+namespace distckpt {
+namespace {
+
+TEST(CommonStateTest, RoundTripsNestedDicts) {
+  Dict inner;
+  inner["lr"] = Node(nlohmann::json(0.5));
+  inner["betas"] = Node(nlohmann::json::array({0.9, 0.95}));
+  Dict root;
+  root["optimizer"] = Node(std::move(inner));
+  root["iteration"] = Node(nlohmann::json(123));
+  Node original(std::move(root));
+  nlohmann::json j = CommonToJson(original);
+  EXPECT_EQ(j["optimizer"]["lr"], 0.5);
+  EXPECT_EQ(j["iteration"], 123);
+  EXPECT_TRUE(Diff(original, CommonFromJson(j)).empty());
+}
+
+TEST(CommonStateTest, ListsBecomeArrays) {
+  List l{Node(nlohmann::json(1)), Node(nlohmann::json("a"))};
+  Dict root;
+  root["l"] = Node(std::move(l));
+  nlohmann::json j = CommonToJson(Node(std::move(root)));
+  EXPECT_EQ(j["l"], nlohmann::json::array({1, "a"}));
+}
+
+TEST(CommonStateTest, TensorsAreRefusedWithTheirPath) {
+  Dict inner;
+  inner["t"] = Node(Tensor::Zeros(DType::kF32, {2}));
+  Dict root;
+  root["model"] = Node(std::move(inner));
+  Node n(std::move(root));
+  EXPECT_THAT([&] { CommonToJson(n); }, ThrowsError(ErrorKind::kUnsupported, "model.t"));
+}
+
+}  // namespace
+}  // namespace distckpt

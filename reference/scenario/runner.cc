@@ -1,5 +1,6 @@
 #include "scenario/runner.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,10 +102,15 @@ StepReport OnMpi(const RunOptions& options, int world, std::vector<std::string> 
   for (std::string& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   fs::remove(report_path);
+  // The job's verdict comes back in the report file; its stdout (per-step
+  // summaries) is dropped, its stderr (errors) passes through.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   pid_t pid;
-  if (posix_spawnp(&pid, "mpirun", nullptr, nullptr, cargv.data(), environ) != 0) {
-    Fail(ErrorKind::kIo, "cannot start mpirun (is Open MPI installed?)");
-  }
+  int spawned = posix_spawnp(&pid, "mpirun", &actions, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) Fail(ErrorKind::kIo, "cannot start mpirun (is Open MPI installed?)");
   int status = 0;
   waitpid(pid, &status, 0);
   std::ifstream in(report_path);
@@ -317,7 +323,7 @@ std::vector<PairResult> RunScenario(const Scenario& s, const RunOptions& options
 std::string FormatMatrix(const std::vector<std::string>& topologies,
                          const std::vector<PairResult>& results) {
   std::ostringstream out;
-  size_t width = 10;
+  size_t width = 14;
   for (const std::string& t : topologies) width = std::max(width, t.size() + 2);
   std::vector<std::string> reasons;
   out << fmt::format("{:<{}}", "save \\ load", width);
