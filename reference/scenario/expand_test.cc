@@ -1,1 +1,100 @@
-// placeholder
+#include "scenario/expand.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error_testing.h"
+#include "mapping/validation.h"
+
+namespace distckpt {
+namespace {
+
+TensorSpec Spec(const std::string& text) {
+  return ParseTensorSpec(nlohmann::json::parse(text), "$");
+}
+
+GlobalMetadata AllRanks(const TensorSpec& spec, const Topology& topo) {
+  GlobalMetadata global;
+  for (int r = 0; r < topo.world_size(); ++r) {
+    LocalMetadata local;
+    for (ShardedTensor& t : ExpandTensor(spec, topo, r)) {
+      if (!t.flattened_range || t.flattened_range->size() > 0) local.push_back(t);
+    }
+    global.push_back(local);
+  }
+  return global;
+}
+
+TEST(ExpandTest, MegatronReplicaIdsForATpShardedTensor) {
+  TensorSpec spec = Spec(R"({"key": "w", "shape": [4, 2], "shard": {"0": "tp"}})");
+  Topology topo = Topology::Parse("tp=2,pp=2,dp=2");
+  // rank 7: tp=1, dp=1, pp=1 -> replica (pp, 0, dp) = (1, 0, 1)
+  ShardedTensor t = ExpandTensor(spec, topo, 7).front();
+  EXPECT_EQ(t.replica_id, (ReplicaId{1, 0, 1}));
+  EXPECT_EQ(t.global_offset, (Shape{2, 0}));
+  EXPECT_EQ(t.axis_fragmentations, (Shape{2, 1}));
+}
+
+TEST(ExpandTest, EveryLayoutOfEverySpecTilesTheTensorWithMainReplicas) {
+  const char* specs[] = {
+      R"({"key": "a", "shape": [24, 36], "shard": {"0": "tp", "1": "pp"}})",
+      R"({"key": "b", "shape": [10, 7], "shard": {"0": ["tp", "dp"]}, "split": "chunk"})",
+      R"({"key": "c", "shape": [12, 5, 8], "shard": {"0": "tp", "2": "pp"}, "flatten": "dp"})",
+      R"({"key": "d", "shape": [1000, 16], "shard": {"0": "tp"}, "pad_multiple": 128})",
+      R"({"key": "e", "shape": [36]})",
+      R"({"key": "f", "shape": [8, 4], "shard": {"0": "ep"}})",
+  };
+  for (const char* topo_text : {"tp=1", "tp=3,dp=2", "tp=2,pp=2,dp=2", "tp=2,cp=2", "dp=4,ep=2",
+                                "tp=4,pp=2", "pp=2,dp=3"}) {
+    Topology topo = Topology::Parse(topo_text);
+    for (const char* text : specs) {
+      TensorSpec spec = Spec(text);
+      EXPECT_NO_THROW(ValidateShardingIntegrity(AllRanks(spec, topo))) << spec.key << " " << topo_text;
+    }
+  }
+}
+
+TEST(ExpandTest, ChunkSplitGivesTrailingEmptyShards) {
+  TensorSpec spec = Spec(R"({"key": "u", "shape": [5], "shard": {"0": "dp"}, "split": "chunk"})");
+  Topology topo = Topology::Parse("dp=4");
+  std::vector<int64_t> sizes;
+  for (int r = 0; r < 4; ++r) sizes.push_back(ExpandTensor(spec, topo, r).front().local_shape[0]);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{2, 2, 1, 0}));  // torch.chunk(5, 4)
+  EXPECT_FALSE(ExpandTensor(spec, topo, 0).front().axis_fragmentations);
+}
+
+TEST(ExpandTest, IndivisibleEvenSplitIsRefusedNamingTheAxis) {
+  TensorSpec spec = Spec(R"({"key": "w", "shape": [10, 4], "shard": {"0": ["tp", "dp"]}})");
+  EXPECT_THAT([&] { ExpandTensor(spec, Topology::Parse("tp=2,dp=2"), 0); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "tensor 'w' axis 0 of size 10 cannot be split evenly into tp*dp=4 parts"));
+}
+
+TEST(ExpandTest, VocabPaddingDependsOnTp) {
+  TensorSpec spec = Spec(R"({"key": "e", "shape": [1000, 16], "shard": {"0": "tp"}, "pad_multiple": 128})");
+  EXPECT_EQ(ExpandTensor(spec, Topology::Parse("tp=1"), 0).front().global_shape[0], 1024);
+  EXPECT_EQ(ExpandTensor(spec, Topology::Parse("tp=3"), 0).front().global_shape[0], 1152);
+  EXPECT_TRUE(ExpandTensor(spec, Topology::Parse("tp=3"), 0).front().allow_shape_mismatch);
+}
+
+TEST(ExpandTest, JitteredFlatRangesAreMegatrons) {
+  TensorSpec spec = Spec(R"({"key": "f", "shape": [8, 5, 40], "shard": {"0": "tp", "2": "pp"},
+                            "flatten": "dp", "flatten_jitter": true})");
+  Topology topo = Topology::Parse("tp=2,pp=2,dp=2,order=tp-dp-pp");
+  // chunk (4, 5, 20) = 400 elements, n = 200: dp0 [0, 201), dp1 [201, 400)
+  EXPECT_EQ(ExpandTensor(spec, topo, 0).front().flattened_range, (FlatRange{0, 201}));
+  EXPECT_EQ(ExpandTensor(spec, topo, 2).front().flattened_range, (FlatRange{201, 400}));
+}
+
+TEST(ExpandTest, ObjectsHaveOneMainReplicaPerGridCell) {
+  Scenario s;
+  s.objects = {{"rng", {MeshDim::kPp, MeshDim::kTp}}};
+  Topology topo = Topology::Parse("tp=2,pp=2,dp=3");
+  GlobalMetadata global;
+  for (int r = 0; r < topo.world_size(); ++r) global.push_back({ExpandObject(s.objects[0], 1, topo, r)});
+  EXPECT_NO_THROW(ValidateShardingIntegrity(global));
+  EXPECT_EQ(ExpandObject(s.objects[0], 1, topo, 3).UniqueKey(), "rng/shard_0.1_2.2");
+}
+
+}  // namespace
+}  // namespace distckpt

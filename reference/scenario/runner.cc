@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -29,13 +30,16 @@ namespace fs = std::filesystem;
 
 std::string Joined(const std::set<std::string>& keys) { return fmt::format("{}", fmt::join(keys, ",")); }
 
-// Every rank contributes its error (or ""); every rank gets the lowest failing rank's.
+// Every rank contributes its error (or ""); every rank gets the same verdict.
+// Errors already agreed by AgreeOnOutcome are identical on every rank and
+// name the failing ranks; rank-local ones get the lowest failing rank's name.
 std::string AgreeOnError(Communicator& comm, const std::string& mine) {
   std::vector<std::string> all = comm.AllGather(mine);
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (!all[r].empty()) return all.size() > 1 ? fmt::format("rank {}: {}", r, all[r]) : all[r];
-  }
-  return "";
+  auto failed = std::find_if(all.begin(), all.end(), [](const std::string& e) { return !e.empty(); });
+  if (failed == all.end()) return "";
+  bool agreed = std::all_of(all.begin(), all.end(), [&](const std::string& e) { return e == *failed; });
+  if (agreed || all.size() == 1) return *failed;
+  return fmt::format("rank {}: {}", failed - all.begin(), *failed);
 }
 
 uint64_t Sum(Communicator& comm, uint64_t value) {

@@ -1,1 +1,63 @@
-// placeholder
+#include "scenario/spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error_testing.h"
+
+namespace distckpt {
+namespace {
+
+using nlohmann::json;
+
+Scenario Parse(const std::string& text) { return Scenario::FromJson(json::parse(text), "t.json"); }
+
+TEST(SpecTest, ParsesTensorsObjectsTopologiesAndPairs) {
+  Scenario s = Parse(R"({"name": "n", "seed": 3,
+    "tensors": [{"key": "w", "shape": [8, 4], "dtype": "bf16", "shard": {"0": ["tp", "dp"], "1": "pp"},
+                 "split": "chunk"},
+                {"key": "f", "shape": [6], "flatten": "dp", "pad_multiple": 4, "load_dtype": "float16"}],
+    "objects": [{"key": "rng", "per": ["pp", "tp"]}],
+    "topologies": ["tp=2", "pp=2,dp=2"],
+    "pairs": [{"save": "tp=2", "load": "tp=1", "strict": "raise_all", "expect": {"error": "x"},
+               "break": {"key": "w", "kind": "gap", "rank": 1}, "load_drop": ["f"]}]})");
+  EXPECT_EQ(s.seed, 3u);
+  ASSERT_EQ(s.tensors.size(), 2u);
+  EXPECT_EQ(s.tensors[0].dtype, DType::kBF16);
+  EXPECT_EQ(s.tensors[0].shard.at(0), (std::vector<MeshDim>{MeshDim::kTp, MeshDim::kDp}));
+  EXPECT_EQ(s.tensors[0].split, SplitKind::kChunk);
+  EXPECT_EQ(s.tensors[1].flatten, MeshDim::kDp);
+  EXPECT_EQ(s.tensors[1].load_dtype, DType::kF16);
+  EXPECT_EQ(s.objects[0].per, (std::vector<MeshDim>{MeshDim::kPp, MeshDim::kTp}));
+  ASSERT_EQ(s.pairs.size(), 1u);
+  EXPECT_EQ(s.pairs[0].strict, StrictHandling::kRaiseAll);
+  EXPECT_EQ(s.pairs[0].expect_error, "x");
+  EXPECT_EQ(s.pairs[0].break_save->rank, 1);
+}
+
+TEST(SpecTest, ErrorsNameTheJsonPath) {
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [2], "colour": 1}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.tensors[0]: unknown field 'colour'"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [2], "dtype": "f7"}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.tensors[0].dtype"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [2], "shard": {"1": "tp"}}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "'1' is not an axis of shape (2,)"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [2, 2], "shard": {"0": "tp", "1": "tp"}}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "mesh dim tp splits two axes"));
+  EXPECT_THAT([] { Parse(R"({"topologies": ["tp=0"]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.topologies[0]"));
+  EXPECT_THAT([] { Parse(R"({"pairs": [{"save": "tp=1", "load": "tp=1", "strict": "sometimes"}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "Invalid strict flag"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [2]}, {"key": "w", "shape": [3]}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "duplicate tensor key 'w'"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [4], "shard": {"0": "dp"}, "flatten": "dp"}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "dp already shards axis 0"));
+}
+
+TEST(SpecTest, MissingFileIsAnInputError) {
+  EXPECT_THAT([] { Scenario::FromFile("/nonexistent/s.json"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "cannot open scenario file /nonexistent/s.json"));
+}
+
+}  // namespace
+}  // namespace distckpt
