@@ -111,15 +111,24 @@ int LoadCommand(const StepArgs& args) {
   }
   StrictHandling strict = args.strict.empty() ? (pair && pair->strict ? *pair->strict : s.strict)
                                               : ParseStrictHandling(args.strict);
+  VerifyPolicy verify = args.verify == "always" ? VerifyPolicy::kAlways
+                        : args.verify == "never" ? VerifyPolicy::kNever
+                                                 : VerifyPolicy::kWhenWhole;
   int world = Topology::Parse(args.topology).world_size();
   auto [report, prints] = OnRanks(args.backend, world, [&](Communicator& comm) {
-    return LoadStep(s, pair, saved, args.topology, args.dir, comm, strict);
+    return LoadStep(s, pair, saved, args.topology, args.dir, comm, strict, verify);
   });
   int code = report.ok ? kExitOk : report.value_mismatch ? kExitVerdictFailed : kExitInputError;
   if (!prints) return code;
   WriteReport(args.report_json, report);
   if (!report.ok) {
     std::cerr << "distckpt load: " << report.error << "\n";
+    if (report.value_mismatch && report.chunks_unverified > 0) {
+      std::cerr << fmt::format(
+          "distckpt load: note: {} stored chunks were read partially, so their checksums were "
+          "not verified; --verify always reads them whole to check for corruption\n",
+          report.chunks_unverified);
+    }
     return code;
   }
   std::cout << fmt::format(
@@ -129,6 +138,11 @@ int LoadCommand(const StepArgs& args) {
       s.name, saved, args.topology, report.bytes_needed, report.bytes_read,
       Ratio(report.bytes_read, report.bytes_needed), report.chunks_verified,
       report.chunks_unverified, report.seconds);
+  for (size_t r = 0; r < report.rank_bytes_read.size(); ++r) {
+    std::cout << fmt::format("  rank {}: read {} bytes of the {} bytes of stored chunks it touched ({})\n", r,
+                             report.rank_bytes_read[r], report.rank_chunk_bytes[r],
+                             Ratio(report.rank_bytes_read[r], report.rank_chunk_bytes[r]));
+  }
   return code;
 }
 

@@ -22,6 +22,7 @@ struct StepArgs {
   std::string dir;
   std::string backend = "threads";
   std::string strict;         // load: default = the scenario's
+  std::string verify = "whole";  // load: whole | always | never
   std::string report_json;
   int pair = -1;              // scenario pair whose extras apply
 };

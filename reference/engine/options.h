@@ -43,6 +43,7 @@ struct LoadSummary {
   uint64_t bytes_needed = 0;  // stored bytes overlapping this rank's request
   uint64_t bytes_read = 0;    // bytes this rank read from data files
   uint64_t bytes_loaded = 0;  // destination bytes filled
+  uint64_t chunk_bytes = 0;   // total size of the stored chunks the reads touched
   uint64_t chunks_verified = 0;
   uint64_t chunks_unverified = 0;  // partially read: checksum not checkable
   double seconds = 0;

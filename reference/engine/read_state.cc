@@ -36,9 +36,10 @@ Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, Verify
     std::fill(dst.data(), dst.data() + dst.nbytes(), std::byte{0});
   }
   TensorPlan plan = PlanTensorLoad(stored, request);
-  uint64_t needed = ExecuteTensorPlan(reader, stored, plan, dst, policy);
+  PlanBytes bytes = ExecuteTensorPlan(reader, stored, plan, dst, policy);
   if (summary) {
-    summary->bytes_needed += needed;
+    summary->bytes_needed += bytes.needed;
+    summary->chunk_bytes += bytes.chunk_bytes;
     summary->bytes_loaded += static_cast<uint64_t>(plan.elements_covered) * DTypeSize(dst.dtype());
   }
   return dst;

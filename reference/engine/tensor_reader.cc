@@ -4,12 +4,12 @@
 
 namespace distckpt {
 
-uint64_t ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
+PlanBytes ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
                            const TensorPlan& plan, Tensor& dst, VerifyPolicy policy) {
   const size_t src_size = DTypeSize(stored.dtype);
   const size_t dst_size = DTypeSize(dst.dtype());
   const bool same_dtype = stored.dtype == dst.dtype();
-  uint64_t needed = 0;
+  PlanBytes bytes;
   std::vector<ReadRun> reads;
   std::vector<std::byte> staging;
   for (const ChunkPlan& cp : plan.chunks) {
@@ -31,7 +31,8 @@ uint64_t ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
         cursor += length;
       }
     }
-    for (const ReadRun& r : reads) needed += r.length;
+    for (const ReadRun& r : reads) bytes.needed += r.length;
+    bytes.chunk_bytes += chunk.length;
     reader.ReadChunk(stored, chunk, reads, policy);
     if (!same_dtype) {
       const std::byte* cursor = staging.data();
@@ -42,7 +43,7 @@ uint64_t ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
       }
     }
   }
-  return needed;
+  return bytes;
 }
 
 }  // namespace distckpt

@@ -15,8 +15,12 @@
 
 namespace distckpt {
 
-// Returns the number of stored bytes the plan needs (what was requested from the reader).
-uint64_t ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
+struct PlanBytes {
+  uint64_t needed = 0;       // stored bytes the plan reads
+  uint64_t chunk_bytes = 0;  // total size of the stored chunks it touches
+};
+
+PlanBytes ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
                            const TensorPlan& plan, Tensor& dst, VerifyPolicy policy);
 
 }  // namespace distckpt

@@ -200,7 +200,9 @@ nlohmann::json StepReport::ToJson() const {
           {"chunks_unverified", chunks_unverified},
           {"seconds", seconds},
           {"missing", missing},
-          {"unexpected", unexpected}};
+          {"unexpected", unexpected},
+          {"rank_bytes_read", rank_bytes_read},
+          {"rank_chunk_bytes", rank_chunk_bytes}};
 }
 
 StepReport StepReport::FromJson(const nlohmann::json& j) {
@@ -216,6 +218,8 @@ StepReport StepReport::FromJson(const nlohmann::json& j) {
   r.seconds = j.at("seconds").get<double>();
   r.missing = j.at("missing").get<std::string>();
   r.unexpected = j.at("unexpected").get<std::string>();
+  r.rank_bytes_read = j.at("rank_bytes_read").get<std::vector<uint64_t>>();
+  r.rank_chunk_bytes = j.at("rank_chunk_bytes").get<std::vector<uint64_t>>();
   return r;
 }
 
@@ -243,7 +247,7 @@ StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& 
 
 StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& saved_topology,
                     const std::string& topology, const std::string& dir, Communicator& comm,
-                    StrictHandling strict) {
+                    StrictHandling strict, VerifyPolicy verify) {
   StepReport r;
   std::string error;
   bool mismatch = false;
@@ -255,6 +259,7 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
     AgreeOnOutcome(comm, [&] { request = BuildLoadRequest(s, pair, saved, topo, comm.rank()); });
     LoadOptions options;
     options.strict = strict;
+    options.verify = verify;
     result = Load(request, dir, comm, options);
     std::optional<std::string> bad = CheckLoaded(s, pair, saved, topo, comm.rank(), result);
     if (bad) {
@@ -273,6 +278,11 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   r.chunks_verified = Sum(comm, sum.chunks_verified);
   r.chunks_unverified = Sum(comm, sum.chunks_unverified);
   r.seconds = Max(comm, sum.seconds);
+  for (const std::string& s : comm.AllGather(nlohmann::json{sum.bytes_read, sum.chunk_bytes}.dump())) {
+    nlohmann::json pair = nlohmann::json::parse(s);
+    r.rank_bytes_read.push_back(pair[0].get<uint64_t>());
+    r.rank_chunk_bytes.push_back(pair[1].get<uint64_t>());
+  }
   // Missing keys are global; unexpected keys per rank: report rank 0's view.
   r.missing = Joined(result.mismatch.missing);
   r.unexpected = Joined(result.mismatch.unexpected);

@@ -37,6 +37,8 @@ struct StepReport {
   uint64_t chunks_unverified = 0;
   double seconds = 0;
   std::string missing, unexpected;  // sorted, comma-separated (return_* modes)
+  // Per rank (load): bytes read, and the size of the stored chunks they came from.
+  std::vector<uint64_t> rank_bytes_read, rank_chunk_bytes;
   nlohmann::json ToJson() const;
   static StepReport FromJson(const nlohmann::json& j);
 };
@@ -47,7 +49,7 @@ StepReport SaveStep(const Scenario& scenario, const PairSpec* pair, const std::s
                     const std::string& dir, Communicator& comm);
 StepReport LoadStep(const Scenario& scenario, const PairSpec* pair, const std::string& saved_topology,
                     const std::string& topology, const std::string& dir, Communicator& comm,
-                    StrictHandling strict);
+                    StrictHandling strict, VerifyPolicy verify = VerifyPolicy::kWhenWhole);
 
 struct PairResult {
   std::string save, load;
