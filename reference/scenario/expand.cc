@@ -84,19 +84,6 @@ FlatRange FlatRangeOf(const TensorSpec& spec, int64_t numel, int64_t parts, int6
   return {n * part + part, n * (part + 1) + (part + 1 < parts ? part + 1 : 0)};
 }
 
-std::optional<DType> StoredDType(const Scenario& s, const std::string& key) {
-  for (const TensorSpec& t : s.tensors) {
-    if (t.key == key) return t.dtype;
-  }
-  return std::nullopt;
-}
-
-nlohmann::json ObjectValue(const std::string& key, uint64_t seed, const Shape& offset) {
-  uint64_t h = KeyHash(key) ^ (seed * 0x9e3779b97f4a7c15ULL);
-  for (int64_t o : offset) h = (h ^ static_cast<uint64_t>(o)) * 1099511628211ULL;
-  return {{"key", key}, {"offset", offset}, {"value", h >> 11}};
-}
-
 }  // namespace
 
 std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topo, int rank) {
@@ -161,35 +148,154 @@ ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology
   return o;
 }
 
-ShardLocation LocationOf(const TensorSpec& spec, const ShardedTensor& shard) {
-  return {spec.shape, shard.GlobalBox(), shard.flattened_range};
+ShardLocation LocationOf(const Shape& logical_shape, const ShardedTensor& shard) {
+  return {logical_shape, shard.GlobalBox(), shard.flattened_range};
 }
 
-Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& topo, int rank) {
-  const BreakSpec* damage = pair && pair->break_save ? &*pair->break_save : nullptr;
-  Dict tensors;
+RankState ExpandRank(const Scenario& s, const Topology& topo, int rank,
+                     const nlohmann::json& model_overrides) {
+  RankState state;
   for (const TensorSpec& spec : s.tensors) {
-    std::vector<ShardedTensor> shards = ExpandTensor(spec, topo, rank);
-    if (damage && damage->key == spec.key && damage->rank == rank) {
-      if (damage->kind == "gap") shards.clear();
+    for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
+      state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
+    }
+  }
+  for (const GptConfig& model : s.models) {
+    GptConfig config = model_overrides.is_null()
+                           ? model
+                           : ApplyGptOverrides(model, model_overrides, "load_model");
+    for (Param& p : ExpandGptParams(config, topo, rank)) state.params.push_back(std::move(p));
+    for (ObjectParam& o : ExpandGptObjects(config, s.seed, topo, rank)) state.objects.push_back(std::move(o));
+  }
+  for (const ObjectSpec& spec : s.objects) {
+    state.objects.push_back({spec.key, ExpandObject(spec, s.seed, topo, rank)});
+  }
+  return state;
+}
+
+namespace {
+
+Shape LocalShape(const ShardedTensor& t) {
+  return t.flattened_range ? Shape{t.flattened_range->size()} : t.local_shape;
+}
+
+// A leaf for `param` whose local data is `data` (the pieces concatenated).
+// Several pieces become a ShardedTensorFactory (Megatron's GLU W/V split):
+// build slices `data` into the pieces, merge concatenates them back.
+Node LeafFor(const Param& param, Tensor data) {
+  if (!param.is_factory()) {
+    ShardedTensor t = param.pieces.front();
+    t.dtype = data.dtype();
+    t.data = std::move(data);
+    return Node(std::move(t));
+  }
+  ShardedTensorFactory f;
+  f.key = param.key();
+  f.data = data;
+  f.replica_id = param.pieces.front().replica_id;
+  std::vector<ShardedTensor> pieces = param.pieces;
+  f.build_fn = [pieces](const std::string&, const Tensor& data, const ReplicaId&,
+                        const std::optional<FlatRange>&) {
+    Dict parts;
+    int64_t offset = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      ShardedTensor t = pieces[i];
+      t.dtype = data.dtype();
+      int64_t n = Volume(LocalShape(t));
+      t.data = data.FlatSlice({offset, offset + n}).Reshape(LocalShape(t));
+      offset += n;
+      parts[std::to_string(i)] = Node(std::move(t));
+    }
+    return Node(std::move(parts));
+  };
+  Shape shape = data.shape();
+  f.merge_fn = [shape, count = pieces.size()](const Node& loaded) {
+    const Tensor& first = loaded.at("0").as<Tensor>();
+    Tensor out = Tensor::Empty(first.dtype(), shape);
+    size_t offset = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const Tensor& part = loaded.at(std::to_string(i)).as<Tensor>();
+      std::copy(part.data(), part.data() + part.nbytes(), out.data() + offset);
+      offset += part.nbytes();
+    }
+    return out;
+  };
+  return Node(std::move(f));
+}
+
+Shape DataShape(const Param& param) {
+  Shape shape = LocalShape(param.pieces.front());
+  for (size_t i = 1; i < param.pieces.size(); ++i) shape[0] += LocalShape(param.pieces[i])[0];
+  return shape;
+}
+
+// The keys a checkpoint saved under `saved` holds: dtype and logical shape
+// of every tensor key, grid of every object key (union over ranks).
+struct SavedIndex {
+  std::map<std::string, std::pair<DType, Shape>> tensors;
+  std::map<std::string, Shape> objects;
+};
+
+SavedIndex IndexOf(const Scenario& s, const Topology& saved) {
+  SavedIndex index;
+  for (int r = 0; r < saved.world_size(); ++r) {
+    RankState st = ExpandRank(s, saved, r);
+    for (const Param& p : st.params) {
+      index.tensors.emplace(p.key(), std::make_pair(p.pieces.front().dtype, p.logical_shape));
+    }
+    for (const ObjectParam& o : st.objects) index.objects.emplace(o.object.key, o.object.global_shape);
+  }
+  return index;
+}
+
+const Node* Child(const Node& n, const std::string& k) {
+  const Dict* d = n.get_if<Dict>();
+  if (!d) return nullptr;
+  auto it = d->find(k);
+  return it == d->end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& topo, int rank) {
+  RankState state = ExpandRank(s, topo, rank);
+  const BreakSpec* damage = pair && pair->break_save ? &*pair->break_save : nullptr;
+  if (damage && damage->rank == rank) {
+    std::vector<Param> extra;
+    for (auto it = state.params.begin(); it != state.params.end();) {
+      if (it->key() != damage->key) {
+        ++it;
+        continue;
+      }
       if (damage->kind == "overlap") {
-        ShardedTensor extra = ExpandTensor(spec, topo, (rank + 1) % topo.world_size()).front();
-        extra.replica_id = {0};
-        shards.push_back(extra);
+        // Also save rank+1's shard of this key as a main replica.
+        for (Param& other : ExpandRank(s, topo, (rank + 1) % topo.world_size()).params) {
+          if (other.key() != damage->key) continue;
+          other.path += "#overlap";
+          for (ShardedTensor& piece : other.pieces) piece.replica_id = {0};
+          extra.push_back(std::move(other));
+        }
+        ++it;
+      } else {
+        it = state.params.erase(it);  // gap
       }
     }
-    for (size_t i = 0; i < shards.size(); ++i) {
-      ShardedTensor& t = shards[i];
-      Shape local = t.flattened_range ? Shape{t.flattened_range->size()} : t.local_shape;
-      t.data = Tensor::Empty(t.dtype, local);
-      FillShard(s.seed, spec.key, LocationOf(spec, t), t.data);
-      tensors[i == 0 ? spec.key : fmt::format("{}#{}", spec.key, i)] = Node(std::move(t));
+    for (Param& p : extra) state.params.push_back(std::move(p));
+  }
+  Dict tensors;
+  for (const Param& param : state.params) {
+    Tensor data = Tensor::Empty(param.pieces.front().dtype, DataShape(param));
+    int64_t offset = 0;
+    for (const ShardedTensor& piece : param.pieces) {
+      int64_t n = Volume(LocalShape(piece));
+      Tensor part = Tensor::Wrap(data.data() + offset * DTypeSize(data.dtype()), data.dtype(), {n});
+      FillShard(s.seed, piece.key, LocationOf(param.logical_shape, piece), part);
+      offset += n;
     }
+    tensors[param.path] = LeafFor(param, std::move(data));
   }
   Dict objects;
-  for (const ObjectSpec& spec : s.objects) {
-    objects[spec.key] = Node(ExpandObject(spec, s.seed, topo, rank));
-  }
+  for (ObjectParam& o : state.objects) objects[o.path] = Node(std::move(o.object));
   Dict root;
   root["tensors"] = Node(std::move(tensors));
   root["objects"] = Node(std::move(objects));
@@ -199,29 +305,33 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
 
 Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& saved,
                       const Topology& topo, int rank) {
-  Dict tensors;
-  auto add = [&](const TensorSpec& spec) {
-    for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-      if (spec.load_dtype) t.dtype = *spec.load_dtype;
-      Shape local = t.flattened_range ? Shape{t.flattened_range->size()} : t.local_shape;
-      t.data = t.allow_shape_mismatch ? Tensor::Zeros(t.dtype, local) : Tensor::Empty(t.dtype, local);
-      tensors[spec.key] = Node(std::move(t));
-    }
-  };
-  for (const TensorSpec& spec : s.tensors) {
-    if (pair && std::count(pair->load_drop.begin(), pair->load_drop.end(), spec.key)) continue;
-    add(spec);
-  }
+  RankState state = ExpandRank(s, topo, rank, pair ? pair->load_model : nlohmann::json());
   if (pair) {
-    for (const TensorSpec& spec : pair->load_extra) add(spec);
+    for (const TensorSpec& spec : pair->load_extra) {
+      for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
+        state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
+      }
+    }
   }
+  auto dropped = [&](const std::string& key) {
+    return pair && std::count(pair->load_drop.begin(), pair->load_drop.end(), key);
+  };
+  Dict tensors;
+  for (const Param& param : state.params) {
+    if (dropped(param.key())) continue;
+    DType dtype = param.load_dtype.value_or(param.pieces.front().dtype);
+    bool zeros = param.pieces.front().allow_shape_mismatch;
+    Tensor data = zeros ? Tensor::Zeros(dtype, DataShape(param)) : Tensor::Empty(dtype, DataShape(param));
+    tensors[param.path] = LeafFor(param, std::move(data));
+  }
+  SavedIndex index = IndexOf(s, saved);
   Dict objects;
-  for (const ObjectSpec& spec : s.objects) {
-    if (pair && std::count(pair->load_drop.begin(), pair->load_drop.end(), spec.key)) continue;
-    ShardedObject want = ExpandObject(spec, s.seed, topo, rank);
-    if (want.global_shape != ExpandObject(spec, s.seed, saved, 0).global_shape) continue;
-    want.data = nullptr;
-    objects[spec.key] = Node(std::move(want));
+  for (ObjectParam& o : state.objects) {
+    if (dropped(o.object.key)) continue;
+    auto it = index.objects.find(o.object.key);
+    if (it != index.objects.end() && it->second != o.object.global_shape) continue;  // not reshardable
+    o.object.data = nullptr;
+    objects[o.path] = Node(std::move(o.object));
   }
   Dict root;
   root["tensors"] = Node(std::move(tensors));
@@ -233,42 +343,53 @@ std::optional<std::string> CheckLoaded(const Scenario& s, const PairSpec* pair,
                                        const Topology& saved, const Topology& topo, int rank,
                                        const LoadResult& loaded) {
   Node request = BuildLoadRequest(s, pair, saved, topo, rank);
-  const Node& root = loaded.state_dict;
-  auto child = [](const Node& n, const std::string& k) -> const Node* {
-    const Dict* d = n.get_if<Dict>();
-    if (!d) return nullptr;
-    auto it = d->find(k);
-    return it == d->end() ? nullptr : &it->second;
-  };
-  for (const auto& [key, node] : request.at("tensors").as<Dict>()) {
-    if (loaded.mismatch.unexpected.count(key)) continue;
-    const Node* got = child(root, "tensors") ? child(*child(root, "tensors"), key) : nullptr;
-    std::optional<DType> stored = StoredDType(s, key);
-    if (!stored) {
-      if (got) return fmt::format("key '{}' is not in the checkpoint but was loaded", key);
-      continue;  // an unexpected key removed by the strict mode
-    }
-    if (!got || !got->is<Tensor>()) return fmt::format("key '{}' missing from the loaded state", key);
-    const ShardedTensor& want = node.as<ShardedTensor>();
-    const TensorSpec* spec = nullptr;
-    for (const TensorSpec& t : s.tensors) {
-      if (t.key == key) spec = &t;
-    }
-    std::optional<ValueMismatch> bad =
-        CheckShard(s.seed, key, *stored, LocationOf(*spec, want), got->as<Tensor>());
-    if (bad) {
-      return fmt::format("key '{}' element {} [index {}]: expected {}, got {} ({} elements differ)",
-                         key, ShapeToString(bad->position), bad->global_index, bad->expected,
-                         bad->actual, bad->count);
+  SavedIndex index = IndexOf(s, saved);
+  RankState state = ExpandRank(s, topo, rank, pair ? pair->load_model : nlohmann::json());
+  if (pair) {
+    for (const TensorSpec& spec : pair->load_extra) {
+      for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
+        state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
+      }
     }
   }
-  for (const auto& [key, node] : request.at("objects").as<Dict>()) {
-    const Node* got = child(root, "objects") ? child(*child(root, "objects"), key) : nullptr;
+  const Node* tensors = Child(loaded.state_dict, "tensors");
+  for (const Param& param : state.params) {
+    if (!Child(request.at("tensors"), param.path)) continue;  // dropped
+    const Node* got = tensors ? Child(*tensors, param.path) : nullptr;
+    auto stored = index.tensors.find(param.key());
+    if (stored == index.tensors.end() || loaded.mismatch.unexpected.count(param.key())) {
+      if (got) return fmt::format("key '{}' is not in the checkpoint but was loaded", param.key());
+      continue;  // an unexpected key removed by the strict mode
+    }
+    if (!got || !got->is<Tensor>()) {
+      return fmt::format("key '{}' (at '{}') missing from the loaded state", param.key(), param.path);
+    }
+    const Tensor& tensor = got->as<Tensor>();
+    int64_t offset = 0;
+    for (const ShardedTensor& piece : param.pieces) {
+      int64_t n = Volume(LocalShape(piece));
+      Tensor part = Tensor::Wrap(const_cast<std::byte*>(tensor.data()) + offset * DTypeSize(tensor.dtype()),
+                                 tensor.dtype(), {n});
+      offset += n;
+      std::optional<ValueMismatch> bad = CheckShard(s.seed, piece.key, stored->second.first,
+                                                    LocationOf(stored->second.second, piece), part);
+      if (bad) {
+        return fmt::format("key '{}' element {} [index {}]: expected {}, got {} ({} elements differ)",
+                           piece.key, ShapeToString(bad->position), bad->global_index, bad->expected,
+                           bad->actual, bad->count);
+      }
+    }
+  }
+  const Node* objects = Child(loaded.state_dict, "objects");
+  for (const auto& [path, node] : request.at("objects").as<Dict>()) {
     const ShardedObject& want = node.as<ShardedObject>();
-    nlohmann::json expected = ObjectValue(key, s.seed, want.global_offset);
+    const Node* got = objects ? Child(*objects, path) : nullptr;
+    if (!index.objects.count(want.key) || loaded.mismatch.unexpected.count(want.key)) continue;
+    nlohmann::json expected = ObjectValue(want.key, s.seed, want.global_offset);
     if (!got || !got->is<nlohmann::json>() || got->as<nlohmann::json>() != expected) {
       return fmt::format("object '{}' (rank {}): expected {}, got {}", want.UniqueKey(), rank,
-                         expected.dump(), got && got->is<nlohmann::json>() ? got->as<nlohmann::json>().dump() : "nothing");
+                         expected.dump(),
+                         got && got->is<nlohmann::json>() ? got->as<nlohmann::json>().dump() : "nothing");
     }
   }
   return std::nullopt;

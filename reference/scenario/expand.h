@@ -1,8 +1,8 @@
 // Expands a scenario into the sharded state dict each rank saves, the
 // request each rank loads, and the check of what it loaded.
 //
-// State dict layout: {"tensors": {key: ShardedTensor}, "objects": {key:
-// ShardedObject}, "common": {"scenario": name, "seed": seed}}. Replica ids
+// State dict layout: {"tensors": {path: ShardedTensor or ShardedTensorFactory},
+// "objects": {path: ShardedObject}, "common": {"scenario": name, "seed": seed}}. Replica ids
 // follow Megatron's (PP, TP, DP) convention: each component is the rank's
 // coordinate along mesh dims that do not split the tensor (the DP component
 // covers cp and dp, or ep and edp for expert-sharded tensors).
@@ -17,6 +17,7 @@
 
 #include "engine/load.h"
 #include "mapping/state_dict.h"
+#include "scenario/param.h"
 #include "scenario/spec.h"
 #include "scenario/values.h"
 #include "topology/topology.h"
@@ -29,8 +30,19 @@ namespace distckpt {
 // tp*dp=4 parts"), before anything is written.
 std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topology, int rank);
 ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology& topology, int rank);
-// Where a shard's elements are in the spec's logical tensor.
-ShardLocation LocationOf(const TensorSpec& spec, const ShardedTensor& shard);
+// Where a shard's elements are in a logical tensor.
+ShardLocation LocationOf(const Shape& logical_shape, const ShardedTensor& shard);
+
+// Everything `rank` holds under `topology`: tensor specs and model
+// generators (with `model_overrides` applied, e.g. a pair's load_model) and
+// objects. Throws CheckpointError(kInvalidArgument) naming the dimension when
+// the topology cannot shard the state, before anything is written.
+struct RankState {
+  std::vector<Param> params;
+  std::vector<ObjectParam> objects;
+};
+RankState ExpandRank(const Scenario& scenario, const Topology& topology, int rank,
+                     const nlohmann::json& model_overrides = nullptr);
 
 // Rank `rank`'s state dict with generated values (and the pair's deliberate damage).
 Node BuildSaveState(const Scenario& scenario, const PairSpec* pair, const Topology& topology, int rank);

@@ -103,7 +103,7 @@ StrictHandling ParseStrictAt(const Fields& f, const std::string& k) {
 
 PairSpec ParsePair(const json& v, const std::string& path) {
   Fields f(v, path, {"save", "load", "strict", "expect", "load_extra", "load_drop", "break",
-                     "expect_missing", "expect_unexpected"});
+                     "expect_missing", "expect_unexpected", "load_model"});
   PairSpec pair;
   pair.save = f.str("save");
   pair.load = f.str("load");
@@ -134,6 +134,10 @@ PairSpec ParsePair(const json& v, const std::string& path) {
       Fail(ErrorKind::kInvalidArgument, "{}: kind must be \"gap\" or \"overlap\"", bf.at("kind"));
     }
     pair.break_save = b;
+  }
+  if (f.has("load_model")) {
+    pair.load_model = f.get("load_model");
+    ApplyGptOverrides(GptConfig{}, pair.load_model, f.at("load_model"));  // reject bad fields early
   }
   if (f.has("expect_missing")) pair.expect_missing = f.str("expect_missing");
   if (f.has("expect_unexpected")) pair.expect_unexpected = f.str("expect_unexpected");
@@ -215,16 +219,21 @@ Scenario Scenario::FromJson(const json& j, const std::string& source) {
     Scenario s;
     s.name = f.str("name", "unnamed");
     s.seed = static_cast<uint64_t>(f.integer("seed", 1));
-    if (f.has("model")) s.model = f.get("model");
+    if (f.has("model")) {
+      const json& m = f.get("model");
+      if (m.is_array()) {
+        for (size_t i = 0; i < m.size(); ++i) {
+          s.models.push_back(ParseGptConfig(m[i], f.at("model") + "[" + std::to_string(i) + "]"));
+        }
+      } else {
+        s.models.push_back(ParseGptConfig(m, f.at("model")));
+      }
+    }
     for (const char* later : {"optimizer", "fsdp", "fp8"}) {
       if (f.has(later)) {
         Fail(ErrorKind::kUnsupported, "{}: this build does not implement the '{}' section yet",
              f.at(later), later);
       }
-    }
-    if (f.has("model")) {
-      Fail(ErrorKind::kUnsupported, "{}: this build does not implement model generators yet",
-           f.at("model"));
     }
     if (f.has("tensors")) s.tensors = ParseTensors(f.get("tensors"), f.at("tensors"));
     if (f.has("objects")) {

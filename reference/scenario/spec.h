@@ -17,6 +17,7 @@
 #include "core/box.h"
 #include "core/dtype.h"
 #include "mapping/strict.h"
+#include "scenario/gpt_model.h"
 #include "topology/topology.h"
 
 namespace distckpt {
@@ -58,6 +59,7 @@ struct PairSpec {
   std::optional<BreakSpec> break_save;
   std::optional<std::string> expect_missing;     // for return_*: comma-separated sorted keys
   std::optional<std::string> expect_unexpected;
+  nlohmann::json load_model;  // overrides of every model's fields on load (null = none)
 };
 
 struct Scenario {
@@ -68,7 +70,7 @@ struct Scenario {
   std::vector<std::string> topologies;
   std::vector<PairSpec> pairs;
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
-  nlohmann::json model;  // generator sections handled by later layers; null if absent
+  std::vector<GptConfig> models;  // "model": one generator or a list of them
 
   // Throws CheckpointError(kInvalidArgument) naming `source` and the field.
   static Scenario FromJson(const nlohmann::json& json, const std::string& source);

@@ -86,6 +86,12 @@ void GenerateElement(uint64_t seed, uint64_t key_hash, int64_t index, DType dtyp
   }
 }
 
+nlohmann::json ObjectValue(const std::string& key, uint64_t seed, const Shape& offset) {
+  uint64_t h = KeyHash(key) ^ Mix(seed);
+  for (int64_t o : offset) h = Mix(h ^ static_cast<uint64_t>(o));
+  return {{"key", key}, {"offset", offset}, {"value", h >> 11}};
+}
+
 void FillShard(uint64_t seed, const std::string& key, const ShardLocation& where, Tensor& dst) {
   const uint64_t kh = KeyHash(key);
   const size_t size = DTypeSize(dst.dtype());

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/box.h"
 #include "core/tensor.h"
 
@@ -36,6 +38,9 @@ struct ShardLocation {
 
 // Fills `dst` (dtype = generated dtype) with the expected values of the shard.
 void FillShard(uint64_t seed, const std::string& key, const ShardLocation& where, Tensor& dst);
+
+// The value of the ShardedObject `key` at grid offset `offset`.
+nlohmann::json ObjectValue(const std::string& key, uint64_t seed, const Shape& offset);
 
 struct ValueMismatch {
   int64_t global_index = -1;  // linear index in the logical (or padded, if outside) tensor
