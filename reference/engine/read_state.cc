@@ -1,6 +1,10 @@
 #include "engine/read_state.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
+#include <vector>
 
 #include <fmt/ranges.h>
 
@@ -64,16 +68,51 @@ nlohmann::json LoadObject(CheckpointReader& reader, const ShardedObject& request
 }  // namespace
 
 Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolicy policy,
-                      LoadSummary* summary) {
+                      LoadSummary* summary, int threads) {
   Node loaded = sharded;
+  std::vector<Node*> leaves;
   ForEachLeaf(loaded, [&](const NodePath&, Node& leaf) {
-    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
-      leaf = Node(LoadTensor(reader, *t, policy, summary));
-    } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
-      leaf = Node(LoadObject(reader, *o, summary));
-    }
+    if (leaf.is<ShardedTensor>() || leaf.is<ShardedObject>()) leaves.push_back(&leaf);
   });
+  // Leaves are read by a few workers (the reader serves concurrent reads);
+  // each keeps its own byte counts and the first error wins.
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<int>(std::min<size_t>(threads, leaves.size()));
+  std::vector<LoadSummary> partial(std::max(threads, 1));
+  std::vector<std::exception_ptr> errors(partial.size());
+  std::atomic<size_t> next{0};
+  auto work = [&](size_t worker) {
+    try {
+      for (size_t i = next++; i < leaves.size(); i = next++) {
+        Node& leaf = *leaves[i];
+        if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
+          leaf = Node(LoadTensor(reader, *t, policy, &partial[worker]));
+        } else {
+          leaf = Node(LoadObject(reader, leaf.as<ShardedObject>(), &partial[worker]));
+        }
+      }
+    } catch (...) {
+      errors[worker] = std::current_exception();
+      next = leaves.size();  // stop the others early
+    }
+  };
+  if (threads <= 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
+    work(0);
+    for (std::thread& t : pool) t.join();
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
   if (summary) {
+    for (const LoadSummary& p : partial) {
+      summary->bytes_needed += p.bytes_needed;
+      summary->chunk_bytes += p.chunk_bytes;
+      summary->bytes_loaded += p.bytes_loaded;
+    }
     const ReadStats& stats = reader.stats();
     summary->bytes_read = stats.bytes_read;
     summary->chunks_verified = stats.chunks_verified;

@@ -15,8 +15,9 @@ namespace distckpt {
 // leaf's own buffer when defined, else a new one) and each ShardedObject by
 // its value. Unknown keys: CheckpointError(kKeyMismatch) "<key> from model not
 // in state dict: [<checkpoint keys>]" (Megatron's KeyError text).
+// `threads` workers read leaves concurrently (0 = one per hardware thread).
 Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolicy policy,
-                      LoadSummary* summary);
+                      LoadSummary* summary, int threads = 0);
 
 }  // namespace distckpt
 

@@ -38,9 +38,14 @@ class NativeFormatImpl : public Format {
  public:
   std::string_view name() const override { return "native"; }
 
+  static constexpr uint64_t kLargestForeignMetadata = 64 << 10;
+
   bool Detect(Env* env, const std::string& dir) const override {
     const std::string path = JoinPath(dir, kMetadataFileName);
     if (!env->FileExists(path)) return false;
+    // Megatron's own metadata.json is a handful of fields; anything larger is
+    // ours, and is parsed once, by OpenReader, not twice.
+    if (env->FileSize(path) > kLargestForeignMetadata) return true;
     nlohmann::json j = nlohmann::json::parse(ReadFileToString(env, path), nullptr,
                                              /*allow_exceptions=*/false);
     // A damaged metadata.json is still ours (opening it reports the damage);

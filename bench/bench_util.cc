@@ -1,0 +1,93 @@
+#include "bench_util.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace distckpt::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void Die(const std::string& what, const std::string& path) {
+  throw std::runtime_error(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+}
+
+}  // namespace
+
+ScratchDir::ScratchDir(const std::string& name) {
+  const char* root = std::getenv("DISTCKPT_BENCH_DIR");
+  std::string pattern = (fs::path(root ? root : fs::temp_directory_path().string()) /
+                         fmt::format("distckpt-bench-{}-XXXXXX", name))
+                            .string();
+  if (!mkdtemp(pattern.data())) Die("mkdtemp", pattern);
+  path_ = pattern;
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+void EvictFromPageCache(const std::string& path) {
+  auto evict = [](const fs::path& p) {
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) Die("open", p.string());
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  };
+  if (fs::is_directory(path)) {
+    for (const auto& entry : fs::recursive_directory_iterator(path)) {
+      if (entry.is_regular_file()) evict(entry.path());
+    }
+  } else {
+    evict(path);
+  }
+}
+
+void RawWriteFsync(const std::string& path, const std::vector<std::vector<std::byte>>& buffers) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) Die("open", path);
+  for (const auto& b : buffers) {
+    size_t done = 0;
+    while (done < b.size()) {
+      ssize_t n = ::write(fd, b.data() + done, b.size() - done);
+      if (n < 0) Die("write", path);
+      done += static_cast<size_t>(n);
+    }
+  }
+  if (::fdatasync(fd) != 0) Die("fdatasync", path);
+  ::close(fd);
+}
+
+void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) Die("open", path);
+  off_t offset = 0;
+  for (auto& b : buffers) {
+    size_t done = 0;
+    while (done < b.size()) {
+      ssize_t n = ::pread(fd, b.data() + done, b.size() - done, offset + static_cast<off_t>(done));
+      if (n <= 0) Die("pread", path);
+      done += static_cast<size_t>(n);
+    }
+    offset += static_cast<off_t>(b.size());
+  }
+  ::close(fd);
+}
+
+std::string SizeName(uint64_t bytes) {
+  if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0) return fmt::format("{}GiB", bytes >> 30);
+  if (bytes >= (1ull << 20) && bytes % (1ull << 20) == 0) return fmt::format("{}MiB", bytes >> 20);
+  if (bytes >= (1ull << 10) && bytes % (1ull << 10) == 0) return fmt::format("{}KiB", bytes >> 10);
+  return fmt::format("{}B", bytes);
+}
+
+}  // namespace distckpt::bench

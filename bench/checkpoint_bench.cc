@@ -1,0 +1,275 @@
+// distckpt's benchmark suite (Google Benchmark). Every distckpt figure has a
+// baseline in the same run: save vs raw write+fsync of the same bytes, load
+// vs raw pread of them (cold: pages evicted with posix_fadvise; warm),
+// resharded load vs same-layout load, checksum vs memcpy. bench/compare turns
+// the JSON output into ratios and gates them against bench/baseline.json.
+//
+// Sizes: BM_*/<tensor bytes>/<tensor count>. Set DISTCKPT_BENCH_LARGE=1 for
+// the 2 GiB states.
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include <benchmark/benchmark.h>
+
+#include "bench_util.h"
+#include "comm/thread_world.h"
+#include "engine/load.h"
+#include "engine/load_plan.h"
+#include "engine/save.h"
+#include "io/checksum.h"
+#include "mapping/validation.h"
+
+namespace distckpt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// `count` 1-D f32 tensors of `bytes` bytes each, one rank, filled with a ramp.
+Node MakeState(int64_t bytes, int64_t count, bool with_data = true) {
+  Dict tensors;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t n = bytes / 4;
+    ShardedTensor t;
+    t.key = "t" + std::to_string(i);
+    t.dtype = DType::kF32;
+    t.local_shape = t.global_shape = {n};
+    t.global_offset = {0};
+    t.axis_fragmentations = Shape{1};
+    if (with_data) {
+      t.data = Tensor::Empty(DType::kF32, {n});
+      float* p = t.data.data_as<float>();
+      for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(j + i);
+    }
+    std::string key = t.key;
+    tensors[key] = Node(std::move(t));
+  }
+  return Node(std::move(tensors));
+}
+
+Node RequestFor(const Node& state) {
+  Node request = state;
+  for (auto& [key, node] : request.as<Dict>()) {
+    ShardedTensor& t = node.as<ShardedTensor>();
+    t.data = Tensor::Empty(t.dtype, t.local_shape);
+  }
+  return request;
+}
+
+std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count) {
+  std::vector<std::vector<std::byte>> buffers(count, std::vector<std::byte>(bytes));
+  for (auto& b : buffers) std::memset(b.data(), 0x5a, b.size());
+  return buffers;
+}
+
+void SaveOnOneRank(const Node& state, const std::string& dir) {
+  RunRanks(1, [&](Communicator& comm) { Save(state, dir, comm); });
+}
+
+// One saved checkpoint per (bytes, count), shared by the load benchmarks.
+const std::string& SavedCheckpoint(int64_t bytes, int64_t count) {
+  static std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ScratchDir>> saved;
+  auto& dir = saved[{bytes, count}];
+  if (!dir) {
+    dir = std::make_unique<ScratchDir>("load");
+    SaveOnOneRank(MakeState(bytes, count), dir->Sub("ckpt"));
+  }
+  static std::string path;
+  path = dir->Sub("ckpt");
+  return path;
+}
+
+void BM_RawWrite(benchmark::State& state) {
+  const int64_t bytes = state.range(0), count = state.range(1);
+  ScratchDir dir("raw-write");
+  auto buffers = RawBuffers(bytes, count);
+  for (auto _ : state) {
+    auto start = Clock::now();
+    RawWriteFsync(dir.Sub("raw.bin"), buffers);
+    state.SetIterationTime(Seconds(start));
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * count);
+}
+
+void BM_Save(benchmark::State& state) {
+  const int64_t bytes = state.range(0), count = state.range(1);
+  ScratchDir dir("save");
+  Node s = MakeState(bytes, count);
+  int i = 0;
+  for (auto _ : state) {
+    std::string target = dir.Sub("ckpt" + std::to_string(i++));
+    auto start = Clock::now();
+    SaveOnOneRank(s, target);
+    state.SetIterationTime(Seconds(start));
+    std::filesystem::remove_all(target);
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * count);
+}
+
+void RawReadBench(benchmark::State& state, bool cold) {
+  const int64_t bytes = state.range(0), count = state.range(1);
+  ScratchDir dir("raw-read");
+  auto buffers = RawBuffers(bytes, count);
+  RawWriteFsync(dir.Sub("raw.bin"), buffers);
+  RawRead(dir.Sub("raw.bin"), buffers);  // warm the cache once
+  for (auto _ : state) {
+    if (cold) EvictFromPageCache(dir.Sub("raw.bin"));
+    auto start = Clock::now();
+    RawRead(dir.Sub("raw.bin"), buffers);
+    state.SetIterationTime(Seconds(start));
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * count);
+}
+void BM_RawReadCold(benchmark::State& state) { RawReadBench(state, true); }
+void BM_RawReadWarm(benchmark::State& state) { RawReadBench(state, false); }
+
+void LoadBench(benchmark::State& state, bool cold) {
+  const int64_t bytes = state.range(0), count = state.range(1);
+  const std::string& dir = SavedCheckpoint(bytes, count);
+  Node request = RequestFor(MakeState(bytes, count, false));
+  uint64_t read = 0;
+  RunRanks(1, [&](Communicator& comm) { Load(request, dir, comm); });  // warm
+  for (auto _ : state) {
+    if (cold) EvictFromPageCache(dir);
+    auto start = Clock::now();
+    RunRanks(1, [&](Communicator& comm) { read = Load(request, dir, comm).summary.bytes_read; });
+    state.SetIterationTime(Seconds(start));
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * count);
+  state.counters["bytes_read"] = static_cast<double>(read);
+}
+void BM_LoadCold(benchmark::State& state) { LoadBench(state, true); }
+void BM_LoadWarm(benchmark::State& state) { LoadBench(state, false); }
+
+// A [rows, cols] f32 tensor saved as 4 row blocks (4 ranks), loaded by 4
+// ranks as row blocks (range(1) == 0, same layout) or column blocks (1).
+void BM_Reshard(benchmark::State& state) {
+  const int64_t rows = 1024, cols = state.range(0) / 4 / rows;
+  const bool columns = state.range(1) == 1;
+  static std::map<int64_t, std::unique_ptr<ScratchDir>> saved;
+  auto& dir = saved[cols];
+  auto shard = [&](int rank, bool by_columns, bool data) {
+    ShardedTensor t;
+    t.key = "w";
+    t.dtype = DType::kF32;
+    t.global_shape = {rows, cols};
+    t.local_shape = by_columns ? Shape{rows, cols / 4} : Shape{rows / 4, cols};
+    t.global_offset = by_columns ? Shape{0, rank * cols / 4} : Shape{rank * rows / 4, 0};
+    t.axis_fragmentations = by_columns ? Shape{1, 4} : Shape{4, 1};
+    t.data = data ? Tensor::Zeros(DType::kF32, t.local_shape) : Tensor::Empty(DType::kF32, t.local_shape);
+    Dict d;
+    d["w"] = Node(std::move(t));
+    return Node(std::move(d));
+  };
+  if (!dir) {
+    dir = std::make_unique<ScratchDir>("reshard");
+    RunRanks(4, [&](Communicator& comm) { Save(shard(comm.rank(), false, true), dir->Sub("ckpt"), comm); });
+  }
+  std::vector<Node> requests;
+  for (int r = 0; r < 4; ++r) requests.push_back(shard(r, columns, false));
+  uint64_t read = 0, needed = 0;
+  for (auto _ : state) {
+    EvictFromPageCache(dir->Sub("ckpt"));
+    std::atomic<uint64_t> r{0}, n{0};
+    auto start = Clock::now();
+    RunRanks(4, [&](Communicator& comm) {
+      LoadResult result = Load(requests[comm.rank()], dir->Sub("ckpt"), comm);
+      r += result.summary.bytes_read;
+      n += result.summary.bytes_needed;
+    });
+    state.SetIterationTime(Seconds(start));
+    read = r;
+    needed = n;
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * 4);
+  state.counters["read_over_needed"] = needed ? double(read) / double(needed) : 0;
+}
+
+// Load planning of one request over `range(0)` stored chunks (metadata only).
+void BM_PlanChunks(benchmark::State& state) {
+  const int64_t chunks = state.range(0);
+  StoredTensor stored;
+  stored.key = "w";
+  stored.dtype = DType::kF32;
+  stored.global_shape = {chunks * 8};
+  for (int64_t i = 0; i < chunks; ++i) {
+    StoredChunk c;
+    c.box = Box{{i * 8}, {8}};
+    c.length = 32;
+    stored.chunks.push_back(c);
+  }
+  ShardedTensor request;
+  request.key = "w";
+  request.global_shape = request.local_shape = {chunks * 8};
+  request.global_offset = {0};
+  for (auto _ : state) benchmark::DoNotOptimize(PlanTensorLoad(stored, request));
+  state.SetItemsProcessed(state.iterations() * chunks);
+}
+
+// Sharding validation of `range(0)` chunks spread over `range(1)` simulated ranks.
+void BM_ValidateChunks(benchmark::State& state) {
+  const int64_t chunks = state.range(0), ranks = state.range(1);
+  GlobalMetadata global(ranks);
+  const int64_t keys = std::max<int64_t>(1, chunks / 1024);
+  const int64_t per_key = chunks / keys;
+  for (int64_t k = 0; k < keys; ++k) {
+    for (int64_t i = 0; i < per_key; ++i) {
+      ShardedTensor t;
+      t.key = "k" + std::to_string(k);
+      t.dtype = DType::kF32;
+      t.global_shape = {per_key * 4};
+      t.local_shape = {4};
+      t.global_offset = {i * 4};
+      t.axis_fragmentations = Shape{per_key};
+      global[(k * per_key + i) % ranks].push_back(t);
+    }
+  }
+  for (auto _ : state) ValidateShardingIntegrity(global);
+  state.SetItemsProcessed(state.iterations() * keys * per_key);
+}
+
+void BM_Checksum(benchmark::State& state) {
+  std::vector<std::byte> data(state.range(0), std::byte{7});
+  for (auto _ : state) benchmark::DoNotOptimize(Checksum(data));
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  std::vector<std::byte> src(state.range(0), std::byte{7}), dst(state.range(0));
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), src.size());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+
+// (tensor bytes, tensor count): KiB to 256 MiB tensors, states up to 2 GiB.
+void IoSizes(benchmark::internal::Benchmark* b) {
+  b->Args({64 << 10, 256})->Args({1 << 20, 64})->Args({16 << 20, 16})->Args({64 << 20, 4});
+  if (std::getenv("DISTCKPT_BENCH_LARGE")) b->Args({256 << 20, 8});
+  b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+}
+
+BENCHMARK(BM_RawWrite)->Apply(IoSizes);
+BENCHMARK(BM_Save)->Apply(IoSizes);
+BENCHMARK(BM_RawReadCold)->Apply(IoSizes);
+BENCHMARK(BM_LoadCold)->Apply(IoSizes);
+BENCHMARK(BM_RawReadWarm)->Apply(IoSizes);
+BENCHMARK(BM_LoadWarm)->Apply(IoSizes);
+BENCHMARK(BM_Reshard)->Args({64 << 20, 0})->Args({64 << 20, 1})->UseManualTime()
+    ->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_PlanChunks)->RangeMultiplier(10)->Range(10000, 1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ValidateChunks)->Args({10000, 64})->Args({100000, 1024})->Args({1000000, 1024})
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_Checksum)->Arg(64 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Memcpy)->Arg(64 << 20)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace distckpt::bench
+
+BENCHMARK_MAIN();
