@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""PyTorch DCP peer for bench/: saves and loads, with torch's own DCP, the
+same states checkpoint_bench uses (COUNT float32 tensors of BYTES bytes, one
+process), times save / cold load / warm load (median of --reps), and prints
+them next to distckpt's figures from a checkpoint_bench JSON file, as ratios
+distckpt / DCP (below 1 = distckpt faster).
+
+  dcp_peer.py --distckpt-json bench.json [--sizes 65536x256,1048576x64] [--dir D] [--reps 3]
+
+Exits 0 with a clear message when torch is not importable (no peer installed).
+"""
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+
+def allow_unhashable_dataclass_defaults():
+    """torch 1.13's torch.distributed._shard declares a dataclass field whose default
+    is a dataclass instance; Python 3.11 rejects that. Restore 3.10's behaviour."""
+    if sys.version_info < (3, 11) or getattr(dataclasses._get_field, "_distckpt", False):
+        return
+    original = dataclasses._get_field
+
+    def get_field(cls, name, type_, *rest):
+        default = cls.__dict__.get(name, dataclasses.MISSING)
+        if isinstance(default, dataclasses.Field):
+            default = default.default
+        kind = type(default)
+        if default is not dataclasses.MISSING and kind.__hash__ is None and kind not in (list, dict, set):
+            kind.__hash__ = object.__hash__
+            try:
+                return original(cls, name, type_, *rest)
+            finally:
+                kind.__hash__ = None
+        return original(cls, name, type_, *rest)
+
+    get_field._distckpt = True
+    dataclasses._get_field = get_field
+
+
+def import_dcp():
+    allow_unhashable_dataclass_defaults()
+    import torch  # noqa: F401
+    try:
+        import torch.distributed.checkpoint as dcp
+        return torch, dcp, hasattr(dcp, "save")
+    except ImportError:
+        import torch.distributed._shard.checkpoint as dcp
+        return torch, dcp, False
+
+
+def evict(path):
+    for root, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def time_dcp(torch, dcp, new_api, nbytes, count, workdir, reps):
+    state = {f"t{i}": torch.arange(nbytes // 4, dtype=torch.float32) + i for i in range(count)}
+    dest = {k: torch.empty_like(v) for k, v in state.items()}
+    ckpt = os.path.join(workdir, "ckpt")
+    times = {"save": [], "load_cold": [], "load_warm": []}
+    for _ in range(reps):
+        shutil.rmtree(ckpt, ignore_errors=True)
+        start = time.perf_counter()
+        writer = dcp.FileSystemWriter(ckpt)
+        if new_api:
+            dcp.save(state, storage_writer=writer, no_dist=True)
+        else:
+            dcp.save_state_dict(state, writer, no_dist=True)
+        times["save"].append(time.perf_counter() - start)
+        for mode in ("load_cold", "load_warm"):
+            if mode == "load_cold":
+                evict(ckpt)
+            start = time.perf_counter()
+            reader = dcp.FileSystemReader(ckpt)
+            if new_api:
+                dcp.load(dest, storage_reader=reader, no_dist=True)
+            else:
+                dcp.load_state_dict(dest, reader, no_dist=True)
+            times[mode].append(time.perf_counter() - start)
+        assert all(torch.equal(dest[k], state[k]) for k in state), "DCP round trip differs"
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def distckpt_times(path):
+    """checkpoint_bench JSON -> {(bytes, count): {save, load_cold, load_warm}} in seconds."""
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    names = {"BM_Save": "save", "BM_LoadCold": "load_cold", "BM_LoadWarm": "load_warm"}
+    out = {}
+    for b in json.load(open(path))["benchmarks"]:
+        if b.get("aggregate_name", "median") != "median":
+            continue
+        parts = b["run_name"].split("/")
+        if parts[0] in names:
+            key = (int(parts[1]), int(parts[2]))
+            out.setdefault(key, {})[names[parts[0]]] = b["real_time"] * scale[b.get("time_unit", "ns")]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--distckpt-json", required=True)
+    ap.add_argument("--sizes", default="65536x256,1048576x64,16777216x16,67108864x4")
+    ap.add_argument("--dir", default=os.environ.get("DISTCKPT_BENCH_DIR", tempfile.gettempdir()))
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    try:
+        torch, dcp, new_api = import_dcp()
+    except Exception as e:  # noqa: BLE001 - any import failure means "no peer"
+        print(f"dcp_peer: no PyTorch peer ({type(e).__name__}: {e}); install one with ci/setup-peers")
+        return 0
+    ours = distckpt_times(args.distckpt_json)
+    print(f"PyTorch {torch.__version__} DCP vs distckpt, one process, median of {args.reps}")
+    print(f"{'state':<14} {'op':<10} {'DCP s':>9} {'distckpt s':>11} {'distckpt/DCP':>13}")
+    for size in args.sizes.split(","):
+        nbytes, count = (int(x) for x in size.split("x"))
+        work = tempfile.mkdtemp(prefix="distckpt-dcp-peer-", dir=args.dir)
+        try:
+            peer = time_dcp(torch, dcp, new_api, nbytes, count, work, args.reps)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        mine = ours.get((nbytes, count), {})
+        for op in ("save", "load_cold", "load_warm"):
+            if op in mine:
+                print(f"{size:<14} {op:<10} {peer[op]:>9.4f} {mine[op]:>11.4f} {mine[op] / peer[op]:>13.3f}")
+            else:
+                print(f"{size:<14} {op:<10} {peer[op]:>9.4f} {'-':>11} {'-':>13}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
