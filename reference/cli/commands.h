@@ -21,10 +21,17 @@ struct StepArgs {
   std::string saved_topology;  // load: defaults to the checkpoint's recorded topology
   std::string dir;
   std::string backend = "threads";
+  std::string format = "native";  // save: checkpoint format (load detects it)
   std::string strict;         // load: default = the scenario's
   std::string verify = "whole";  // load: whole | always | never
   std::string report_json;
   int pair = -1;              // scenario pair whose extras apply
+  // Strategies (see StepStrategy in scenario/runner.h).
+  bool fully_parallel = false;
+  bool async = false;                  // save
+  int writers = 1;                     // save (async)
+  std::string exchange = "broadcast";  // load: broadcast | gather_rounds
+  bool two_stage = false;              // load
 };
 
 struct RunArgs {
@@ -41,6 +48,11 @@ int SaveCommand(const StepArgs& args);
 int LoadCommand(const StepArgs& args);
 int RunCommand(const RunArgs& args);
 int InspectCommand(const std::string& dir, bool json);
+// Compares two checkpoints in global space (any layouts and formats):
+// exit 0 when identical, 1 when they differ.
+int DiffCommand(const std::string& a, const std::string& b, double atol, double rtol);
+// Writes the full global tensor `key` (little-endian, stored dtype) to `out`.
+int DumpCommand(const std::string& dir, const std::string& key, const std::string& out);
 
 // Loads a scenario file, or the embedded default for "".
 Scenario LoadScenario(const std::string& path);

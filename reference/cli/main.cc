@@ -20,7 +20,20 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
       ->check(CLI::IsMember({"threads", "mpi"}));
   cmd->add_option("--pair", a.pair, "index of the scenario pair whose extras apply");
   cmd->add_option("--report-json", a.report_json, "write the step report (JSON) here");
+  if (!load) cmd->add_option("--format", a.format, "checkpoint format: native or dcp (also dcp-1.13)");
+  cmd->add_flag("--fully-parallel", a.fully_parallel,
+                load ? "read each shard once per DP group and exchange it between the ranks"
+                     : "spread the writing of replicated shards over each DP group");
+  if (!load) {
+    cmd->add_flag("--async", a.async, "stage, write in background threads, then finalize (commit)");
+    cmd->add_option("--writers", a.writers, "async: writer threads per rank, one data file each")
+        ->check(CLI::PositiveNumber);
+  }
   if (load) {
+    cmd->add_option("--exchange", a.exchange, "fully parallel exchange: broadcast or gather_rounds")
+        ->check(CLI::IsMember({"broadcast", "gather_rounds"}));
+    cmd->add_flag("--two-stage", a.two_stage,
+                  "the lowest DP rank holding a shard reads it and broadcasts it, one shard at a time");
     cmd->add_option("--saved-topology", a.saved_topology,
                     "topology the checkpoint was saved under (default: recorded in it)");
     cmd->add_option("--strict", a.strict, "strict handling mode (default: the scenario's)");
@@ -56,6 +69,18 @@ int main(int argc, char** argv) {
   CLI::App* inspect = app.add_subcommand("inspect", "list what a checkpoint holds");
   inspect->add_option("dir", inspect_dir, "checkpoint directory")->required();
   inspect->add_flag("--json", inspect_json, "print the metadata as JSON");
+  std::string diff_a, diff_b;
+  double diff_atol = 0, diff_rtol = 0;
+  CLI::App* diff = app.add_subcommand("diff", "compare two checkpoints in global space (any layouts, formats)");
+  diff->add_option("a", diff_a, "first checkpoint directory")->required();
+  diff->add_option("b", diff_b, "second checkpoint directory")->required();
+  diff->add_option("--atol", diff_atol, "absolute tolerance (default: bitwise equality)");
+  diff->add_option("--rtol", diff_rtol, "relative tolerance");
+  std::string dump_dir, dump_key, dump_out;
+  CLI::App* dump = app.add_subcommand("dump", "write one global tensor (little-endian, stored dtype) to a file");
+  dump->add_option("dir", dump_dir, "checkpoint directory (native or DCP)")->required();
+  dump->add_option("key", dump_key, "tensor key")->required();
+  dump->add_option("--out,-o", dump_out, "output file")->required();
 
   try {
     app.parse(argc, argv);
@@ -76,6 +101,8 @@ int main(int argc, char** argv) {
     if (save->parsed()) return distckpt::SaveCommand(save_args);
     if (load->parsed()) return distckpt::LoadCommand(load_args);
     if (inspect->parsed()) return distckpt::InspectCommand(inspect_dir, inspect_json);
+    if (dump->parsed()) return distckpt::DumpCommand(dump_dir, dump_key, dump_out);
+    if (diff->parsed()) return distckpt::DiffCommand(diff_a, diff_b, diff_atol, diff_rtol);
   } catch (const distckpt::CheckpointError& e) {
     std::cerr << "distckpt: error (" << distckpt::ErrorKindName(e.kind()) << "): " << e.what() << "\n";
     return distckpt::kExitInputError;

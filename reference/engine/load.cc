@@ -8,6 +8,8 @@
 #include "engine/read_state.h"
 #include "mapping/dict_utils.h"
 #include "mapping/validation.h"
+#include "strategy/fully_parallel.h"
+#include "strategy/two_stage.h"
 
 namespace distckpt {
 namespace {
@@ -72,8 +74,21 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
   }
   if (options.validate_access_integrity) ValidateRequest(pieces.sharded, comm);
 
+  ReadShardsFn read = [&](const Node& sharded) {
+    return ReadShardedState(*reader, sharded, options.verify, &result.summary);
+  };
+  Communicator& group = options.parallelization_group ? *options.parallelization_group : comm;
+  Node loaded;
+  if (options.two_stage) {
+    loaded = TwoStageLoad(pieces.sharded, read, comm, group, &result.summary.exchange);
+  } else if (options.fully_parallel) {
+    FullyParallelLoadOptions fp{options.exchange, options.distribution_cache};
+    loaded = FullyParallelLoad(pieces.sharded, read, comm, group, fp, &result.summary.exchange);
+  } else {
+    AgreeOnOutcome(comm, [&] { loaded = read(pieces.sharded); });
+  }
+
   AgreeOnOutcome(comm, [&] {
-    Node loaded = ReadShardedState(*reader, pieces.sharded, options.verify, &result.summary);
     // Megatron: result = checkpoint common ∪ nonpersistent ∪ loaded shards,
     // then factory merges; request-only plain values are dropped (§3.1).
     Node merged = CommonFromJson(reader->metadata().common);

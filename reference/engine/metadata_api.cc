@@ -14,20 +14,22 @@ std::unique_ptr<CheckpointReader> Open(const std::string& dir, Env* env) {
 
 Dict TensorsMetadata(const CheckpointMetadata& md) {
   Dict out;
-  for (const auto& [key, stored] : md.tensors) {
-    ShardedTensor t;
-    t.key = key;
-    t.dtype = stored.dtype;
-    t.local_shape = stored.global_shape;
-    t.global_shape = stored.global_shape;
-    t.global_offset = Shape(stored.global_shape.size(), 0);
-    t.axis_fragmentations = Shape(stored.global_shape.size(), 1);
-    out[key] = Node(std::move(t));
-  }
+  for (const auto& [key, stored] : md.tensors) out[key] = Node(WholeTensorRequest(key, stored));
   return out;
 }
 
 }  // namespace
+
+ShardedTensor WholeTensorRequest(const std::string& key, const StoredTensor& stored) {
+  ShardedTensor t;
+  t.key = key;
+  t.dtype = stored.dtype;
+  t.local_shape = stored.global_shape;
+  t.global_shape = stored.global_shape;
+  t.global_offset = Shape(stored.global_shape.size(), 0);
+  t.axis_fragmentations = Shape(stored.global_shape.size(), 1);
+  return t;
+}
 
 Node LoadTensorsMetadata(const std::string& dir, Env* env) {
   return Node(TensorsMetadata(Open(dir, env)->metadata()));

@@ -9,9 +9,15 @@
 #include <string>
 
 #include "engine/options.h"
+#include "format/checkpoint_metadata.h"
 #include "mapping/state_dict.h"
 
 namespace distckpt {
+
+// The request for all of stored tensor `key`: an unsharded ShardedTensor
+// (local == global shape, zero offsets, fragmentations 1, replica 0) in its
+// stored dtype, without data.
+ShardedTensor WholeTensorRequest(const std::string& key, const StoredTensor& stored);
 
 // key -> unsharded ShardedTensor (local == global shape, zero offsets,
 // fragmentations 1, replica 0, no data). Flattened (distributed-optimizer)

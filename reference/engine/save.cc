@@ -4,7 +4,9 @@
 
 #include "core/error.h"
 #include "engine/common_state.h"
+#include "engine/save_steps.h"
 #include "format/native/metadata_json.h"
+#include "io/checksum.h"
 #include "mapping/dict_utils.h"
 #include "mapping/validation.h"
 
@@ -53,76 +55,146 @@ void CompareCommonState(const nlohmann::json& common, Communicator& comm, SaveSu
   if (!warning.empty()) summary.warnings.push_back(std::move(warning));
 }
 
-CheckpointMetadata WriteMainReplicas(const Node& sharded, const Format& format, Env* env,
-                                     const std::string& write_dir, int rank,
-                                     SaveSummary& summary) {
-  std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, rank);
-  ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
-    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
-      if (!IsMainReplica(t->replica_id) || t->LocalNumel() == 0) return;
-      writer->WriteTensorChunk(t->key, t->dtype, t->global_shape, t->GlobalBox(), t->flattened_range,
-                               t->data.bytes());
-      ++summary.chunks_written;
-    } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
-      if (!IsMainReplica(o->replica_id)) return;
-      std::string payload = o->data.dump();
-      writer->WriteObject(o->key, o->UniqueKey(), o->global_shape, o->global_offset,
-                          std::as_bytes(std::span(payload)));
-    }
-  });
+CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, SaveSummary& summary) {
+  std::unique_ptr<CheckpointWriter> writer =
+      prepared.format->NewWriter(prepared.env, prepared.write_dir, rank);
+  ForEachItemToWrite(
+      prepared.sharded,
+      [&](const ShardedTensor& t) {
+        writer->WriteTensorChunk(t.key, t.dtype, t.global_shape, t.GlobalBox(), t.flattened_range,
+                                 t.data.bytes());
+        ++summary.chunks_written;
+      },
+      [&](const ShardedObject& o, const std::string& payload) {
+        writer->WriteObject(o.key, o.UniqueKey(), o.global_shape, o.global_offset,
+                            std::as_bytes(std::span(payload)));
+      });
   CheckpointMetadata local = writer->Finish();
   summary.bytes_written = writer->bytes_written();
   return local;
 }
 
+// What a save plan depends on: this rank's shard metadata and the options
+// that shape what it writes.
+uint64_t PlanFingerprint(const Node& sharded, const Format& format, const SaveOptions& options,
+                         const Communicator& group) {
+  std::string text = LocalMetadataToJson(CollectLocalMetadata(sharded)).dump();
+  text += fmt::format("|{}|{}|{}|{}|{}", format.name(), options.validate_access_integrity,
+                      options.fully_parallel, group.rank(), group.size());
+  return Checksum(std::as_bytes(std::span(text)));
+}
+
 }  // namespace
+
+PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communicator& comm,
+                         const SaveOptions& options, SaveSummary& summary) {
+  PreparedSave prepared;
+  prepared.format = options.format ? options.format : &NativeFormat();
+  prepared.env = options.env ? options.env : Env::Default();
+  AgreeOnOutcome(comm, [&] {
+    SavePieces pieces = SavePreprocess(state_dict);
+    CheckLocalShards(pieces.sharded);
+    prepared.sharded = std::move(pieces.sharded);
+    prepared.common = CommonToJson(pieces.common);
+    if (!options.content_metadata.is_null()) prepared.common["content_metadata"] = options.content_metadata;
+  });
+  Communicator& group = options.parallelization_group ? *options.parallelization_group : comm;
+  if (options.plan_cache) {
+    prepared.fingerprint = PlanFingerprint(prepared.sharded, *prepared.format, options, group);
+    const SavePlanCache& cache = *options.plan_cache;
+    const bool mine = cache.filled && cache.fingerprint == prepared.fingerprint;
+    prepared.reused_plan = comm.AllReduceOne(mine ? 1 : 0, ReduceOp::kMin) == 1;
+  }
+  if (options.validate_access_integrity && !prepared.reused_plan) {
+    ValidateGlobalSharding(prepared.sharded, comm);
+    CompareCommonState(prepared.common, comm, summary);
+  }
+  if (options.fully_parallel) {
+    bool rewritten;
+    if (options.plan_cache) {
+      prepared.distribution = prepared.reused_plan
+                                  ? options.plan_cache->distribution
+                                  : DetermineMainReplicaUniformDistribution(prepared.sharded, group, false);
+      if ((rewritten = prepared.distribution.has_value())) {
+        DistributeMainReplicas(prepared.sharded, group.rank(), *prepared.distribution);
+      }
+    } else {
+      rewritten = ApplySavingParallelization(prepared.sharded, group, options.distribution_cache);
+    }
+    // A rank may now write a replica it holds without data.
+    if (rewritten) AgreeOnOutcome(comm, [&] { CheckLocalShards(prepared.sharded); });
+  }
+  AgreeOnOutcome(comm, [&] {
+    if (comm.rank() == kCoordinator) {
+      prepared.write_dir = prepared.format->PrepareDirectory(prepared.env, dir, options.overwrite);
+    }
+  });
+  comm.Broadcast(prepared.write_dir, kCoordinator);
+  return prepared;
+}
+
+void ForEachItemToWrite(const Node& sharded, const std::function<void(const ShardedTensor&)>& tensor,
+                        const std::function<void(const ShardedObject&, const std::string&)>& object) {
+  ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
+    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
+      if (IsMainReplica(t->replica_id) && t->LocalNumel() > 0) tensor(*t);
+    } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
+      if (IsMainReplica(o->replica_id)) object(*o, o->data.dump());
+    }
+  });
+}
+
+void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared, const std::string& dir,
+                Communicator& comm, const SaveOptions& options) {
+  SavePlanCache* cache = options.plan_cache;
+  // 'C' + checksums when this rank's written layout is the cached one, else 'M' + metadata.
+  std::string payload;
+  if (cache && prepared.reused_plan) {
+    if (auto checksums = ChecksumsIfSameLayout(local, cache->written)) {
+      payload = "C" + nlohmann::json(*checksums).dump();
+    }
+  }
+  if (payload.empty()) payload = "M" + MetadataToJson(local).dump();
+  std::vector<std::string> all = comm.Gather(payload, kCoordinator);
+  std::vector<CheckpointMetadata> written;
+  AgreeOnOutcome(comm, [&] {
+    if (comm.rank() != kCoordinator) return;
+    for (size_t r = 0; r < all.size(); ++r) {
+      nlohmann::json j = nlohmann::json::parse(std::string_view(all[r]).substr(1));
+      if (all[r][0] == 'M') {
+        written.push_back(MetadataFromJson(j, "rank metadata"));
+      } else if (cache && r < cache->ranks_written.size()) {
+        written.push_back(WithChecksums(cache->ranks_written[r], j.get<std::vector<uint64_t>>()));
+      } else {
+        Fail(ErrorKind::kCorruption, "rank {} reused a save plan the coordinator does not have", r);
+      }
+    }
+    CheckpointMetadata merged;
+    merged.format = std::string(prepared.format->name());
+    merged.writer = local.writer;
+    merged.topology = options.topology;
+    for (const CheckpointMetadata& md : written) merged.MergeFrom(md);
+    merged.common = prepared.common;
+    if (!options.content_metadata.is_null()) merged.content = options.content_metadata;
+    prepared.format->Commit(prepared.env, dir, prepared.write_dir, merged);
+  });
+  if (!cache) return;
+  cache->filled = true;
+  cache->fingerprint = prepared.fingerprint;
+  cache->distribution = prepared.distribution;
+  cache->written = local;
+  cache->ranks_written = std::move(written);
+  if (prepared.reused_plan) ++cache->reuses;
+}
 
 SaveSummary Save(const Node& state_dict, const std::string& dir, Communicator& comm,
                  const SaveOptions& options) {
   auto start = std::chrono::steady_clock::now();
-  const Format& format = options.format ? *options.format : NativeFormat();
-  Env* env = options.env ? options.env : Env::Default();
   SaveSummary summary;
-
-  SavePieces pieces;
-  nlohmann::json common;
-  AgreeOnOutcome(comm, [&] {
-    pieces = SavePreprocess(state_dict);
-    CheckLocalShards(pieces.sharded);
-    common = CommonToJson(pieces.common);
-    if (!options.content_metadata.is_null()) common["content_metadata"] = options.content_metadata;
-  });
-  if (options.validate_access_integrity) {
-    ValidateGlobalSharding(pieces.sharded, comm);
-    CompareCommonState(common, comm, summary);
-  }
-
-  std::string write_dir;
-  AgreeOnOutcome(comm, [&] {
-    if (comm.rank() == kCoordinator) write_dir = format.PrepareDirectory(env, dir, options.overwrite);
-  });
-  comm.Broadcast(write_dir, kCoordinator);
-
+  PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, summary);
   CheckpointMetadata local;
-  AgreeOnOutcome(comm, [&] {
-    local = WriteMainReplicas(pieces.sharded, format, env, write_dir, comm.rank(), summary);
-  });
-
-  std::vector<std::string> all = comm.Gather(MetadataToJson(local).dump(), kCoordinator);
-  AgreeOnOutcome(comm, [&] {
-    if (comm.rank() != kCoordinator) return;
-    CheckpointMetadata merged;
-    merged.format = std::string(format.name());
-    merged.writer = local.writer;
-    merged.topology = options.topology;
-    for (const std::string& s : all) {
-      merged.MergeFrom(MetadataFromJson(nlohmann::json::parse(s), "rank metadata"));
-    }
-    merged.common = common;
-    if (!options.content_metadata.is_null()) merged.content = options.content_metadata;
-    format.Commit(env, dir, write_dir, merged);
-  });
-
+  AgreeOnOutcome(comm, [&] { local = WriteMainReplicas(prepared, comm.rank(), summary); });
+  CommitSave(local, prepared, dir, comm, options);
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;

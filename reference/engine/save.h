@@ -10,6 +10,10 @@
 // atomically). Any failure on any rank makes Save throw on every rank, with
 // the failing ranks named, and leaves no committed checkpoint.
 //
+// options.fully_parallel: after validation, replica ids are rewritten so
+// that each shard is written by one rank of the parallelization group
+// (strategy/fully_parallel.h); the checkpoint is the same in global space.
+//
 // Thread-safety: one call per rank; ranks run concurrently.
 #ifndef DISTCKPT_ENGINE_SAVE_H_
 #define DISTCKPT_ENGINE_SAVE_H_

@@ -1,6 +1,7 @@
 #include "format/format.h"
 
 #include "core/error.h"
+#include "format/dcp/dcp_format.h"
 
 namespace distckpt {
 namespace {
@@ -17,8 +18,10 @@ std::string FormatNames() {
 }  // namespace
 
 const std::vector<const Format*>& AllFormats() {
-  // New formats (DCP, ...) are added here; detection tries them in order.
-  static const std::vector<const Format*> formats = {&NativeFormat()};
+  // New formats are added here; detection tries them in order ("dcp" reads
+  // every DCP checkpoint, so "dcp-1.13" is only ever chosen by name).
+  static const std::vector<const Format*> formats = {&NativeFormat(), &DcpFormat(DcpTarget::kTorch2),
+                                                     &DcpFormat(DcpTarget::kTorch113)};
   return formats;
 }
 

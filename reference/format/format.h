@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "format/checkpoint_metadata.h"
 #include "io/env.h"
 
@@ -96,6 +97,18 @@ class Format {
   virtual std::string PrepareDirectory(Env* env, const std::string& dir, bool overwrite) const = 0;
   virtual std::unique_ptr<CheckpointWriter> NewWriter(Env* env, const std::string& write_dir,
                                                       int rank) const = 0;
+  // A writer of data stream `stream` (>= 0) of `rank`: distinct streams write
+  // distinct files, so several threads may write one rank's data at once
+  // (async save's writers). Stream 0 is NewWriter; formats that write one
+  // file per rank refuse the others (kUnsupported).
+  virtual std::unique_ptr<CheckpointWriter> NewStreamWriter(Env* env, const std::string& write_dir,
+                                                            int rank, int stream) const {
+    if (stream != 0) {
+      Fail(ErrorKind::kUnsupported, "the {} format writes one data file per rank: use one writer",
+           name());
+    }
+    return NewWriter(env, write_dir, rank);
+  }
   // Coordinator only, after every rank's Finish: writes the metadata last,
   // atomically (and swaps a staging directory into `dir`).
   virtual void Commit(Env* env, const std::string& dir, const std::string& write_dir,

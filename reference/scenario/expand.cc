@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "engine/common_state.h"
+#include "optim/optimizer_state.h"
 
 namespace distckpt {
 namespace {
@@ -152,20 +154,86 @@ ShardLocation LocationOf(const Shape& logical_shape, const ShardedTensor& shard)
   return {logical_shape, shard.GlobalBox(), shard.flattened_range};
 }
 
+namespace {
+
+// The Adam state of the model generators' parameters (state.params so far
+// minus the tensor specs'), each factory piece as its own parameter.
+void AddOptimizer(const OptimizerConfig& config, size_t first_model_param, const Topology& topo,
+                  int rank, RankState& state) {
+  std::vector<OptimTensor> model;
+  std::vector<const Param*> owner;
+  for (size_t i = first_model_param; i < state.params.size(); ++i) {
+    const Param& p = state.params[i];
+    for (size_t k = 0; k < p.pieces.size(); ++k) {
+      model.push_back({p.is_factory() ? fmt::format("{}#{}", p.path, k) : p.path, p.pieces[k]});
+      owner.push_back(&p);
+    }
+  }
+  OptimizerState opt = ExpandOptimizer(config, model, topo, rank);
+  std::vector<Param> params;
+  for (OptimTensor& t : opt.tensors) {
+    Shape logical = t.source >= 0 ? owner[t.source]->logical_shape : t.tensor.global_shape;
+    params.push_back({t.path, {std::move(t.tensor)}, std::move(logical), std::nullopt});
+  }
+  for (Param& p : params) state.params.push_back(std::move(p));
+  for (OptimObject& o : opt.objects) state.objects.push_back({o.path, std::move(o.object)});
+  state.optimizer = std::move(opt.common);
+}
+
+bool FsdpEligible(const TensorSpec& spec) {
+  if (spec.flatten || spec.pad_multiple > 0 || spec.split != SplitKind::kEven || spec.shape.empty()) {
+    return false;
+  }
+  for (const auto& [axis, dims] : spec.shard) {
+    for (MeshDim d : dims) {
+      if (d != MeshDim::kTp && d != MeshDim::kPp) return false;
+    }
+  }
+  return true;
+}
+
+// Re-shards the FSDP-eligible tensor specs' shards (all in state.params) by `layout`.
+void ApplyFsdp(const Scenario& s, FsdpLayout layout, const Topology& topo, int rank, RankState& state) {
+  std::vector<size_t> members;
+  std::vector<ShardedTensor> shards;
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    if (!FsdpEligible(s.tensors[i])) continue;
+    members.push_back(i);
+    shards.push_back(state.params[i].pieces.front());
+  }
+  RankCoords c = topo.Coords(rank);
+  std::vector<ShardedTensor> out = ShardForFsdp(layout, shards, static_cast<int64_t>(topo.dp) * topo.cp,
+                                                static_cast<int64_t>(c.dp) * topo.cp + c.cp);
+  for (size_t k = 0; k < members.size(); ++k) state.params[members[k]].pieces = {std::move(out[k])};
+}
+
+}  // namespace
+
 RankState ExpandRank(const Scenario& s, const Topology& topo, int rank,
-                     const nlohmann::json& model_overrides) {
+                     const nlohmann::json& model_overrides, const nlohmann::json& optimizer_overrides,
+                     std::optional<FsdpLayout> fsdp_override) {
   RankState state;
   for (const TensorSpec& spec : s.tensors) {
     for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
       state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
     }
   }
+  FsdpLayout fsdp = fsdp_override.value_or(s.fsdp);
+  if (fsdp != FsdpLayout::kNone) ApplyFsdp(s, fsdp, topo, rank, state);
+  const size_t first_model_param = state.params.size();
   for (const GptConfig& model : s.models) {
     GptConfig config = model_overrides.is_null()
                            ? model
                            : ApplyGptOverrides(model, model_overrides, "load_model");
     for (Param& p : ExpandGptParams(config, topo, rank)) state.params.push_back(std::move(p));
     for (ObjectParam& o : ExpandGptObjects(config, s.seed, topo, rank)) state.objects.push_back(std::move(o));
+  }
+  if (s.optimizer) {
+    OptimizerConfig config = optimizer_overrides.is_null()
+                                 ? *s.optimizer
+                                 : ParseOptimizerConfig(optimizer_overrides, "load_optimizer",
+                                                        *s.optimizer, false);
+    AddOptimizer(config, first_model_param, topo, rank, state);
   }
   for (const ObjectSpec& spec : s.objects) {
     state.objects.push_back({spec.key, ExpandObject(spec, s.seed, topo, rank)});
@@ -255,6 +323,47 @@ const Node* Child(const Node& n, const std::string& k) {
   return it == d->end() ? nullptr : &it->second;
 }
 
+// What `rank` requests under `topo`: the pair's model and optimizer overrides
+// applied and its load_extra tensors added.
+RankState LoadSideState(const Scenario& s, const PairSpec* pair, const Topology& topo, int rank) {
+  RankState state = ExpandRank(s, topo, rank, pair ? pair->load_model : nlohmann::json(),
+                               pair ? pair->load_optimizer : nlohmann::json(),
+                               pair ? pair->load_fsdp : std::nullopt);
+  if (pair) {
+    for (const TensorSpec& spec : pair->load_extra) {
+      for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
+        state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
+      }
+    }
+  }
+  return state;
+}
+
+// The loaded optimizer common state: the saved step and hyper-parameters,
+// and each group's `params` from the request (nonpersistent).
+std::optional<std::string> CheckOptimizerCommon(const Scenario& s, const Node& expected,
+                                                const Node& loaded) {
+  const Node* got = Child(loaded, "optimizer");
+  if (!got) return "optimizer common state missing from the loaded state";
+  const Node* step = Child(*got, "state") ? Child(*Child(*got, "state"), "common_step") : nullptr;
+  if (!step || !step->is<nlohmann::json>() || step->as<nlohmann::json>() != s.optimizer->step) {
+    return fmt::format("optimizer common_step: expected {}, got {}", s.optimizer->step,
+                       step && step->is<nlohmann::json>() ? step->as<nlohmann::json>().dump() : "nothing");
+  }
+  const Node* groups = Child(*got, "param_groups");
+  for (const auto& [i, group] : expected.at("param_groups").as<Dict>()) {
+    const Node* g = groups ? Child(*groups, i) : nullptr;
+    const Node* params = g ? Child(*g, "params") : nullptr;
+    const Node* lr = g ? Child(*g, "lr") : nullptr;
+    nlohmann::json ids = group.at("params").as<LocalNonpersistentObject>().obj;
+    if (!params || !params->is<nlohmann::json>() || params->as<nlohmann::json>() != ids ||
+        !lr || !lr->is<nlohmann::json>() || lr->as<nlohmann::json>() != group.at("lr").as<nlohmann::json>()) {
+      return fmt::format("optimizer param_groups[{}]: params or hyper-parameters differ after load", i);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& topo, int rank) {
@@ -300,19 +409,13 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
   root["tensors"] = Node(std::move(tensors));
   root["objects"] = Node(std::move(objects));
   root["common"] = Node(nlohmann::json{{"scenario", s.name}, {"seed", s.seed}});
+  if (s.optimizer) root["optimizer"] = std::move(state.optimizer);
   return Node(std::move(root));
 }
 
 Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& saved,
                       const Topology& topo, int rank) {
-  RankState state = ExpandRank(s, topo, rank, pair ? pair->load_model : nlohmann::json());
-  if (pair) {
-    for (const TensorSpec& spec : pair->load_extra) {
-      for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-        state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
-      }
-    }
-  }
+  RankState state = LoadSideState(s, pair, topo, rank);
   auto dropped = [&](const std::string& key) {
     return pair && std::count(pair->load_drop.begin(), pair->load_drop.end(), key);
   };
@@ -336,7 +439,15 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
   Dict root;
   root["tensors"] = Node(std::move(tensors));
   root["objects"] = Node(std::move(objects));
+  if (s.optimizer) root["optimizer"] = std::move(state.optimizer);
   return Node(std::move(root));
+}
+
+void CheckOptimizerLoadable(const Scenario& s, const Node& saved_common, const Topology& topo) {
+  if (!s.optimizer) return;
+  if (const Node* saved = Child(saved_common, "optimizer")) {
+    CheckOptimizerResumable(CommonToJson(*saved), topo);
+  }
 }
 
 std::optional<std::string> CheckLoaded(const Scenario& s, const PairSpec* pair,
@@ -344,14 +455,7 @@ std::optional<std::string> CheckLoaded(const Scenario& s, const PairSpec* pair,
                                        const LoadResult& loaded) {
   Node request = BuildLoadRequest(s, pair, saved, topo, rank);
   SavedIndex index = IndexOf(s, saved);
-  RankState state = ExpandRank(s, topo, rank, pair ? pair->load_model : nlohmann::json());
-  if (pair) {
-    for (const TensorSpec& spec : pair->load_extra) {
-      for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-        state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
-      }
-    }
-  }
+  RankState state = LoadSideState(s, pair, topo, rank);
   const Node* tensors = Child(loaded.state_dict, "tensors");
   for (const Param& param : state.params) {
     if (!Child(request.at("tensors"), param.path)) continue;  // dropped
@@ -380,12 +484,17 @@ std::optional<std::string> CheckLoaded(const Scenario& s, const PairSpec* pair,
       }
     }
   }
+  if (s.optimizer) {
+    if (auto bad = CheckOptimizerCommon(s, state.optimizer, loaded.state_dict)) return bad;
+  }
+  std::map<std::string, nlohmann::json> generated;
+  for (const ObjectParam& o : state.objects) generated[o.path] = o.object.data;
   const Node* objects = Child(loaded.state_dict, "objects");
   for (const auto& [path, node] : request.at("objects").as<Dict>()) {
     const ShardedObject& want = node.as<ShardedObject>();
     const Node* got = objects ? Child(*objects, path) : nullptr;
     if (!index.objects.count(want.key) || loaded.mismatch.unexpected.count(want.key)) continue;
-    nlohmann::json expected = ObjectValue(want.key, s.seed, want.global_offset);
+    const nlohmann::json& expected = generated.at(path);
     if (!got || !got->is<nlohmann::json>() || got->as<nlohmann::json>() != expected) {
       return fmt::format("object '{}' (rank {}): expected {}, got {}", want.UniqueKey(), rank,
                          expected.dump(),

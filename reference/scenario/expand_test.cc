@@ -96,5 +96,46 @@ TEST(ExpandTest, ObjectsHaveOneMainReplicaPerGridCell) {
   EXPECT_EQ(ExpandObject(s.objects[0], 1, topo, 3).UniqueKey(), "rng/shard_0.1_2.2");
 }
 
+Scenario ParseScenario(const char* text) { return Scenario::FromJson(nlohmann::json::parse(text), "$"); }
+
+TEST(ExpandTest, FsdpReshardsEligibleTensorSpecsAndLoadCanOverrideTheLayout) {
+  Scenario s = ParseScenario(R"({"tensors": [{"key": "w", "shape": [3, 4]},
+                                             {"key": "d", "shape": [4], "shard": {"0": "dp"}, "split": "chunk"}],
+                                 "fsdp": {"layout": "fsdp2"}})");
+  Topology topo = Topology::Parse("dp=5");
+  RankState r2 = ExpandRank(s, topo, 2);
+  EXPECT_EQ(r2.params[0].pieces[0].local_shape, (Shape{1, 4}));
+  EXPECT_EQ(r2.params[0].pieces[0].global_offset, (Shape{2, 0}));
+  EXPECT_EQ(r2.params[0].pieces[0].replica_id, (ReplicaId{0, 0, 0}));
+  EXPECT_EQ(ExpandRank(s, topo, 4).params[0].pieces[0].local_shape, (Shape{0, 4}));  // more ranks than rows
+  EXPECT_EQ(r2.params[1].pieces[0].replica_id, (ReplicaId{0, 0, 0}));  // dp-chunked: not FSDP-managed
+  EXPECT_EQ(r2.params[1].pieces[0].global_offset, (Shape{2}));
+  RankState plain = ExpandRank(s, topo, 2, nullptr, nullptr, FsdpLayout::kNone);
+  EXPECT_EQ(plain.params[0].pieces[0].local_shape, (Shape{3, 4}));
+  EXPECT_EQ(plain.params[0].pieces[0].replica_id, (ReplicaId{0, 0, 2}));
+}
+
+TEST(ExpandTest, OptimizerStateFollowsTheModelAndItsOverrides) {
+  Scenario s = ParseScenario(R"({"model": {"kind": "gpt", "layers": 2, "hidden": 8, "ffn": 16, "heads": 2,
+                                           "vocab": 64, "glu": true},
+                                 "tensors": [{"key": "t", "shape": [2]}],
+                                 "optimizer": {"kind": "adam", "format": "fully_reshardable"}})");
+  Topology topo = Topology::Parse("tp=2,dp=2");
+  RankState st = ExpandRank(s, topo, 0);
+  int exp_avg = 0, model = 0;
+  for (const Param& p : st.params) {
+    if (p.key().rfind("optimizer.state.exp_avg.", 0) == 0) ++exp_avg;
+    if (p.key().rfind("optimizer.", 0) != 0 && p.key() != "t") model += static_cast<int>(p.pieces.size());
+    EXPECT_NE(p.key(), "optimizer.state.exp_avg.t");  // tensor specs have no optimizer state
+  }
+  EXPECT_EQ(exp_avg, model);  // one per model piece (GLU halves separately)
+  EXPECT_EQ(st.optimizer.at("param_state_sharding_type").as<nlohmann::json>(), "fully_reshardable");
+  Scenario dp = s;
+  dp.optimizer->format = OptimFormat::kDpReshardable;
+  RankState bucket = ExpandRank(dp, topo, 1, nullptr, {{"pad_divisor", 8}});
+  ASSERT_FALSE(bucket.objects.empty());
+  EXPECT_EQ(bucket.objects.back().object.key, "optimizer.distributed.dp_group_idx_1.per_bucket_numel_unpadded");
+}
+
 }  // namespace
 }  // namespace distckpt

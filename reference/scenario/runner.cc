@@ -18,7 +18,9 @@
 #include "comm/thread_world.h"
 #include "core/error.h"
 #include "engine/load.h"
+#include "engine/metadata_api.h"
 #include "engine/save.h"
+#include "engine/save_async.h"
 #include "scenario/expand.h"
 
 extern char** environ;
@@ -57,6 +59,30 @@ Topology WorldTopology(const std::string& text, Communicator& comm) {
          topo.world_size(), comm.size());
   }
   return topo;
+}
+
+// Megatron's DP-with-CP group: the ranks sharing this rank's tp and pp.
+std::unique_ptr<Communicator> DataParallelGroup(const Topology& topo, Communicator& comm) {
+  RankCoords coords = topo.Coords(comm.rank());
+  coords.dp = coords.cp = 0;
+  return comm.Split(topo.RankOf(coords), comm.rank());
+}
+
+SaveSummary SaveWithStrategy(const Node& state, const std::string& dir, Communicator& comm,
+                             const Topology& topo, SaveOptions options, const StepStrategy& strategy) {
+  std::unique_ptr<Communicator> dp;
+  if (strategy.fully_parallel) {
+    dp = DataParallelGroup(topo, comm);
+    options.fully_parallel = true;
+    options.parallelization_group = dp.get();
+  }
+  if (!strategy.async) return Save(state, dir, comm, options);
+  options.writers = strategy.writers;
+  AsyncCallsQueue queue(comm);
+  AsyncSave save = SaveAsync(state, dir, comm, options);
+  queue.Schedule(save.request);
+  queue.MaybeFinalize(/*blocking=*/true);
+  return *save.summary;
 }
 
 std::string MakeWorkDir(const std::string& requested) {
@@ -131,9 +157,11 @@ StepReport RunSave(const Scenario& s, const PairSpec* pair, int pair_index, cons
                    const std::string& dir, const RunOptions& options) {
   int world = Topology::Parse(topo).world_size();
   if (options.backend == Backend::kThreads) {
-    return OnThreads(world, [&](Communicator& comm) { return SaveStep(s, pair, topo, dir, comm); });
+    const Format& format = FormatByName(options.format);
+    return OnThreads(world, [&](Communicator& comm) { return SaveStep(s, pair, topo, dir, comm, &format); });
   }
-  std::vector<std::string> args{"save", options.scenario_path, "--topology", topo, "--dir", dir};
+  std::vector<std::string> args{"save", options.scenario_path, "--topology", topo, "--dir", dir,
+                                "--format", options.format};
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".save.json");
 }
@@ -202,7 +230,9 @@ nlohmann::json StepReport::ToJson() const {
           {"missing", missing},
           {"unexpected", unexpected},
           {"rank_bytes_read", rank_bytes_read},
-          {"rank_chunk_bytes", rank_chunk_bytes}};
+          {"rank_chunk_bytes", rank_chunk_bytes},
+          {"rank_bytes_written", rank_bytes_written},
+          {"blocking_seconds", blocking_seconds}};
 }
 
 StepReport StepReport::FromJson(const nlohmann::json& j) {
@@ -220,11 +250,14 @@ StepReport StepReport::FromJson(const nlohmann::json& j) {
   r.unexpected = j.at("unexpected").get<std::string>();
   r.rank_bytes_read = j.at("rank_bytes_read").get<std::vector<uint64_t>>();
   r.rank_chunk_bytes = j.at("rank_chunk_bytes").get<std::vector<uint64_t>>();
+  r.rank_bytes_written = j.value("rank_bytes_written", std::vector<uint64_t>{});
+  r.blocking_seconds = j.value("blocking_seconds", 0.0);
   return r;
 }
 
 StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& topology,
-                    const std::string& dir, Communicator& comm) {
+                    const std::string& dir, Communicator& comm, const Format* format,
+                    const StepStrategy& strategy) {
   StepReport r;
   std::string error;
   SaveSummary summary;
@@ -233,8 +266,9 @@ StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& 
     Node state;
     AgreeOnOutcome(comm, [&] { state = BuildSaveState(s, pair, topo, comm.rank()); });
     SaveOptions options;
+    options.format = format;
     options.topology = topo.ToString();
-    summary = Save(state, dir, comm, options);
+    summary = SaveWithStrategy(state, dir, comm, topo, options, strategy);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -242,12 +276,16 @@ StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& 
   r.ok = r.error.empty();
   r.bytes_written = Sum(comm, summary.bytes_written);
   r.seconds = Max(comm, summary.seconds);
+  r.blocking_seconds = Max(comm, summary.blocking_seconds);
+  for (const std::string& bytes : comm.AllGather(std::to_string(summary.bytes_written))) {
+    r.rank_bytes_written.push_back(std::stoull(bytes));
+  }
   return r;
 }
 
 StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& saved_topology,
                     const std::string& topology, const std::string& dir, Communicator& comm,
-                    StrictHandling strict, VerifyPolicy verify) {
+                    StrictHandling strict, VerifyPolicy verify, const StepStrategy& strategy) {
   StepReport r;
   std::string error;
   bool mismatch = false;
@@ -256,10 +294,21 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
     Topology saved = Topology::Parse(saved_topology);
     Topology topo = WorldTopology(topology, comm);
     Node request;
-    AgreeOnOutcome(comm, [&] { request = BuildLoadRequest(s, pair, saved, topo, comm.rank()); });
+    AgreeOnOutcome(comm, [&] {
+      if (s.optimizer) CheckOptimizerLoadable(s, LoadCommonStateDict(dir), topo);
+      request = BuildLoadRequest(s, pair, saved, topo, comm.rank());
+    });
     LoadOptions options;
     options.strict = strict;
     options.verify = verify;
+    std::unique_ptr<Communicator> dp;
+    if (strategy.fully_parallel || strategy.two_stage) {
+      dp = DataParallelGroup(topo, comm);
+      options.parallelization_group = dp.get();
+      options.fully_parallel = strategy.fully_parallel;
+      options.two_stage = strategy.two_stage;
+      options.exchange = strategy.exchange;
+    }
     result = Load(request, dir, comm, options);
     std::optional<std::string> bad = CheckLoaded(s, pair, saved, topo, comm.rank(), result);
     if (bad) {

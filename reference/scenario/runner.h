@@ -39,17 +39,32 @@ struct StepReport {
   std::string missing, unexpected;  // sorted, comma-separated (return_* modes)
   // Per rank (load): bytes read, and the size of the stored chunks they came from.
   std::vector<uint64_t> rank_bytes_read, rank_chunk_bytes;
+  std::vector<uint64_t> rank_bytes_written;  // per rank (save)
+  double blocking_seconds = 0;               // async save: slowest rank's blocking part
   nlohmann::json ToJson() const;
   static StepReport FromJson(const nlohmann::json& j);
 };
 
+// The save / load strategies of a step (strategy/; the CLI's
+// --fully-parallel, --async, --writers, --exchange, --two-stage). Fully
+// parallel and two-stage work within the DP-with-CP group of the topology.
+struct StepStrategy {
+  bool fully_parallel = false;
+  bool async = false;  // save: SaveAsync through a queue, finalized at once
+  int writers = 1;     // save (async)
+  ExchangeAlgorithm exchange = ExchangeAlgorithm::kBroadcast;  // load (fully parallel)
+  bool two_stage = false;                                      // load
+};
+
 // One rank's part of a save / a load+check. Collective over `comm`; every
-// rank returns the same report (sums over ranks).
+// rank returns the same report (sums over ranks). `format` nullptr = native.
 StepReport SaveStep(const Scenario& scenario, const PairSpec* pair, const std::string& topology,
-                    const std::string& dir, Communicator& comm);
+                    const std::string& dir, Communicator& comm, const Format* format = nullptr,
+                    const StepStrategy& strategy = {});
 StepReport LoadStep(const Scenario& scenario, const PairSpec* pair, const std::string& saved_topology,
                     const std::string& topology, const std::string& dir, Communicator& comm,
-                    StrictHandling strict, VerifyPolicy verify = VerifyPolicy::kWhenWhole);
+                    StrictHandling strict, VerifyPolicy verify = VerifyPolicy::kWhenWhole,
+                    const StepStrategy& strategy = {});
 
 struct PairResult {
   std::string save, load;
@@ -61,6 +76,7 @@ struct PairResult {
 struct RunOptions {
   Backend backend = Backend::kThreads;
   bool matrix = false;
+  std::string format = "native";  // checkpoint format of the saves (FormatByName)
   std::string work_dir;     // checkpoints go here; empty = a fresh temp directory
   bool keep = false;        // keep checkpoints after the run
   std::string self_exe;     // the distckpt binary (for mpirun)

@@ -101,8 +101,13 @@ StrictHandling ParseStrictAt(const Fields& f, const std::string& k) {
   return AtPath(f.at(k), [&] { return ParseStrictHandling(f.str(k)); });
 }
 
+FsdpLayout ParseFsdpSection(const json& v, const std::string& path) {
+  Fields f(v, path, {"layout"});
+  return AtPath(f.at("layout"), [&] { return ParseFsdpLayout(f.str("layout")); });
+}
+
 PairSpec ParsePair(const json& v, const std::string& path) {
-  Fields f(v, path, {"save", "load", "strict", "expect", "load_extra", "load_drop", "break",
+  Fields f(v, path, {"save", "load", "strict", "expect", "load_extra", "load_drop", "break", "load_optimizer", "load_fsdp",
                      "expect_missing", "expect_unexpected", "load_model"});
   PairSpec pair;
   pair.save = f.str("save");
@@ -139,12 +144,38 @@ PairSpec ParsePair(const json& v, const std::string& path) {
     pair.load_model = f.get("load_model");
     ApplyGptOverrides(GptConfig{}, pair.load_model, f.at("load_model"));  // reject bad fields early
   }
+  if (f.has("load_optimizer")) {
+    pair.load_optimizer = f.get("load_optimizer");
+    ParseOptimizerConfig(pair.load_optimizer, f.at("load_optimizer"), {}, false);  // reject bad fields early
+  }
+  if (f.has("load_fsdp")) pair.load_fsdp = ParseFsdpSection(f.get("load_fsdp"), f.at("load_fsdp"));
   if (f.has("expect_missing")) pair.expect_missing = f.str("expect_missing");
   if (f.has("expect_unexpected")) pair.expect_unexpected = f.str("expect_unexpected");
   return pair;
 }
 
 }  // namespace
+
+OptimizerConfig ParseOptimizerConfig(const json& v, const std::string& path, OptimizerConfig base,
+                                     bool full) {
+  Fields f(v, path, full ? std::set<std::string>{"kind", "format", "step", "uneven_step", "pad_divisor",
+                                                 "bucket_numel"}
+                         : std::set<std::string>{"pad_divisor", "bucket_numel"});
+  if (full && f.str("kind", "adam") != "adam") {
+    Fail(ErrorKind::kInvalidArgument, "{}: only \"adam\" is supported", f.at("kind"));
+  }
+  if (f.has("format")) {
+    base.format = AtPath(f.at("format"), [&] { return ParseOptimFormat(f.str("format")); });
+  }
+  base.step = f.integer("step", base.step);
+  base.uneven_step = f.boolean("uneven_step", base.uneven_step);
+  base.pad_divisor = f.integer("pad_divisor", base.pad_divisor);
+  base.bucket_numel = f.integer("bucket_numel", base.bucket_numel);
+  if (base.pad_divisor < 1 || base.bucket_numel < 0) {
+    Fail(ErrorKind::kInvalidArgument, "{}: pad_divisor must be >= 1 and bucket_numel >= 0", path);
+  }
+  return base;
+}
 
 TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   Fields f(v, path, {"key", "shape", "dtype", "shard", "split", "flatten", "flatten_jitter",
@@ -229,7 +260,9 @@ Scenario Scenario::FromJson(const json& j, const std::string& source) {
         s.models.push_back(ParseGptConfig(m, f.at("model")));
       }
     }
-    for (const char* later : {"optimizer", "fsdp", "fp8"}) {
+    if (f.has("optimizer")) s.optimizer = ParseOptimizerConfig(f.get("optimizer"), f.at("optimizer"), {}, true);
+    if (f.has("fsdp")) s.fsdp = ParseFsdpSection(f.get("fsdp"), f.at("fsdp"));
+    for (const char* later : {"fp8"}) {
       if (f.has(later)) {
         Fail(ErrorKind::kUnsupported, "{}: this build does not implement the '{}' section yet",
              f.at(later), later);

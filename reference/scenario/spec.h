@@ -17,6 +17,8 @@
 #include "core/box.h"
 #include "core/dtype.h"
 #include "mapping/strict.h"
+#include "fsdp/layout.h"
+#include "optim/optimizer_state.h"
 #include "scenario/gpt_model.h"
 #include "topology/topology.h"
 
@@ -60,6 +62,8 @@ struct PairSpec {
   std::optional<std::string> expect_missing;     // for return_*: comma-separated sorted keys
   std::optional<std::string> expect_unexpected;
   nlohmann::json load_model;  // overrides of every model's fields on load (null = none)
+  nlohmann::json load_optimizer;  // pad_divisor / bucket_numel on load (null = as saved)
+  std::optional<FsdpLayout> load_fsdp;  // the FSDP layout on load (nullopt = as saved)
 };
 
 struct Scenario {
@@ -71,6 +75,8 @@ struct Scenario {
   std::vector<PairSpec> pairs;
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
   std::vector<GptConfig> models;  // "model": one generator or a list of them
+  std::optional<OptimizerConfig> optimizer;  // Adam state for the model generators' parameters
+  FsdpLayout fsdp = FsdpLayout::kNone;       // FSDP layout of the eligible tensor specs
 
   // Throws CheckpointError(kInvalidArgument) naming `source` and the field.
   static Scenario FromJson(const nlohmann::json& json, const std::string& source);
@@ -78,6 +84,10 @@ struct Scenario {
 };
 
 TensorSpec ParseTensorSpec(const nlohmann::json& json, const std::string& path);
+// An "optimizer" section (`full`) or a pair's load_optimizer overrides of
+// `base` (pad_divisor, bucket_numel only).
+OptimizerConfig ParseOptimizerConfig(const nlohmann::json& json, const std::string& path,
+                                     OptimizerConfig base, bool full);
 
 }  // namespace distckpt
 

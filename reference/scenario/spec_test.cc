@@ -54,6 +54,29 @@ TEST(SpecTest, ErrorsNameTheJsonPath) {
               ThrowsError(ErrorKind::kInvalidArgument, "dp already shards axis 0"));
 }
 
+TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
+  Scenario s = Parse(R"({"optimizer": {"kind": "adam", "format": "dp_reshardable", "step": 4, "pad_divisor": 56},
+                         "fsdp": {"layout": "fsdp2"},
+                         "pairs": [{"save": "dp=2", "load": "dp=3", "load_optimizer": {"pad_divisor": 40},
+                                    "load_fsdp": {"layout": "megatron"}}]})");
+  ASSERT_TRUE(s.optimizer);
+  EXPECT_EQ(s.optimizer->format, OptimFormat::kDpReshardable);
+  EXPECT_EQ(s.optimizer->step, 4);
+  EXPECT_EQ(s.optimizer->pad_divisor, 56);
+  EXPECT_EQ(s.fsdp, FsdpLayout::kFsdp2);
+  EXPECT_EQ(s.pairs[0].load_fsdp, FsdpLayout::kMegatron);
+  EXPECT_EQ(s.pairs[0].load_optimizer["pad_divisor"], 40);
+  EXPECT_THAT([] { Parse(R"({"optimizer": {"kind": "sgd"}})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer.kind"));
+  EXPECT_THAT([] { Parse(R"({"optimizer": {"format": "fully_sharded_bucket_space"}})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer.format"));
+  EXPECT_THAT([] { Parse(R"({"pairs": [{"save": "dp=1", "load": "dp=1", "load_optimizer": {"step": 2}}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "unknown field 'step'"));
+  EXPECT_THAT([] { Parse(R"({"fsdp": {"layout": "zero3"}})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.fsdp.layout"));
+  EXPECT_THAT([] { Parse(R"({"fp8": {}})"); }, ThrowsError(ErrorKind::kUnsupported, "'fp8'"));
+}
+
 TEST(SpecTest, MissingFileIsAnInputError) {
   EXPECT_THAT([] { Scenario::FromFile("/nonexistent/s.json"); },
               ThrowsError(ErrorKind::kInvalidArgument, "cannot open scenario file /nonexistent/s.json"));

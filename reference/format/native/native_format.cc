@@ -90,6 +90,11 @@ class NativeFormatImpl : public Format {
     return std::make_unique<NativeWriter>(env, write_dir, rank);
   }
 
+  std::unique_ptr<CheckpointWriter> NewStreamWriter(Env* env, const std::string& write_dir, int rank,
+                                                    int stream) const override {
+    return std::make_unique<NativeWriter>(env, write_dir, rank, stream);
+  }
+
   void Commit(Env* env, const std::string& dir, const std::string& write_dir,
               const CheckpointMetadata& metadata) const override {
     if (metadata.format != name() || metadata.format_version != kNativeFormatVersion) {

@@ -234,7 +234,8 @@ TEST(NativeFormatTest, DetectsOnlyNativeMetadata) {
   EXPECT_EQ(&FormatByName("native"), &NativeFormat());
   EXPECT_THAT(
       [] { FormatByName("zarr"); },
-      ThrowsError(ErrorKind::kInvalidArgument, "unknown checkpoint format 'zarr' (known: native)"));
+      ThrowsError(ErrorKind::kInvalidArgument,
+                  "unknown checkpoint format 'zarr' (known: native, dcp, dcp-1.13)"));
 }
 
 TEST(NativeFormatTest, CommitRejectsForeignMetadata) {

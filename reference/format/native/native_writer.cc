@@ -31,8 +31,8 @@ bool IsDataFileName(std::string_view name) {
          ConsumeDigits(name) && name == ".bin";
 }
 
-NativeWriter::NativeWriter(Env* env, std::string dir, int rank)
-    : env_(env), dir_(std::move(dir)), rank_(rank) {
+NativeWriter::NativeWriter(Env* env, std::string dir, int rank, int stream)
+    : env_(env), dir_(std::move(dir)), rank_(rank), stream_(stream) {
   metadata_.format = "native";
   metadata_.format_version = kNativeFormatVersion;
   metadata_.writer = "distckpt " DISTCKPT_VERSION;
@@ -45,7 +45,7 @@ void NativeWriter::CheckOpen() const {
 
 NativeWriter::DataFile& NativeWriter::FileFor(uint64_t /*length*/) {
   if (files_.empty()) {
-    std::string name = DataFileName(rank_, 0);
+    std::string name = DataFileName(rank_, stream_);
     files_.push_back({name, env_->NewWritableFile(JoinPath(dir_, name))});
   }
   return files_.back();

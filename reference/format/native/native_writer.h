@@ -1,8 +1,9 @@
 // NativeWriter: writes one rank's data files of a native checkpoint (format
 // version 1, FORMAT.md): every tensor chunk and object payload is appended,
 // as raw bytes with no header, to a data file `__<rank>_<i>.bin` that the
-// writer chooses (today always i = 0; spreading a rank's data over several
-// files only changes NativeWriter::FileFor), and its xxHash3 is recorded.
+// writer chooses (i = its stream: 0 unless several writers share the rank's
+// data, as async save's do; spreading one writer's data over several files
+// only changes NativeWriter::FileFor), and its xxHash3 is recorded.
 //
 // Thread-safety: a writer belongs to one rank and is used by one thread.
 #ifndef DISTCKPT_FORMAT_NATIVE_NATIVE_WRITER_H_
@@ -24,7 +25,7 @@ bool IsDataFileName(std::string_view name);
 
 class NativeWriter : public CheckpointWriter {
  public:
-  NativeWriter(Env* env, std::string dir, int rank);
+  NativeWriter(Env* env, std::string dir, int rank, int stream = 0);
 
   StoredChunk WriteTensorChunk(const std::string& key, DType dtype, const Shape& global_shape,
                                const Box& box, const std::optional<FlatRange>& flat,
@@ -52,6 +53,7 @@ class NativeWriter : public CheckpointWriter {
   Env* env_;
   std::string dir_;
   int rank_;
+  int stream_;
   std::vector<DataFile> files_;
   CheckpointMetadata metadata_;
   uint64_t bytes_written_ = 0;

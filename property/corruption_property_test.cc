@@ -1,0 +1,247 @@
+// Property 8: format robustness. Any single-byte change or truncation of a
+// committed native checkpoint (a data file or metadata.json) is either
+// loaded correctly or rejected with a CheckpointError on every rank: never a
+// crash, a hang, another exception type, or wrong values.
+//
+// The load runs with VerifyPolicy::kAlways (`distckpt load --verify always`:
+// every chunk read is read whole and its checksum checked; the default policy
+// checks only chunks read whole, so a flipped byte inside a partially read
+// chunk would be loaded as a wrong value by design) and strict raise_all (a
+// flipped key is a key mismatch, not a silently missing tensor). It runs in a
+// forked child, so a crash or a hang is reported as a counterexample too; the
+// child's address space is capped so a corrupted size cannot exhaust memory.
+//
+// The counterexample file holds the scenario; its description says which byte
+// to change and the commands that replay it.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <typeinfo>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "comm/thread_world.h"
+#include "core/error.h"
+#include "engine/load.h"
+#include "format/format.h"
+#include "io/env.h"
+#include "property/generators.h"
+#include "property/harness.h"
+#include "property/oracle.h"
+#include "property/steps.h"
+#include "scenario/expand.h"
+
+namespace distckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Open finding 3 (property/README.md): stored chunks that overlap by as many
+// elements as they leave uncovered pass load's coverage count, so a digit
+// changed in a chunk offset loads wrong values. Until the loader checks
+// stored chunks for overlaps, such cases are counted (class "finding-3")
+// instead of failing the property; set this to true once it is fixed.
+constexpr bool kJudgeOverlappingChunks = false;
+
+struct Damage {
+  bool metadata = false;  // metadata.json, else a data file
+  uint64_t file_pick = 0, position = 0;
+  bool truncate = false;
+  int change = 0;        // 0: flip one bit, 1: any byte, 2: a digit of metadata.json's numbers
+  uint8_t value = 0;     // bit number, byte or digit
+};
+
+// Applies `d` to a file of `dir`; describes what it did, "" if nothing changed.
+std::string Apply(const Damage& d, const std::string& dir) {
+  std::vector<std::string> data;
+  for (const std::string& name : Env::Default()->ListDir(dir)) {
+    if (name.size() > 4 && name.substr(name.size() - 4) == ".bin") data.push_back(name);
+  }
+  const std::string name = d.metadata || data.empty() ? "metadata.json" : data[d.file_pick % data.size()];
+  const std::string path = (fs::path(dir) / name).string();
+  std::string bytes = ReadFileToString(Env::Default(), path);
+  if (bytes.empty()) return "";
+  uint64_t at = d.position % bytes.size();
+  const bool digit = d.change == 2 && name == "metadata.json";
+  if (digit) {  // the (position mod count)-th digit: offsets, shapes, lengths, ranges
+    std::vector<uint64_t> digits;
+    for (uint64_t i = 0; i < bytes.size(); ++i) {
+      if (std::isdigit(static_cast<unsigned char>(bytes[i]))) digits.push_back(i);
+    }
+    at = digits[d.position % digits.size()];
+  }
+  std::string what;
+  if (d.truncate) {
+    what = fmt::format("truncate {} from {} to {} bytes", name, bytes.size(), at);
+    bytes.resize(at);
+  } else {
+    const auto old = static_cast<uint8_t>(bytes[at]);
+    const uint8_t now = d.change == 0 ? old ^ static_cast<uint8_t>(1u << (d.value % 8))
+                        : digit       ? static_cast<uint8_t>('0' + d.value % 10)
+                                      : d.value;
+    if (now == old) return "";
+    bytes[at] = static_cast<char>(now);
+    what = fmt::format("set byte {} of {} ({} bytes) from 0x{:02x} to 0x{:02x}", at, name,
+                       bytes.size(), old, now);
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return what;
+}
+
+// True if the (damaged) checkpoint's metadata lists chunks that overlap:
+// element-by-element coverage count per tensor.
+bool HasOverlappingChunks(const std::string& dir) {
+  CheckpointMetadata md;
+  try {
+    md = NativeFormat().OpenReader(Env::Default(), dir)->metadata();
+  } catch (const CheckpointError&) {
+    return false;
+  }
+  for (const auto& [key, stored] : md.tensors) {
+    const int64_t volume = Volume(stored.global_shape);
+    if (volume > (1 << 20)) continue;
+    std::vector<int> count(volume);
+    bool overlap = false;
+    for (const StoredChunk& c : stored.chunks) {
+      const int64_t numel = Volume(c.box.shape);
+      if (c.box.rank() != stored.global_shape.size() || numel > volume ||
+          (c.flat && (c.flat->start < 0 || c.flat->start > c.flat->stop || c.flat->stop > numel))) {
+        continue;  // not a layout this check can read (the load rejects those)
+      }
+      ForEachPosition(c.box, c.flat, [&](const Shape& pos) {
+        const int64_t at = IndexInShape(stored.global_shape, pos);
+        overlap = overlap || (at >= 0 && ++count[at] > 1);
+      });
+    }
+    if (overlap) return true;
+  }
+  return false;
+}
+
+// What the forked load reports back: its verdict and a message.
+enum Verdict : int { kLoaded = 0, kRejected = 10, kWrongValues = 20, kOtherException = 30, kSplit = 40 };
+
+// Child: loads under the pair's load topology, checks every element.
+[[noreturn]] void LoadInChild(const Scenario& s, const std::string& dir, int fd) {
+  rlimit limit{4ull << 30, 4ull << 30};
+  setrlimit(RLIMIT_AS, &limit);
+  alarm(60);
+  const PairSpec& pair = s.pairs[0];
+  const Topology saved = Topology::Parse(pair.save), topo = Topology::Parse(pair.load);
+  std::vector<int> verdict(topo.world_size(), kLoaded);
+  std::vector<std::string> message(topo.world_size());
+  RunRanksCollect(topo.world_size(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    try {
+      LoadOptions options;
+      options.verify = VerifyPolicy::kAlways;
+      options.strict = StrictHandling::kRaiseAll;
+      LoadResult loaded = Load(BuildLoadRequest(s, &pair, saved, topo, r), dir, comm, options);
+      if (auto bad = CheckLoaded(s, &pair, saved, topo, r, loaded)) {
+        verdict[r] = kWrongValues;
+        message[r] = *bad;
+      }
+    } catch (const CheckpointError& e) {
+      verdict[r] = kRejected;
+      message[r] = fmt::format("{}\t{}", ErrorKindName(e.kind()), e.what());
+    } catch (const std::exception& e) {
+      verdict[r] = kOtherException;
+      message[r] = fmt::format("{}: {}", typeid(e).name(), e.what());
+    }
+  });
+  int worst = kLoaded;
+  std::string text;
+  for (int r = 0; r < topo.world_size(); ++r) {
+    if (verdict[r] > worst || (verdict[r] == worst && text.empty() && !message[r].empty())) {
+      worst = verdict[r];
+      text = fmt::format("rank {}: {}", r, message[r]);
+    }
+  }
+  if (worst == kRejected && std::count(verdict.begin(), verdict.end(), kLoaded) > 0) {
+    worst = kSplit;
+    text = "some ranks loaded, others failed: " + text;
+  }
+  if (write(fd, text.data(), text.size()) < 0) _exit(99);
+  _exit(worst);
+}
+
+// "rank R: <kind>\t<message>" -> "<kind>".
+std::string ErrorKindOf(const std::string& rejection) {
+  const size_t from = rejection.find(": ") + 2;
+  return rejection.substr(from, rejection.find('\t') - from);
+}
+
+// Runs the load in a child process; (verdict, message).
+std::pair<int, std::string> LoadForked(const Scenario& s, const std::string& dir) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return {-1, "pipe failed"};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    LoadInChild(s, dir, pipe_fds[1]);
+  }
+  close(pipe_fds[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, n);
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) {
+    return {-1, WTERMSIG(status) == SIGALRM ? "the load hung (killed after 60 s)"
+                                            : fmt::format("the load crashed: {}", strsignal(WTERMSIG(status)))};
+  }
+  return {WEXITSTATUS(status), text};
+}
+
+TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
+  const std::string work = MakeWorkDir();
+  GenLimits limits;
+  limits.max_world = 6;
+  limits.max_tensors = 2;
+  limits.max_elements = 256;
+  CheckProperty({1000, {{"rejected", 0.3}, {"loaded", 0.01}, {"metadata.json", 0.3}, {"data-file", 0.3},
+                       {"truncate", 0.1}}},
+                [&] {
+                  const Scenario s = *GenReshardScenario(limits);
+                  Damage d;
+                  d.metadata = OneIn(2);
+                  d.file_pick = Choose(64);
+                  d.position = *Uniform(1u << 20);
+                  d.truncate = OneIn(5);
+                  d.change = static_cast<int>(Choose(3));
+                  d.value = static_cast<uint8_t>(Choose(256));
+                  const std::string dir = (fs::path(work) / "ckpt").string();
+                  fs::remove_all(dir);
+                  if (auto e = SaveScenario(s, s.pairs[0].save, dir)) FailCase(s, *e);
+                  const std::string what = Apply(d, dir);
+                  RC_PRE(!what.empty());
+                  Tag({d.metadata ? "metadata.json" : "data-file",
+                       d.truncate ? "truncate" : d.change == 2 && d.metadata ? "digit" : "byte"});
+                  const auto [verdict, message] = LoadForked(s, dir);
+                  const std::string note = fmt::format(
+                      "After `distckpt save FILE --topology '{}' --dir D`, {}; then `distckpt load FILE "
+                      "--topology '{}' --dir D --verify always --strict raise_all` must load correctly or "
+                      "fail with an error (exit 2).",
+                      s.pairs[0].save, what, s.pairs[0].load);
+                  if (verdict == kLoaded) {
+                    Tag({"loaded"});
+                  } else if (verdict == kRejected) {
+                    Tag({"rejected", ErrorKindOf(message)});
+                  } else if (verdict == kWrongValues && !kJudgeOverlappingChunks && HasOverlappingChunks(dir)) {
+                    Tag({"finding-3"});
+                  } else {
+                    FailCase(s, fmt::format("{}: {}", what, message), note);
+                  }
+                });
+  fs::remove_all(work);
+}
+
+}  // namespace
+}  // namespace distckpt

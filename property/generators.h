@@ -1,0 +1,83 @@
+// RapidCheck generators of training states and parallel layouts, expressed in
+// the scenario schema (scenarios/README.md) so that any generated case, and in
+// particular a shrunk counterexample, is a scenario file.
+//
+//  - GenTopology: tp, pp, dp, cp in 1..8 (odd sizes 3, 5, 6, 7 included), ep a
+//    divisor of dp*cp, vpp, occasionally a non-default rank order; world size
+//    at most `max_world`.
+//  - GenTensorSpec: 0-d to 5-d global shapes (sizes 0 to a few hundred,
+//    primes included), every dtype, regular grids on 0-3 axes with nested
+//    splits, uneven torch.chunk splits (short and empty trailing shards),
+//    flattened distributed-optimizer ranges (jittered boundaries), vocab
+//    padding and dtype-converting loads; expert tensors (ep, edp) when a
+//    topology has ep > 1. Every tensor is valid under every given topology:
+//    even splits divide, flatten_jitter's constraints hold, and the padded
+//    volume stays within `max_elements`.
+//  - ReshardClasses: the classes of a case, for RC_TAG and class minimums.
+//
+// Thread-safety: generators are values; use them from one thread.
+#ifndef DISTCKPT_PROPERTY_GENERATORS_H_
+#define DISTCKPT_PROPERTY_GENERATORS_H_
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "scenario/spec.h"
+#include "topology/topology.h"
+
+namespace distckpt {
+
+struct GenLimits {
+  int max_world = 12;           // ranks of each topology
+  int topologies = 2;           // how many topologies the tensors must fit
+  int max_tensors = 3;
+  int64_t max_elements = 2048;  // per tensor, padded, under any of the topologies
+  bool objects = true;
+  bool padding = true;
+  bool load_dtype = true;
+  // Cases that fail today because of open findings (property/README.md);
+  // turn them on once the findings are fixed.
+  bool zero_volume = false;        // finding 2: save records no trace of an empty tensor
+  bool empty_flat_ranges = false;  // finding 1: CheckLoaded expects dropped empty ranges
+};
+
+// Uniform in [0, n) whatever RapidCheck's size (rc::gen::inRange starts near
+// its minimum while the size is small), shrinking towards 0. Choices use it;
+// sizes use inRange, where small ones first are welcome.
+rc::Gen<uint64_t> Uniform(uint64_t n);
+// Inside a property or rc::gen::exec: an index below n, and a coin that comes
+// up true once in n throws; both shrink towards 0 / false.
+size_t Choose(size_t n);
+bool OneIn(size_t n);
+
+rc::Gen<Topology> GenTopology(int max_world);
+rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topology>& topologies,
+                                  const GenLimits& limits);
+// Tensors (keys t0, t1, ...) and objects (o0, ...) valid under each of
+// `limits.topologies` generated topologies, listed in scenario.topologies.
+rc::Gen<Scenario> GenScenario(const GenLimits& limits);
+// A pair that saves under `save` and loads under `load`, expecting success.
+PairSpec MakePair(const std::string& save, const std::string& load);
+// GenScenario with one pair: topologies[0] saves, topologies[1] loads.
+rc::Gen<Scenario> GenReshardScenario(const GenLimits& limits);
+
+// True if `spec` is a tensor GenTensorSpec could have produced for these
+// topologies and limits (valid under each of them: even splits divide, the
+// jitter constraints hold, no excluded case); used to keep shrunk scenarios valid.
+bool FitsAsGenerated(const TensorSpec& spec, const std::vector<Topology>& topologies,
+                     const GenLimits& limits);
+
+// The classes of a scenario's first pair (uneven, empty-shard, flattened,
+// padded, dtype-converting, fp8, world-size-changing, odd-size, ep>1, ...).
+std::vector<std::string> ReshardClasses(const Scenario& scenario);
+
+// Shows a scenario as its file's JSON in RapidCheck's counterexample output.
+void showValue(const Scenario& scenario, std::ostream& os);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_PROPERTY_GENERATORS_H_

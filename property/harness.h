@@ -1,0 +1,88 @@
+// Runs a RapidCheck property as the current GoogleTest, with this suite's
+// conventions:
+//  - budget: `cases` test cases unless RC_PARAMS sets max_success (the slow
+//    label and ad-hoc long runs use RC_PARAMS="max_success=N");
+//  - seed: RC_PARAMS="seed=S" or a fresh one; always printed, so a failure
+//    is reproduced by rerunning the test with RC_PARAMS="seed=S";
+//  - classes: the tags of every case (RC_TAG, Tag()) are counted and printed
+//    one per line; each ClassMinimum must reach its fraction of the cases,
+//    so a generator that stops producing an interesting class fails;
+//  - counterexamples: a failing case calls FailCase() (or CheckScenario())
+//    with the scenario that reproduces it; the last one recorded (after
+//    RapidCheck's shrinking, the minimal one; with CheckScenario, shrunk
+//    further by ShrinkScenario) is written to $DISTCKPT_PROPERTY_OUT (default
+//    <tmp>/distckpt-property) and the `distckpt run` command is printed;
+//  - MPI: with `world` set, every rank runs the same cases (rank 0's seed) and
+//    the property must agree on each verdict (AgreeOnFailure); rank 0 writes.
+//
+// Thread-safety: one property at a time per process.
+#ifndef DISTCKPT_PROPERTY_HARNESS_H_
+#define DISTCKPT_PROPERTY_HARNESS_H_
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "comm/communicator.h"
+#include "property/scenario_shrink.h"
+#include "scenario/spec.h"
+
+namespace distckpt {
+
+struct ClassMinimum {
+  std::string tag;
+  double fraction = 0;  // of the cases run
+};
+
+struct PropertyOptions {
+  PropertyOptions(int cases, std::vector<ClassMinimum> minimums = {}, Communicator* world = nullptr)
+      : cases(cases), minimums(std::move(minimums)), world(world) {}
+  int cases;
+  std::vector<ClassMinimum> minimums;
+  Communicator* world;  // MPI: the ranks running the property together
+};
+
+// Runs `property` and reports through GoogleTest (ADD_FAILURE on failure).
+void RunProperty(const rc::detail::Property& property, const PropertyOptions& options);
+
+template <typename Testable>
+void CheckProperty(const PropertyOptions& options, Testable&& testable) {
+  RunProperty(rc::detail::toProperty(std::forward<Testable>(testable)), options);
+}
+
+// Adds tags to the current case (counted by RunProperty).
+void Tag(const std::vector<std::string>& tags);
+
+// Records `scenario` (with `note` as its description: what the scenario file
+// cannot express, e.g. the byte flipped) as the current counterexample and
+// fails the case with `why`.
+[[noreturn]] void FailCase(const Scenario& scenario, const std::string& why,
+                           const std::string& note = "");
+
+// Runs `check` on `scenario` and fails the case if it fails, recording the
+// scenario, `check` and `limits`, so that the minimal case is shrunk further
+// by ShrinkScenario before it is written. Under MPI `check` is collective.
+void CheckScenario(const Scenario& scenario, const GenLimits& limits, const ScenarioCheck& check);
+
+// Fails the case with `why` unless `failure` is empty.
+inline void ExpectNoFailure(const std::optional<std::string>& failure, const Scenario& scenario,
+                            const std::string& note = "") {
+  if (failure) FailCase(scenario, *failure, note);
+}
+
+// MPI: the first failure of any rank (in rank order), on every rank.
+std::optional<std::string> AgreeOnFailure(Communicator& world,
+                                          const std::optional<std::string>& mine);
+
+// Where counterexamples go ($DISTCKPT_PROPERTY_OUT or <tmp>/distckpt-property), created.
+std::string CounterexampleDir();
+// A fresh directory for checkpoints: under $DISTCKPT_PROPERTY_WORK, else
+// /dev/shm when writable (fsync is free there), else <tmp>. Removed by the caller.
+std::string MakeWorkDir();
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_PROPERTY_HARNESS_H_

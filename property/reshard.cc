@@ -1,0 +1,72 @@
+#include "property/reshard.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "scenario/runner.h"
+#include "topology/topology.h"
+
+namespace distckpt {
+
+std::optional<std::string> RunReshard(const Scenario& scenario, const std::string& work_dir) {
+  RunOptions options;
+  options.backend = Backend::kThreads;
+  options.work_dir = work_dir;
+  try {
+    for (const PairResult& r : RunScenario(scenario, options)) {
+      if (!r.ok) return fmt::format("{} -> {}: {}", r.save, r.load, r.reason);
+    }
+  } catch (const std::exception& e) {
+    return fmt::format("the run threw: {}", e.what());
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> RunReshardOn(Communicator& world, const Scenario& scenario,
+                                        const std::string& work_dir) {
+  std::optional<std::string> failure;
+  for (size_t k = 0; k < scenario.pairs.size() && !failure; ++k) {
+    const PairSpec& pair = scenario.pairs[k];
+    const std::string dir = (std::filesystem::path(work_dir) / fmt::format("pair-{}", k)).string();
+    // One step on the first `ranks` ranks; the rest skip it. Every rank
+    // learns rank 0's report (rank 0 always takes part).
+    auto step = [&](const std::string& topology, auto&& fn) {
+      const int ranks = Topology::Parse(topology).world_size();
+      std::unique_ptr<Communicator> sub = world.Split(world.rank() < ranks ? 0 : -1, world.rank());
+      std::string verdict;
+      if (sub) {
+        StepReport report = fn(*sub);
+        verdict = report.ok ? "" : "F" + report.error;
+      }
+      world.Broadcast(verdict, 0);
+      return verdict.empty() ? std::optional<std::string>() : verdict.substr(1);
+    };
+    if (world.size() < Topology::Parse(pair.save).world_size() ||
+        world.size() < Topology::Parse(pair.load).world_size()) {
+      return fmt::format("pair {} -> {} needs more than the {} ranks running", pair.save, pair.load,
+                         world.size());
+    }
+    std::optional<std::string> error = step(pair.save, [&](Communicator& comm) {
+      return SaveStep(scenario, &pair, pair.save, dir, comm);
+    });
+    if (!error) {
+      error = step(pair.load, [&](Communicator& comm) {
+        return LoadStep(scenario, &pair, pair.save, pair.load, dir, comm,
+                        pair.strict.value_or(scenario.strict));
+      });
+    }
+    if (error) failure = fmt::format("{} -> {}: {}", pair.save, pair.load, *error);
+    world.Barrier();
+    if (world.rank() == 0) std::filesystem::remove_all(dir);
+  }
+  return failure;
+}
+
+std::vector<ClassMinimum> ReshardMinimums() {
+  return {{"uneven", 0.05},  {"empty-shard", 0.03},         {"flattened", 0.10},
+          {"padded", 0.05},  {"dtype-converting", 0.05},    {"fp8", 0.10},
+          {"odd-size", 0.20}, {"world-size-changing", 0.30}, {"ep>1", 0.05}};
+}
+
+}  // namespace distckpt

@@ -1,0 +1,196 @@
+// Property 3: sharding validation accepts exactly the valid layouts.
+//
+// An independent oracle counts, element by element, how often the main
+// replicas of every key cover the global tensor: a layout is valid iff every
+// element is covered exactly once and nothing lies outside. Mutations:
+//  - drop a rank's shard / make a rank also save rank+1's shard as a main
+//    replica (the scenario schema's `break` gap / overlap, so the case is a
+//    scenario file): run through save and load as `distckpt run` does; the
+//    save must fail naming exactly the broken key iff the oracle says invalid
+//    (a key no rank saves any more is no sharding error: the checkpoint just
+//    lacks it, and the load must say so);
+//  - shift a main replica's offset by one / flip one shard's dtype (not
+//    expressible in scenario files): ValidateShardingIntegrity on the
+//    metadata must reject naming exactly that key.
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "mapping/py_format.h"
+#include "mapping/validation.h"
+#include "property/generators.h"
+#include "property/harness.h"
+#include "property/oracle.h"
+#include "scenario/expand.h"
+#include "scenario/runner.h"
+
+namespace distckpt {
+namespace {
+
+bool EmptyFlattened(const ShardedTensor& t) { return t.flattened_range && t.flattened_range->size() == 0; }
+
+// Every rank's ShardedTensors as save sees them (empty flattened ranges are
+// dropped by save_preprocess).
+std::vector<std::vector<ShardedTensor>> SavedShards(const Scenario& s, const PairSpec* pair,
+                                                    const Topology& topo) {
+  std::vector<std::vector<ShardedTensor>> ranks(topo.world_size());
+  for (int rank = 0; rank < topo.world_size(); ++rank) {
+    Node state = BuildSaveState(s, pair, topo, rank);
+    for (const auto& [path, node] : state.at("tensors").as<Dict>()) {
+      const ShardedTensor& t = node.as<ShardedTensor>();
+      if (!EmptyFlattened(t)) ranks[rank].push_back(t.WithoutData());
+    }
+  }
+  return ranks;
+}
+
+bool Holds(const std::vector<std::vector<ShardedTensor>>& ranks, const std::string& key) {
+  for (const auto& shards : ranks) {
+    for (const ShardedTensor& t : shards) {
+      if (t.key == key) return true;
+    }
+  }
+  return false;
+}
+
+// The oracle: do the main replicas of `key` cover its global tensor exactly once?
+// (Every shard of a key has the same global shape: the layouts come from one TensorSpec.)
+bool TilesExactly(const std::vector<std::vector<ShardedTensor>>& ranks, const std::string& key) {
+  std::vector<int> count;
+  for (const auto& shards : ranks) {
+    for (const ShardedTensor& t : shards) {
+      if (t.key == key) count.resize(Volume(t.global_shape));
+    }
+  }
+  bool inside = true;
+  for (const auto& shards : ranks) {
+    for (const ShardedTensor& t : shards) {
+      if (t.key != key || !IsMainReplica(t.replica_id)) continue;
+      ForEachPosition(t.GlobalBox(), t.flattened_range, [&](const Shape& pos) {
+        const int64_t at = IndexInShape(t.global_shape, pos);
+        if (at < 0) inside = false;
+        else ++count[at];
+      });
+    }
+  }
+  return inside && std::all_of(count.begin(), count.end(), [](int c) { return c == 1; });
+}
+
+// Names of keys other than `key` that `message` reports.
+std::string OtherKeysNamed(const Scenario& s, const std::string& key, const std::string& message) {
+  std::string others;
+  for (const TensorSpec& t : s.tensors) {
+    if (t.key != key && message.find(PyRepr(t.key)) != std::string::npos) others += t.key + " ";
+  }
+  return others;
+}
+
+TEST(ValidationProperty, SaveRefusesExactlyTheGapsAndOverlaps) {
+  const std::string work = MakeWorkDir();
+  GenLimits limits;
+  limits.topologies = 1;
+  limits.objects = false;
+  CheckProperty({500, {{"valid", 0.15}, {"invalid", 0.30}, {"gap", 0.2}, {"overlap", 0.2},
+                       {"replica-dropped", 0.02}}},
+                [&] {
+                  Scenario s = *GenScenario(limits);
+                  const Topology topo = Topology::Parse(s.topologies[0]);
+                  PairSpec pair = MakePair(s.topologies[0], s.topologies[0]);
+                  if (!OneIn(4)) {
+                    pair.break_save = BreakSpec{s.tensors[Choose(s.tensors.size())].key,
+                                                OneIn(2) ? "gap" : "overlap",
+                                                static_cast<int>(Choose(topo.world_size()))};
+                    Tag({pair.break_save->kind});
+                  }
+                  const auto ranks = SavedShards(s, &pair, topo);
+                  std::string broken, absent;
+                  for (const TensorSpec& t : s.tensors) {
+                    if (!Holds(ranks, t.key)) {
+                      absent = t.key;
+                    } else if (!TilesExactly(ranks, t.key)) {
+                      broken = t.key;
+                    }
+                  }
+                  if (!absent.empty()) {  // a valid save of a state without the key
+                    Tag({"key-dropped"});
+                    pair.expect_error = absent + " from model not in state dict";
+                  } else if (pair.break_save && broken.empty()) {
+                    Tag({pair.break_save->kind == "gap" ? "replica-dropped" : "empty-duplicated"});
+                  }
+                  Tag({broken.empty() ? "valid" : "invalid"});
+                  if (!broken.empty()) pair.expect_error = fmt::format("ShardedTensor(key={}", PyRepr(broken));
+                  s.pairs = {pair};
+                  RunOptions options;
+                  options.work_dir = work;
+                  const PairResult r = RunScenario(s, options).at(0);
+                  if (!r.ok) FailCase(s, r.reason);
+                  if (broken.empty()) return;
+                  if (r.reason.find("Invalid sharding pattern validation") == std::string::npos) {
+                    FailCase(s, "refused, but not by sharding validation: " + r.reason);
+                  }
+                  const std::string others = OtherKeysNamed(s, broken, r.reason);
+                  if (!others.empty()) FailCase(s, "the refusal also names valid keys " + others + ": " + r.reason);
+                });
+  std::filesystem::remove_all(work);
+}
+
+TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
+  GenLimits limits;
+  limits.topologies = 1;
+  limits.objects = false;
+  CheckProperty({500, {{"shift", 0.2}, {"dtype-flip", 0.2}}}, [&] {
+    const Scenario s = *GenScenario(limits);
+    const Topology topo = Topology::Parse(s.topologies[0]);
+    auto ranks = SavedShards(s, nullptr, topo);
+    std::vector<ShardedTensor*> mains, all;
+    for (auto& shards : ranks) {
+      for (ShardedTensor& t : shards) {
+        all.push_back(&t);
+        if (IsMainReplica(t.replica_id) && t.LocalNumel() > 0 && !t.global_shape.empty()) mains.push_back(&t);
+      }
+    }
+    const bool shift = OneIn(2);
+    ShardedTensor* victim = nullptr;
+    std::string note;
+    if (shift) {
+      RC_PRE(!mains.empty());
+      victim = mains[Choose(mains.size())];
+      const size_t axis = Choose(victim->global_shape.size());
+      const int64_t by = *rc::gen::element<int64_t>(-1, 1);
+      victim->global_offset[axis] += by;
+      note = fmt::format("metadata mutation: the main replica of '{}' at {} shifted by {} on axis {}",
+                         victim->key, victim->GlobalBox().ToString(), by, axis);
+    } else {
+      victim = all[Choose(all.size())];
+      const auto same_key = std::count_if(all.begin(), all.end(), [&](auto* t) { return t->key == victim->key; });
+      RC_PRE(same_key > 1);
+      const DType to = victim->dtype == DType::kF32 ? DType::kBF16 : DType::kF32;
+      note = fmt::format("metadata mutation: one shard of '{}' ({}) flipped from {} to {}", victim->key,
+                         victim->GlobalBox().ToString(), DTypeName(victim->dtype), DTypeName(to));
+      victim->dtype = to;
+    }
+    Tag({shift ? "shift" : "dtype-flip"});
+    GlobalMetadata global(ranks.size());
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      for (const ShardedTensor& t : ranks[r]) global[r].push_back(t);
+    }
+    try {
+      ValidateShardingIntegrity(global);
+    } catch (const CheckpointError& e) {
+      const std::string message = e.what();
+      if (e.kind() != ErrorKind::kInvalidSharding) FailCase(s, "wrong error kind: " + message, note);
+      if (message.find(PyRepr(victim->key)) == std::string::npos) {
+        FailCase(s, "the refusal does not name the key: " + message, note);
+      }
+      const std::string others = OtherKeysNamed(s, victim->key, message);
+      if (!others.empty()) FailCase(s, "the refusal also names valid keys " + others + ": " + message, note);
+      return;
+    }
+    FailCase(s, "validation accepted it", note);
+  });
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -1,0 +1,98 @@
+#include "engine/save_async.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "core/error.h"
+#include "engine/save_steps.h"
+#include "strategy/async_writer.h"
+#include "strategy/staging.h"
+
+namespace distckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Copies every item this rank writes into one staging buffer and starts
+// the writers on it.
+std::shared_ptr<WriterJob> StageAndStartWriters(const PreparedSave& prepared, int rank,
+                                                const SaveOptions& options, SaveSummary& summary) {
+  struct Pending {
+    WriteItem item;
+    std::span<const std::byte> tensor_bytes;  // the caller's tensor
+    std::string payload;                      // an object's serialized value
+  };
+  std::vector<Pending> pending;
+  ForEachItemToWrite(
+      prepared.sharded,
+      [&](const ShardedTensor& t) {
+        Pending& p = pending.emplace_back();
+        p.item.key = t.key;
+        p.item.dtype = t.dtype;
+        p.item.global_shape = t.global_shape;
+        p.item.box = t.GlobalBox();
+        p.item.flat = t.flattened_range;
+        p.tensor_bytes = t.data.bytes();
+        ++summary.chunks_written;
+      },
+      [&](const ShardedObject& o, const std::string& payload) {
+        Pending& p = pending.emplace_back();
+        p.item.is_object = true;
+        p.item.key = o.key;
+        p.item.unique_key = o.UniqueKey();
+        p.item.object_shape = o.global_shape;
+        p.item.object_offset = o.global_offset;
+        p.payload = payload;
+      });
+  size_t total = 0;
+  for (Pending& p : pending) {
+    p.item.offset = total;
+    p.item.length = p.item.is_object ? p.payload.size() : p.tensor_bytes.size();
+    total += p.item.length;
+  }
+  std::shared_ptr<StagingBuffer> staged =
+      options.staging ? options.staging->Acquire(total) : StagingPool::Unpooled(total);
+  std::vector<WriteItem> items;
+  items.reserve(pending.size());
+  for (Pending& p : pending) {
+    const std::byte* src = p.item.is_object ? reinterpret_cast<const std::byte*>(p.payload.data())
+                                            : p.tensor_bytes.data();
+    if (p.item.length > 0) std::memcpy(staged->data() + p.item.offset, src, p.item.length);
+    items.push_back(std::move(p.item));
+  }
+  summary.bytes_staged = total;
+  return std::make_shared<WriterJob>(*prepared.format, prepared.env, prepared.write_dir, rank,
+                                     std::move(items), std::move(staged), options.writers);
+}
+
+}  // namespace
+
+AsyncSave SaveAsync(const Node& state_dict, const std::string& dir, Communicator& comm,
+                    const SaveOptions& options) {
+  const Clock::time_point start = Clock::now();
+  auto summary = std::make_shared<SaveSummary>();
+  if (options.writers < 1) {
+    Fail(ErrorKind::kInvalidArgument, "an async save needs at least one writer, got {}", options.writers);
+  }
+  PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, *summary);
+  std::shared_ptr<WriterJob> job;
+  AgreeOnOutcome(comm, [&] { job = StageAndStartWriters(prepared, comm.rank(), options, *summary); });
+  prepared.sharded = Node();  // staged: let go of the caller's tensors
+  summary->blocking_seconds = SecondsSince(start);
+
+  AsyncRequest request(job);
+  request.AddFinalize([job, prepared = std::move(prepared), dir, &comm, options, summary, start] {
+    CheckpointMetadata local;
+    AgreeOnOutcome(comm, [&] { local = job->Result(); });
+    CommitSave(local, prepared, dir, comm, options);
+    summary->bytes_written = job->bytes_written();
+    summary->seconds = SecondsSince(start);
+  });
+  return {std::move(request), summary};
+}
+
+}  // namespace distckpt

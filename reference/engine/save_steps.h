@@ -1,0 +1,53 @@
+// The steps Save and SaveAsync share (engine-internal): preparing a save
+// (preprocess, shard checks, global validation, fully parallel
+// distribution, the directory) and committing it (every rank's written
+// metadata gathered, the coordinator commits last, atomically).
+//
+// Thread-safety: PrepareSave and CommitSave are collective (one call per
+// rank); ForEachItemToWrite is a pure walk.
+#ifndef DISTCKPT_ENGINE_SAVE_STEPS_H_
+#define DISTCKPT_ENGINE_SAVE_STEPS_H_
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "engine/options.h"
+#include "mapping/state_dict.h"
+#include "strategy/distribution.h"
+
+namespace distckpt {
+
+struct PreparedSave {
+  const Format* format = nullptr;
+  Env* env = nullptr;
+  Node sharded;           // preprocessed; replica ids as written
+  nlohmann::json common;  // rank 0's is committed
+  std::string write_dir;  // where ranks write (a staging dir on overwrite)
+  // options.plan_cache: this save's plan, stored in the cache on commit.
+  bool reused_plan = false;
+  uint64_t fingerprint = 0;
+  std::optional<ShardDistribution> distribution;
+};
+
+PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communicator& comm,
+                         const SaveOptions& options, SaveSummary& summary);
+
+// Calls `tensor` for every non-empty main-replica ShardedTensor and `object`
+// for every main-replica ShardedObject (with its serialized payload) of a
+// prepared tree: exactly what this rank writes, in tree order.
+void ForEachItemToWrite(const Node& sharded, const std::function<void(const ShardedTensor&)>& tensor,
+                        const std::function<void(const ShardedObject&, const std::string&)>& object);
+
+// Gathers `local` (what this rank wrote, fsync'd) from every rank; the
+// coordinator merges and commits. Throws on every rank if it fails. With
+// options.plan_cache, ranks whose written layout is unchanged send only
+// their checksums, and a successful commit refills the cache.
+void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared, const std::string& dir,
+                Communicator& comm, const SaveOptions& options);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_ENGINE_SAVE_STEPS_H_

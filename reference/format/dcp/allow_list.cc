@@ -1,0 +1,81 @@
+#include "format/dcp/allow_list.h"
+
+#include <initializer_list>
+#include <string>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+namespace distckpt {
+namespace {
+
+struct AllowedModule {
+  std::string_view module;
+  std::initializer_list<std::string_view> names;
+};
+
+constexpr std::string_view kDcpMetadataClasses[] = {
+    "Metadata", "TensorStorageMetadata", "ChunkStorageMetadata", "BytesStorageMetadata",
+    "MetadataIndex"};
+
+const std::unordered_set<std::string>& AllowList() {
+  static const std::unordered_set<std::string> allowed = [] {
+    const AllowedModule modules[] = {
+        {"torch.distributed.checkpoint.metadata",
+         {"TensorProperties", "_MEM_FORMAT_ENCODING", "StorageMeta"}},
+        {"torch.distributed._shard.sharded_tensor.metadata",
+         {"TensorProperties", "MEM_FORMAT_ENCODING"}},
+        {"torch.distributed.checkpoint.filesystem", {"_StorageInfo", "_StoragePrefix"}},
+        {"torch.distributed._shard.checkpoint.filesystem", {"_StorageInfo", "_StoragePrefix"}},
+        {"torch.distributed.checkpoint.planner",
+         {"SavePlan", "WriteItem", "WriteItemType", "TensorWriteData"}},
+        {"torch.distributed._shard.checkpoint.planner",
+         {"SavePlan", "WriteItem", "WriteItemType", "TensorWriteData"}},
+        {"megatron.core.dist_checkpointing.strategies.torch", {"MCoreMetadata", "MCoreSavePlan"}},
+        {"torch",
+         {"Size", "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+          "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "int16", "int32", "int64", "uint8",
+          "uint16", "uint32", "uint64", "bool", "complex32", "complex64", "complex128", "qint8",
+          "quint8", "qint32", "quint4x2", "quint2x4", "DoubleStorage", "FloatStorage",
+          "HalfStorage", "BFloat16Storage", "LongStorage", "IntStorage", "ShortStorage",
+          "CharStorage", "ByteStorage", "BoolStorage", "ComplexFloatStorage",
+          "ComplexDoubleStorage", "QUInt8Storage", "QInt8Storage", "QInt32Storage",
+          "QUInt4x2Storage", "QUInt2x4Storage"}},
+        {"torch.storage", {"UntypedStorage"}},
+        {"torch.serialization", {"_get_layout"}},
+        {"torch._utils", {"_rebuild_tensor_v2", "_rebuild_tensor_v3"}},
+        {"collections", {"OrderedDict"}},
+        {"builtins", {"getattr"}},
+        {"pathlib", {"PosixPath"}},
+        {"pathlib._local", {"PosixPath"}},
+        // Megatron's common.pt (megatron/core/safe_globals.py, v0.15).
+        {"argparse", {"Namespace"}},
+        {"types", {"SimpleNamespace"}},
+        {"numpy", {"ndarray", "dtype"}},
+        {"numpy.core.multiarray", {"_reconstruct"}},
+        {"numpy._core.multiarray", {"_reconstruct"}},
+        {"numpy.dtypes", {"UInt32DType"}},
+        {"megatron.core.enums", {"ModelType"}},
+        {"megatron.core.transformer.enums", {"AttnBackend", "ModelType"}},
+        {"megatron.core.rerun_state_machine", {"RerunDiagnostic", "RerunMode", "RerunState"}},
+    };
+    std::unordered_set<std::string> set;
+    for (const AllowedModule& m : modules) {
+      for (std::string_view name : m.names) set.insert(fmt::format("{}.{}", m.module, name));
+    }
+    for (std::string_view module : {"torch.distributed.checkpoint.metadata",
+                                    "torch.distributed._shard.checkpoint.metadata"}) {
+      for (std::string_view name : kDcpMetadataClasses) set.insert(fmt::format("{}.{}", module, name));
+    }
+    return set;
+  }();
+  return allowed;
+}
+
+}  // namespace
+
+bool IsAllowedGlobal(std::string_view module, std::string_view name) {
+  return AllowList().contains(fmt::format("{}.{}", module, name));
+}
+
+}  // namespace distckpt

@@ -1,0 +1,30 @@
+// The globals the safe unpickler (unpickler.h) resolves: the DCP metadata
+// classes under their torch 2.x and 1.13 module paths (Metadata,
+// TensorStorageMetadata, ChunkStorageMetadata, BytesStorageMetadata,
+// MetadataIndex, StorageMeta, TensorProperties and its memory-format enum,
+// _StorageInfo, and the planner classes of the SavePlans Megatron keeps in
+// .metadata), Megatron's MCoreMetadata / MCoreSavePlan, torch.Size, torch
+// dtypes, torch.serialization._get_layout, torch._utils._rebuild_tensor_v2
+// and _v3, storage classes, collections.OrderedDict,
+// pathlib(._local).PosixPath, builtins.getattr (the unpickler allows it only
+// as getattr(<allowed class>, "<name>"), the Python 3.11 spelling of the
+// memory-format enum), and the classes Megatron's common.pt holds
+// (argparse.Namespace, types.SimpleNamespace, numpy arrays and dtypes,
+// Megatron's enums; megatron/core/safe_globals.py of v0.15). The unpickler
+// refuses any other global with CheckpointError(kUnsupported) "refusing to
+// unpickle global 'module.name'".
+//
+// Thread-safety: pure function.
+#ifndef DISTCKPT_FORMAT_DCP_ALLOW_LIST_H_
+#define DISTCKPT_FORMAT_DCP_ALLOW_LIST_H_
+
+#include <string_view>
+
+namespace distckpt {
+
+// True if the global `module.name` is on the allow-list.
+bool IsAllowedGlobal(std::string_view module, std::string_view name);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_DCP_ALLOW_LIST_H_

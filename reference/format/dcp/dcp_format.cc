@@ -1,0 +1,147 @@
+#include "format/dcp/dcp_format.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "core/error.h"
+#include "format/dcp/dcp_layout.h"
+#include "format/dcp/dcp_reader.h"
+#include "format/dcp/dcp_writer.h"
+#include "format/dcp/megatron_files.h"
+#include "format/dcp/torch_save.h"
+
+namespace distckpt {
+namespace {
+
+// Item lengths of a rank's data files: items are contiguous, so an item
+// ends where the next one starts, or at the end of its file.
+class ItemLengths {
+ public:
+  ItemLengths(Env* env, const std::string& dir, const CheckpointMetadata& md) {
+    for (const auto& [key, t] : md.tensors) {
+      for (const StoredChunk& c : t.chunks) starts_[c.file].push_back(c.offset);
+    }
+    for (const auto& [key, o] : md.objects) starts_[o.file].push_back(o.offset);
+    for (auto& [file, starts] : starts_) {
+      std::sort(starts.begin(), starts.end());
+      starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+      const std::string path = JoinPath(dir, file);
+      if (!env->FileExists(path)) Fail(ErrorKind::kIncomplete, "data file {} is missing", path);
+      sizes_[file] = env->FileSize(path);
+      if (starts.back() >= sizes_[file]) {
+        Fail(ErrorKind::kCorruption, "data file {} ends at byte {}, before its item at {}", path,
+             sizes_[file], starts.back());
+      }
+    }
+  }
+
+  uint64_t operator()(const std::string& file, uint64_t offset) const {
+    const std::vector<uint64_t>& starts = starts_.at(file);
+    auto next = std::upper_bound(starts.begin(), starts.end(), offset);
+    return (next == starts.end() ? sizes_.at(file) : *next) - offset;
+  }
+
+ private:
+  std::map<std::string, std::vector<uint64_t>> starts_;
+  std::map<std::string, uint64_t> sizes_;
+};
+
+bool IsMegatronConfig(Env* env, const std::string& path) {
+  return env->FileExists(path) && MegatronShardedBackend(ReadFileToString(env, path)).has_value();
+}
+
+class DcpFormatImpl : public Format {
+ public:
+  explicit DcpFormatImpl(DcpTarget target) : target_(target) {}
+
+  std::string_view name() const override {
+    return target_ == DcpTarget::kTorch113 ? "dcp-1.13" : "dcp";
+  }
+
+  bool Detect(Env* env, const std::string& dir) const override {
+    return env->FileExists(JoinPath(dir, kDcpMetadataFileName));
+  }
+
+  std::string PrepareDirectory(Env* env, const std::string& dir, bool overwrite) const override {
+    if (Detect(env, dir)) {
+      if (overwrite) {
+        Fail(ErrorKind::kUnsupported, "overwriting the committed DCP checkpoint {} is not "
+             "supported; remove it or save to another directory", dir);
+      }
+      Fail(ErrorKind::kInvalidArgument, "refusing to overwrite committed checkpoint {} (pass "
+           "overwrite)", dir);
+    }
+    const std::string config = JoinPath(dir, kMegatronConfigFileName);
+    if (env->FileExists(config) && !IsMegatronConfig(env, config)) {
+      Fail(ErrorKind::kInvalidArgument, "{} holds a metadata.json of another format; refusing to "
+           "write a DCP checkpoint over it", dir);
+    }
+    env->CreateDirs(dir);
+    // What an uncommitted save leaves; other files are the user's.
+    for (const std::string& name : env->ListDir(dir)) {
+      if (IsDcpDataFileName(name) || name == ".metadata.tmp" || name == kMegatronCommonFileName ||
+          name == "common.pt.tmp" || name == kMegatronConfigFileName || name == "metadata.json.tmp") {
+        env->RemoveFile(JoinPath(dir, name));
+      }
+    }
+    return dir;
+  }
+
+  std::unique_ptr<CheckpointWriter> NewWriter(Env* env, const std::string& write_dir,
+                                              int rank) const override {
+    return NewStreamWriter(env, write_dir, rank, 0);
+  }
+
+  std::unique_ptr<CheckpointWriter> NewStreamWriter(Env* env, const std::string& write_dir, int rank,
+                                                    int stream) const override {
+    return std::make_unique<DcpWriter>(env, write_dir, rank, stream, std::string(name()));
+  }
+
+  void Commit(Env* env, const std::string& dir, const std::string& write_dir,
+              const CheckpointMetadata& metadata) const override {
+    if (metadata.format != name()) {
+      Fail(ErrorKind::kInvalidArgument, "cannot commit {} metadata as {}", metadata.format, name());
+    }
+    DcpMetadata dcp = DcpFromMetadata(metadata, target_, ItemLengths(env, write_dir, metadata));
+    // Megatron's files first, .metadata last: without it the directory is not a checkpoint.
+    WriteFileAtomic(env, JoinPath(write_dir, kMegatronCommonFileName), TorchSaveJson(metadata.common));
+    WriteFileAtomic(env, JoinPath(write_dir, kMegatronConfigFileName), TorchDistConfigText());
+    WriteFileAtomic(env, JoinPath(write_dir, kDcpMetadataFileName), EncodeDcpMetadata(dcp));
+    (void)dir;  // DCP saves write in place: write_dir == dir
+  }
+
+  std::unique_ptr<CheckpointReader> OpenReader(Env* env, const std::string& dir) const override {
+    if (!env->IsDirectory(dir)) {
+      Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist", dir);
+    }
+    const std::string path = JoinPath(dir, kDcpMetadataFileName);
+    if (!env->FileExists(path)) {
+      Fail(ErrorKind::kIncomplete, "{} is not a DCP checkpoint (.metadata missing: save did not "
+           "commit)", dir);
+    }
+    const std::string config = JoinPath(dir, kMegatronConfigFileName);
+    if (env->FileExists(config)) {
+      std::optional<std::string> backend = MegatronShardedBackend(ReadFileToString(env, config));
+      if (backend && *backend != "torch_dist") {
+        Fail(ErrorKind::kUnsupported, "{}: Megatron sharded backend '{}'; distckpt reads "
+             "torch_dist (DCP) checkpoints", config, *backend);
+      }
+    }
+    DcpLayout layout = LayoutFromDcp(DecodeDcpMetadata(ReadFileToString(env, path), path), path);
+    return std::make_unique<DcpReader>(env, dir, std::move(layout));
+  }
+
+ private:
+  const DcpTarget target_;
+};
+
+}  // namespace
+
+const Format& DcpFormat(DcpTarget target) {
+  static const DcpFormatImpl torch2(DcpTarget::kTorch2);
+  static const DcpFormatImpl torch113(DcpTarget::kTorch113);
+  return target == DcpTarget::kTorch113 ? torch113 : torch2;
+}
+
+}  // namespace distckpt

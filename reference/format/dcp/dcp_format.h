@@ -1,0 +1,27 @@
+// The DCP format: PyTorch Distributed Checkpoint files in Megatron-Core's
+// torch_dist layout (FORMAT.md beside this file). DcpFormat(kTorch2) is
+// "dcp" (torch 2.x class paths in .metadata), DcpFormat(kTorch113) is
+// "dcp-1.13"; both read either kind.
+//
+// Save: PrepareDirectory refuses a committed checkpoint of any format (an
+// overwrite of a DCP checkpoint is kUnsupported) and removes what an
+// uncommitted save left; NewWriter gives a DcpWriter; Commit writes
+// common.pt and metadata.json, then `.metadata` last (temp file, fsync,
+// rename, directory fsync): its presence is the commit.
+// Load: Detect looks for `.metadata`; OpenReader decodes it into a
+// DcpReader.
+//
+// Thread-safety: stateless.
+#ifndef DISTCKPT_FORMAT_DCP_DCP_FORMAT_H_
+#define DISTCKPT_FORMAT_DCP_DCP_FORMAT_H_
+
+#include "format/dcp/dcp_metadata.h"
+#include "format/format.h"
+
+namespace distckpt {
+
+const Format& DcpFormat(DcpTarget target = DcpTarget::kTorch2);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_DCP_DCP_FORMAT_H_

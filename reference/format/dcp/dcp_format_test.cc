@@ -1,0 +1,260 @@
+// The DCP Format end to end through the Format interface: writers of two
+// ranks, Commit, OpenReader; Megatron's layout (metadata.json, common.pt,
+// objects, N-D flattened tensors); directory preparation.
+#include "format/dcp/dcp_format.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "format/dcp/dcp_layout.h"
+#include "format/dcp/megatron_files.h"
+#include "format/dcp/testing.h"
+#include "format/dcp/torch_save.h"
+
+namespace distckpt {
+namespace {
+
+std::string Iota(DType dtype, int64_t n, int64_t start) {
+  std::string out(static_cast<size_t>(n) * DTypeSize(dtype), '\0');
+  for (int64_t i = 0; i < n; ++i) StoreFromDouble(out.data(), dtype, static_cast<size_t>(i), double(start + i));
+  return out;
+}
+
+// Two ranks: "w" f32 (4, 6) in column halves; "flat" f32 (4, 6) as 2 row
+// blocks, each flattened over 2 "DP" ranks; object "rng" per rank; common state.
+void Save(const std::string& dir, const Format& format) {
+  Env* env = Env::Default();
+  const std::string write_dir = format.PrepareDirectory(env, dir, false);
+  CheckpointMetadata merged;
+  merged.format = std::string(format.name());
+  merged.topology = "tp=2";
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = format.NewWriter(env, write_dir, rank);
+    const std::string cols = [&] {  // global (4, 6) iota, columns [3r, 3r+3)
+      std::string out;
+      for (int64_t row = 0; row < 4; ++row) out += Iota(DType::kF32, 3, row * 6 + 3 * rank);
+      return out;
+    }();
+    w->WriteTensorChunk("w", DType::kF32, {4, 6}, Box{{0, 3 * rank}, {4, 3}}, std::nullopt, Bytes(cols));
+    for (int dp = 0; dp < 2; ++dp) {  // row block `rank` (2, 6) flattened: [0, 5) and [5, 12)
+      FlatRange f = dp == 0 ? FlatRange{0, 5} : FlatRange{5, 12};
+      w->WriteTensorChunk("flat", DType::kF32, {4, 6}, Box{{2 * rank, 0}, {2, 6}}, f,
+                          Bytes(Iota(DType::kF32, f.size(), 12 * rank + f.start)));
+    }
+    const std::string rng = nlohmann::json({{"seed", rank}, {"state", {1, 2, 3}}}).dump();
+    w->WriteObject("rng", fmt::format("rng/shard_{}_2", rank), {2}, {rank}, Bytes(rng));
+    merged.MergeFrom(w->Finish());
+  }
+  merged.common = {{"iteration", 42}, {"args", {{"lr", 0.5}}}, {"content_metadata", {{"tag", "t"}}}};
+  format.Commit(env, dir, write_dir, merged);
+}
+
+TEST(DcpFormatTest, WritesMegatronsTorchDistLayout) {
+  ScopedTempDir tmp;
+  Save(tmp.path() + "/ck", DcpFormat());
+  const std::string dir = tmp.path() + "/ck";
+  EXPECT_EQ(Env::Default()->ListDir(dir),
+            (std::vector<std::string>{".metadata", "__0_0.distcp", "__1_0.distcp", "common.pt", "metadata.json"}));
+  EXPECT_EQ(MegatronShardedBackend(ReadFileBytes(dir + "/metadata.json")), "torch_dist");
+  EXPECT_EQ(TorchLoadJson(ZipReader(ReadFileBytes(dir + "/common.pt"), "common.pt")).at("iteration"), 42);
+
+  // .metadata holds the reformulated N-D flattened tensor and its original shape.
+  DcpMetadata dcp = DecodeDcpMetadata(ReadFileBytes(dir + "/.metadata"), "md");
+  EXPECT_EQ(dcp.target, DcpTarget::kTorch2);
+  EXPECT_EQ(dcp.mcore_orig_shapes.at("flat"), (Shape{4, 6}));
+  const DcpEntry& flat = *std::find_if(dcp.entries.begin(), dcp.entries.end(),
+                                       [](const DcpEntry& e) { return e.fqn == "flat"; });
+  EXPECT_EQ(flat.size, (Shape{2, 1, 12}));
+  EXPECT_EQ(flat.chunks[3], (DcpChunk{{1, 0, 5}, {1, 1, 7}}));
+  EXPECT_EQ(dcp.distckpt_info.at("topology"), "tp=2");
+  // Every item's length reaches exactly to the next item.
+  for (const DcpStorage& s : dcp.storage) {
+    EXPECT_NO_THROW(ZipReader(ReadFileBytes(dir + "/" + s.relative_path).substr(s.offset_in_file, s.length), s.fqn));
+  }
+}
+
+TEST(DcpFormatTest, ReadsBackWhatItWrote) {
+  for (DcpTarget target : {DcpTarget::kTorch2, DcpTarget::kTorch113}) {
+    ScopedTempDir tmp;
+    const std::string dir = tmp.path() + "/ck";
+    Save(dir, DcpFormat(target));
+    EXPECT_EQ(DetectFormat(Env::Default(), dir).name(), "dcp");
+    auto reader = DcpFormat().OpenReader(Env::Default(), dir);
+    const CheckpointMetadata& md = reader->metadata();
+    EXPECT_EQ(md.topology, "tp=2");
+    EXPECT_THAT(md.writer, testing::StartsWith("distckpt"));
+    for (const char* key : {"w", "flat"}) {
+      SCOPED_TRACE(key);
+      const StoredTensor& t = md.tensors.at(key);
+      EXPECT_EQ(t.global_shape, (Shape{4, 6}));
+      std::vector<std::byte> data = ReadGlobal(*reader, t);
+      for (size_t i = 0; i < 24; ++i) ASSERT_EQ(LoadAsDouble(data.data(), DType::kF32, i), double(i));
+    }
+    EXPECT_EQ(md.tensors.at("flat").chunks[3].box, (Box{{2, 0}, {2, 6}}));
+    EXPECT_EQ(md.tensors.at("flat").chunks[3].flat, (FlatRange{5, 12}));
+    EXPECT_EQ(nlohmann::json::parse(reader->ReadObject(md.objects.at("rng/shard_1_2"))),
+              nlohmann::json({{"seed", 1}, {"state", {1, 2, 3}}}));
+    EXPECT_EQ(md.objects.at("rng/shard_1_2").global_offset, (Shape{1}));
+    EXPECT_EQ(md.common.at("args").at("lr"), 0.5);
+    EXPECT_EQ(md.content, nlohmann::json({{"tag", "t"}}));
+  }
+}
+
+TEST(DcpFormatTest, StreamWritersWriteOneFileEach) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  CheckpointMetadata md;
+  for (int stream = 0; stream < 2; ++stream) {
+    auto w = DcpFormat().NewStreamWriter(env, tmp.path(), 3, stream);
+    w->WriteTensorChunk("v", DType::kI64, {4}, Box{{2 * stream}, {2}}, std::nullopt,
+                        Bytes(Iota(DType::kI64, 2, 2 * stream)));
+    md.MergeFrom(w->Finish());
+  }
+  md.format = "dcp";
+  DcpFormat().Commit(env, tmp.path(), tmp.path(), md);
+  auto reader = DcpFormat().OpenReader(env, tmp.path());
+  const StoredTensor& v = reader->metadata().tensors.at("v");
+  EXPECT_EQ(v.chunks[1].file, "__3_1.distcp");
+  EXPECT_EQ(v.chunks[1].writer_rank, 3);
+  std::vector<std::byte> data = ReadGlobal(*reader, v);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(LoadAsDouble(data.data(), DType::kI64, i), double(i));
+}
+
+TEST(DcpFormatTest, MegatronHeadKeepsCommonStateAsAnObject) {
+  // Megatron HEAD writes no common.pt: the common dict is the object common_state/shard_0_1.
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  auto w = DcpFormat().NewWriter(env, tmp.path(), 0);
+  w->WriteObject("common_state", "common_state/shard_0_1", {1}, {0},
+                 Bytes(nlohmann::json({{"iteration", 9}}).dump()));
+  CheckpointMetadata md = w->Finish();
+  md.format = "dcp";
+  DcpFormat().Commit(env, tmp.path(), tmp.path(), md);
+  std::filesystem::remove(tmp.path() + "/common.pt");
+  EXPECT_EQ(DcpFormat().OpenReader(env, tmp.path())->metadata().common, nlohmann::json({{"iteration", 9}}));
+}
+
+TEST(DcpFormatTest, LargeContiguousItemsReadOnlyTheRunsPlusHeadAndTail) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  auto w = DcpFormat().NewWriter(env, tmp.path(), 0);
+  w->WriteTensorChunk("big", DType::kF32, {512, 512}, Box{{0, 0}, {512, 512}}, std::nullopt,
+                      Bytes(Iota(DType::kF32, 512 * 512, 0)));
+  CheckpointMetadata md = w->Finish();
+  md.format = "dcp";
+  DcpFormat().Commit(env, tmp.path(), tmp.path(), md);
+  auto reader = DcpFormat().OpenReader(env, tmp.path());
+  const StoredTensor& t = reader->metadata().tensors.at("big");
+  float got[4];
+  ReadRun run{(300 * 512 + 7) * 4, sizeof got, reinterpret_cast<std::byte*>(got)};
+  reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(got[3], 300 * 512 + 10);
+  EXPECT_EQ(reader->stats().bytes_read, 1024 + 1024 + sizeof got);  // tail, head, the run
+  EXPECT_EQ(reader->stats().chunks_unverified, 1u);
+  reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kAlways);  // whole record, CRC checked
+  EXPECT_EQ(reader->stats().bytes_read, 2048 + sizeof got + 512 * 512 * 4);
+  EXPECT_EQ(reader->stats().chunks_verified, 1u);
+}
+
+TEST(DcpFormatTest, StridedItemsAreReadWholeAndGathered) {
+  // A (3, 2) chunk stored as torch keeps a transposed view: storage [0..5] of a
+  // (2, 3) tensor, stride (1, 3). Elements in row-major order: 0 3 1 4 2 5.
+  ScopedTempDir tmp;
+  const std::string pickle = RebuildTensorPickle(6, 0, {3, 2}, {1, 3}), storage = Iota(DType::kF32, 6, 0);
+  const std::string item = ZipToString([&](ZipWriter& zip) {
+    zip.AddRecord("data.pkl", pickle);
+    zip.AddRecord("data/0", storage);
+    zip.AddRecord("version", "3\n");
+  });
+  WriteFileBytes(tmp.path() + "/__0_0.distcp", item);
+  DcpMetadata md;
+  md.entries = {{"t", false, DType::kF32, {3, 2}, {{{0, 0}, {3, 2}}}}};
+  md.storage = {{"t", Shape{0, 0}, 0, "__0_0.distcp", 0, item.size(), {}}};
+  WriteFileBytes(tmp.path() + "/.metadata", EncodeDcpMetadata(md));
+  auto reader = DcpFormat().OpenReader(Env::Default(), tmp.path());
+  float got[2];
+  ReadRun run{2 * 4, sizeof got, reinterpret_cast<std::byte*>(got)};  // row 1
+  reader->ReadChunk(reader->metadata().tensors.at("t"), reader->metadata().tensors.at("t").chunks[0],
+                    {&run, 1}, VerifyPolicy::kWhenWhole);
+  EXPECT_THAT(got, testing::ElementsAre(1, 4));
+  EXPECT_EQ(reader->stats().bytes_read, item.size() + storage.size());  // the item, then the record
+  EXPECT_EQ(reader->stats().chunks_verified, 1u);
+}
+
+TEST(DcpFormatTest, FlattenedChunksOffAGridAreUnsupported) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  auto w = DcpFormat().NewWriter(env, tmp.path(), 0);
+  w->WriteTensorChunk("f", DType::kF32, {5}, Box{{0}, {3}}, FlatRange{0, 3}, Bytes(Iota(DType::kF32, 3, 0)));
+  w->WriteTensorChunk("f", DType::kF32, {5}, Box{{3}, {2}}, FlatRange{0, 2}, Bytes(Iota(DType::kF32, 2, 3)));
+  CheckpointMetadata md = w->Finish();
+  md.format = "dcp";
+  EXPECT_THAT([&] { DcpFormat().Commit(env, tmp.path(), tmp.path(), md); },
+              ThrowsError(ErrorKind::kUnsupported, "regular grid"));
+  EXPECT_FALSE(DcpFormat().Detect(env, tmp.path()));
+}
+
+TEST(DcpFormatTest, WriterRefusesBadChunks) {
+  ScopedTempDir tmp;
+  auto w = DcpFormat().NewWriter(Env::Default(), tmp.path(), 0);
+  EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF32, {4}, Box{{2}, {3}}, std::nullopt, Bytes(Iota(DType::kF32, 3, 0))); },
+              ThrowsError(ErrorKind::kInvalidArgument, "does not fit"));
+  EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF32, {4}, Box{{0}, {2}}, std::nullopt, Bytes(Iota(DType::kF32, 3, 0))); },
+              ThrowsError(ErrorKind::kInvalidArgument, "12 bytes for 2 elements"));
+  w->WriteTensorChunk("a", DType::kF32, {4}, Box{{0}, {2}}, std::nullopt, Bytes(Iota(DType::kF32, 2, 0)));
+  EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF64, {4}, Box{{2}, {2}}, std::nullopt, Bytes(Iota(DType::kF64, 2, 0))); },
+              ThrowsError(ErrorKind::kShapeMismatch, "'a'"));
+  EXPECT_THAT([&] { w->WriteObject("o", "o/shard_0_1", {1}, {0}, Bytes(std::string("{oops"))); },
+              ThrowsError(ErrorKind::kInvalidArgument, "not JSON"));
+}
+
+TEST(DcpFormatTest, PrepareDirectoryProtectsCommittedCheckpoints) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = tmp.path() + "/ck";
+  Save(dir, DcpFormat());
+  EXPECT_THAT([&] { DcpFormat().PrepareDirectory(env, dir, false); },
+              ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
+  EXPECT_THAT([&] { DcpFormat().PrepareDirectory(env, dir, true); }, ThrowsError(ErrorKind::kUnsupported));
+
+  // An uncommitted save's files go; the user's stay.
+  const std::string stale = tmp.path() + "/stale";
+  CopyDir(dir, stale);
+  std::filesystem::remove(stale + "/.metadata");
+  WriteFileBytes(stale + "/notes.txt", "mine");
+  EXPECT_EQ(DcpFormat().PrepareDirectory(env, stale, false), stale);
+  EXPECT_EQ(env->ListDir(stale), std::vector<std::string>{"notes.txt"});
+
+  // A native checkpoint's metadata.json is not Megatron's: refused, not removed.
+  const std::string native = tmp.path() + "/native";
+  std::filesystem::create_directories(native);
+  WriteFileBytes(native + "/metadata.json", R"({"format": "native", "format_version": 1})");
+  EXPECT_THAT([&] { DcpFormat().PrepareDirectory(env, native, false); },
+              ThrowsError(ErrorKind::kInvalidArgument, "another format"));
+}
+
+TEST(DcpFormatTest, OpenRefusesIncompleteAndForeignCheckpoints) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  EXPECT_THAT([&] { DcpFormat().OpenReader(env, tmp.path() + "/none"); }, ThrowsError(ErrorKind::kIncomplete));
+  EXPECT_THAT([&] { DcpFormat().OpenReader(env, tmp.path()); },
+              ThrowsError(ErrorKind::kIncomplete, ".metadata missing"));
+  const std::string dir = tmp.path() + "/zarr";
+  CopyDir(DcpFixture("raw-stdlib/target-2.x"), dir);
+  WriteFileBytes(dir + "/metadata.json", R"({"sharded_backend": "zarr", "sharded_backend_version": 1})");
+  EXPECT_THAT([&] { DcpFormat().OpenReader(env, dir); }, ThrowsError(ErrorKind::kUnsupported, "'zarr'"));
+}
+
+TEST(DcpLayoutTest, RefusesPathsOutsideTheDirectory) {
+  DcpMetadata md = DecodeDcpMetadata(ReadFileBytes(DcpFixture("raw-stdlib/target-2.x/.metadata")), "md");
+  for (const char* path : {"../secret", "/etc/passwd", "a/b.distcp", ""}) {
+    md.storage[1].relative_path = path;
+    EXPECT_THAT([&] { LayoutFromDcp(md, "md"); }, ThrowsError(ErrorKind::kCorruption, "not a plain file name"));
+  }
+  EXPECT_EQ(DcpFileRank("__12_3.distcp"), 12);
+  EXPECT_EQ(DcpFileRank("hint__7_0.distcp"), 7);
+  EXPECT_EQ(DcpFileRank("weird.bin"), 0);
+}
+
+}  // namespace
+}  // namespace distckpt

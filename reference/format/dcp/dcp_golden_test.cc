@@ -1,0 +1,95 @@
+// Golden bytes: the DCP writer reproduces fixtures/dcp/raw-stdlib (written by
+// shared/tools/dcp_rawwrite.py, which real torch 1.13 and 2.6 load) byte for
+// byte: the .metadata pickle for both targets, every tensor item, the
+// BYTE_IO item of an int.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "format/dcp/dcp_format.h"
+#include "format/dcp/dcp_metadata.h"
+#include "format/dcp/testing.h"
+#include "format/dcp/torch_save.h"
+
+namespace distckpt {
+namespace {
+
+// The values dcp_rawwrite.py writes: f32 i*0.5, bf16 i*0.25-1, i64 i*1000000007-3.
+std::string Values(DType dtype, int64_t n, int64_t start = 0) {
+  std::string out(static_cast<size_t>(n) * DTypeSize(dtype), '\0');
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = start + k;
+    if (dtype == DType::kI64) {
+      int64_t v = FixtureI64(i);
+      std::memcpy(out.data() + k * 8, &v, 8);
+    } else {
+      StoreFromDouble(out.data(), dtype, static_cast<size_t>(k),
+                      FixtureValue(dtype == DType::kF32 ? "v(i) = i * 0.5" : "v(i) = i * 0.25 - 1", i));
+    }
+  }
+  return out;
+}
+
+// dcp_rawwrite.py's checkpoint as a DcpMetadata, in its order.
+DcpMetadata RawwriteMetadata(DcpTarget target) {
+  DcpMetadata md;
+  md.target = target;
+  md.entries = {{"row_f32", false, DType::kF32, {5, 4}, {{{0, 0}, {3, 4}}, {{3, 0}, {2, 4}}}},
+                {"rep_bf16", false, DType::kBF16, {6}, {{{0}, {6}}}},
+                {"rep_i64", false, DType::kI64, {2, 3}, {{{0, 0}, {2, 3}}}},
+                {"step", true, DType::kF32, {}, {}}};
+  md.planner_data.emplace();
+  for (const DcpEntry& e : md.entries) md.planner_data->emplace_back(e.fqn, std::vector<std::string>{e.fqn});
+  md.storage = {{"step", std::nullopt, std::nullopt, "__0_0.distcp", 0, 402, {}},
+                {"row_f32", Shape{0, 0}, 0, "__0_0.distcp", 402, 718, {}},
+                {"rep_bf16", Shape{0}, 0, "__0_0.distcp", 1120, 654, {}},
+                {"row_f32", Shape{3, 0}, 1, "__1_0.distcp", 0, 718, {}},
+                {"rep_i64", Shape{0, 0}, 0, "__1_0.distcp", 718, 718, {}}};
+  return md;
+}
+
+TEST(DcpGoldenTest, MetadataPickleIsByteIdentical) {
+  for (auto [target, dir] : {std::pair{DcpTarget::kTorch2, "target-2.x"},
+                             std::pair{DcpTarget::kTorch113, "target-1.13"}}) {
+    SCOPED_TRACE(dir);
+    const std::string golden = ReadFileBytes(DcpFixture(std::string("raw-stdlib/") + dir + "/.metadata"));
+    ASSERT_FALSE(golden.empty());
+    EXPECT_EQ(EncodeDcpMetadata(RawwriteMetadata(target)), golden);
+    // And decoding the golden file gives back exactly that metadata.
+    EXPECT_EQ(DecodeDcpMetadata(golden, dir), RawwriteMetadata(target));
+  }
+}
+
+TEST(DcpGoldenTest, WriterDataFilesAreByteIdentical) {
+  const std::string golden0 = ReadFileBytes(DcpFixture("raw-stdlib/target-2.x/__0_0.distcp"));
+  const std::string golden1 = ReadFileBytes(DcpFixture("raw-stdlib/target-2.x/__1_0.distcp"));
+  ASSERT_EQ(golden0, ReadFileBytes(DcpFixture("raw-stdlib/target-1.13/__0_0.distcp")));
+  ScopedTempDir dir;
+  Env* env = Env::Default();
+  auto rank0 = DcpFormat().NewWriter(env, dir.path(), 0);
+  StoredChunk a = rank0->WriteTensorChunk("row_f32", DType::kF32, {5, 4}, Box{{0, 0}, {3, 4}},
+                                          std::nullopt, Bytes(Values(DType::kF32, 12)));
+  StoredChunk b = rank0->WriteTensorChunk("rep_bf16", DType::kBF16, {6}, Box{{0}, {6}},
+                                          std::nullopt, Bytes(Values(DType::kBF16, 6)));
+  rank0->Finish();
+  auto rank1 = DcpFormat().NewWriter(env, dir.path(), 1);
+  rank1->WriteTensorChunk("row_f32", DType::kF32, {5, 4}, Box{{3, 0}, {2, 4}}, std::nullopt,
+                          Bytes(Values(DType::kF32, 8, 12)));
+  StoredChunk d = rank1->WriteTensorChunk("rep_i64", DType::kI64, {2, 3}, Box{{0, 0}, {2, 3}},
+                                          std::nullopt, Bytes(Values(DType::kI64, 6)));
+  CheckpointMetadata md1 = rank1->Finish();
+
+  EXPECT_EQ(ReadFileBytes(dir.path() + "/__1_0.distcp"), golden1);
+  // Rank 0's golden file starts with the BYTE_IO item torch.save(7).
+  const std::string step = TorchSaveJson(7);
+  ASSERT_EQ(step.size(), 402u);
+  EXPECT_EQ(golden0.substr(0, 402), step);
+  EXPECT_EQ(ReadFileBytes(dir.path() + "/__0_0.distcp"), golden0.substr(402));
+  EXPECT_EQ(a.offset, 0u);
+  EXPECT_EQ(b.offset, 718u);
+  EXPECT_EQ(b.length, 12u);  // element bytes; the item is longer
+  EXPECT_EQ(d.offset, 718u);
+  EXPECT_EQ(md1.tensors.at("row_f32").chunks[0].writer_rank, 1);
+}
+
+}  // namespace
+}  // namespace distckpt

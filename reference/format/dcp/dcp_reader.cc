@@ -1,0 +1,260 @@
+#include "format/dcp/dcp_reader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "format/dcp/megatron_files.h"
+
+namespace distckpt {
+namespace {
+
+using Describe = std::function<std::string()>;
+
+constexpr uint64_t kSmallItem = 4 << 10;  // read whole
+constexpr uint64_t kEdge = 1 << 10;        // head / tail of a larger item
+
+// The bytes of one item: small items are read once, whole; larger ones
+// through a cached head (local headers, data.pkl) and tail (zip directory).
+class ItemSource {
+ public:
+  ItemSource(const RandomAccessFile& file, uint64_t base, uint64_t length, ReadStats& stats)
+      : file_(file), base_(base), length_(length), stats_(stats) {}
+
+  void Read(uint64_t offset, std::span<std::byte> dst) {
+    if (length_ <= kSmallItem) return Copy(whole_, 0, length_, offset, dst);
+    if (offset + dst.size() <= kEdge) return Copy(head_, 0, kEdge, offset, dst);
+    if (offset >= length_ - kEdge) return Copy(tail_, length_ - kEdge, kEdge, offset, dst);
+    file_.Read(base_ + offset, dst);
+    stats_.bytes_read += dst.size();
+  }
+
+ private:
+  void Copy(std::vector<std::byte>& cache, uint64_t start, uint64_t size, uint64_t offset,
+            std::span<std::byte> dst) {
+    if (cache.empty() && size > 0) {
+      cache.resize(size);
+      file_.Read(base_ + start, cache);
+      stats_.bytes_read += size;
+    }
+    std::memcpy(dst.data(), cache.data() + (offset - start), dst.size());
+  }
+
+  const RandomAccessFile& file_;
+  const uint64_t base_, length_;
+  ReadStats& stats_;
+  std::vector<std::byte> whole_, head_, tail_;
+};
+
+std::string ChunkName(const StoredTensor& tensor, const StoredChunk& chunk) {
+  std::string name = fmt::format("key '{}' chunk at global offset {}", tensor.key,
+                                 ShapeToString(chunk.box.offset));
+  if (chunk.flat) name += fmt::format(" (flat [{}, {}))", chunk.flat->start, chunk.flat->stop);
+  return name;
+}
+
+// Total bytes of `runs`, checked sorted, disjoint and inside `length`.
+uint64_t CheckedRunBytes(std::span<const ReadRun> runs, uint64_t length, const Describe& what) {
+  uint64_t covered = 0, end = 0;
+  for (const ReadRun& run : runs) {
+    if (run.offset_in_chunk < end || run.offset_in_chunk > length ||
+        run.length > length - run.offset_in_chunk) {
+      Fail(ErrorKind::kInvalidArgument, "read runs for {} are unsorted, overlap or exceed its {} "
+           "bytes (run at {}, {} bytes)", what(), length, run.offset_in_chunk, run.length);
+    }
+    end = run.offset_in_chunk + run.length;
+    covered += run.length;
+  }
+  return covered;
+}
+
+void CheckCrc(uint32_t actual, uint32_t expected, const std::string& file, const Describe& what) {
+  if (actual != expected) {
+    Fail(ErrorKind::kCorruption, "CRC32 mismatch in {} for {}: the zip records {:08x}, the data "
+         "hashes to {:08x}", file, what(), expected, actual);
+  }
+}
+
+}  // namespace
+
+DcpReader::DcpReader(Env* env, std::string dir, DcpLayout layout)
+    : env_(env), dir_(std::move(dir)), layout_(std::move(layout)) {
+  layout_.metadata.common = ReadCommonState();
+  if (auto it = layout_.metadata.common.find("content_metadata");
+      it != layout_.metadata.common.end() && it->is_object()) {
+    layout_.metadata.content = *it;
+  }
+  stats_.bytes_read = 0;  // opening is not part of any load's reads
+}
+
+const RandomAccessFile& DcpReader::File(const std::string& name, const Describe& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<RandomAccessFile>& slot = files_[name];
+  if (!slot) {
+    const std::string path = JoinPath(dir_, name);
+    if (!env_->FileExists(path)) {
+      Fail(ErrorKind::kCorruption, "data file {} is missing ({} is stored in it)", path, what());
+    }
+    slot = env_->NewRandomAccessFile(path);
+  }
+  return *slot;
+}
+
+ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t length,
+                              const Describe& what) {
+  auto item = layout_.items.find({file, offset});
+  if (item != layout_.items.end() && !item->second.transforms.empty()) {
+    Fail(ErrorKind::kUnsupported, "{} in {} was written with stream transforms [{}], which "
+         "distckpt cannot decode", what(), JoinPath(dir_, file), fmt::join(item->second.transforms, ", "));
+  }
+  const RandomAccessFile& f = File(file, what);
+  if (f.size() < offset || f.size() - offset < length) {
+    Fail(ErrorKind::kCorruption, "data file {} is truncated: {} needs bytes [{}, {}), the file "
+         "has {}", f.path(), what(), offset, offset + length, f.size());
+  }
+  auto source = std::make_shared<ItemSource>(f, offset, length, stats_);
+  return ZipReader([source](uint64_t at, std::span<std::byte> dst) { source->Read(at, dst); },
+                   length, fmt::format("{} (item at byte {}, {})", f.path(), offset, what()));
+}
+
+const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const StoredChunk& chunk,
+                                             const Describe& what) {
+  const DcpItemKey key{chunk.file, chunk.offset};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = tensor_items_.find(key); it != tensor_items_.end()) return it->second;
+  }
+  auto length = layout_.items.find(key);
+  if (length == layout_.items.end()) {
+    Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
+  }
+  ZipReader zip = OpenItem(chunk.file, chunk.offset, length->second.length, what);
+  TensorItem item{ReadTensorRecord(zip)};
+  const TorchTensor& t = item.tensor;
+  const bool shape_ok = chunk.flat ? t.numel() == chunk.flat->size() : t.size == chunk.box.shape;
+  if (t.dtype != tensor.dtype || !shape_ok) {
+    Fail(ErrorKind::kCorruption, "{}: the item holds a {} tensor of size {}, .metadata expects {} "
+         "{}", zip.source(), TorchDTypeName(t.dtype), ShapeToString(t.size),
+         TorchDTypeName(tensor.dtype),
+         chunk.flat ? fmt::format("with {} elements", chunk.flat->size()) : ShapeToString(chunk.box.shape));
+  }
+  const ZipReader::Entry& record = zip.Get("data/" + t.storage_key);
+  if (record.method != 0 || record.size < t.storage_bytes) {
+    Fail(ErrorKind::kCorruption, "{}: storage record data/{} is {} bytes (method {}), the tensor "
+         "needs {} stored bytes", zip.source(), t.storage_key, record.size, record.method,
+         t.storage_bytes);
+  }
+  item.record_offset = chunk.offset + zip.DataOffset(record);
+  item.record_size = record.size;
+  item.crc = record.crc;
+  std::lock_guard<std::mutex> lock(mu_);
+  return tensor_items_.emplace(key, std::move(item)).first->second;
+}
+
+void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
+                          std::span<const ReadRun> runs, VerifyPolicy policy) {
+  const Describe what = [&] { return ChunkName(tensor, chunk); };
+  const uint64_t covered = CheckedRunBytes(runs, chunk.length, what);
+  if (covered == 0 && chunk.length > 0) return;
+  const TensorItem& item = Item(tensor, chunk, what);
+  const RandomAccessFile& file = File(chunk.file, what);
+  const TorchTensor& t = item.tensor;
+  const uint64_t start = static_cast<uint64_t>(t.storage_offset) * DTypeSize(t.dtype);
+  // The runs tile the chunk, and the chunk is the whole record: its CRC applies.
+  const bool whole = covered == chunk.length && t.IsContiguous() && start == 0 &&
+                     item.record_size == chunk.length;
+  const bool verify = policy != VerifyPolicy::kNever;
+
+  if (t.IsContiguous() && (whole || policy != VerifyPolicy::kAlways)) {
+    uint32_t crc = 0;
+    for (size_t i = 0; i < runs.size();) {
+      size_t j = i;  // merge runs adjacent both in the record and in memory
+      uint64_t length = runs[i].length;
+      while (j + 1 < runs.size() && runs[j + 1].offset_in_chunk == runs[j].offset_in_chunk + runs[j].length &&
+             runs[j + 1].dst == runs[j].dst + runs[j].length) {
+        length += runs[++j].length;
+      }
+      std::span<std::byte> dst(runs[i].dst, length);
+      file.Read(item.record_offset + start + runs[i].offset_in_chunk, dst);
+      if (verify && whole) crc = Crc32(dst, crc);
+      i = j + 1;
+    }
+    stats_.bytes_read += covered;
+    if (verify && whole) {
+      CheckCrc(crc, item.crc, file.path(), what);
+      ++stats_.chunks_verified;
+    } else {
+      ++stats_.chunks_unverified;
+    }
+    return;
+  }
+  // A strided tensor, or kAlways on a partial read: read the whole record.
+  std::vector<std::byte> record(item.record_size);
+  file.Read(item.record_offset, record);
+  stats_.bytes_read += record.size();
+  if (verify) {
+    CheckCrc(Crc32(record), item.crc, file.path(), what);
+    ++stats_.chunks_verified;
+  } else {
+    ++stats_.chunks_unverified;
+  }
+  std::vector<std::byte> rows;
+  const std::byte* elements = record.data() + start;
+  if (!t.IsContiguous()) {
+    rows.resize(chunk.length);
+    GatherRowMajor(t, record, rows.data());
+    elements = rows.data();
+  }
+  for (const ReadRun& run : runs) std::memcpy(run.dst, elements + run.offset_in_chunk, run.length);
+}
+
+nlohmann::json DcpReader::ReadValue(const std::string& file, uint64_t offset, uint64_t length,
+                                    const std::string& what) {
+  ZipReader zip = OpenItem(file, offset, length, [&] { return what; });
+  return TorchLoadJson(zip);
+}
+
+std::string DcpReader::ReadObject(const StoredObject& object) {
+  nlohmann::json value = ReadValue(object.file, object.offset, object.length,
+                                   fmt::format("object '{}'", object.unique_key));
+  // Megatron stores the list [data of each local replica] under a unique key.
+  if (value.is_array() && !value.empty()) value = value[0];
+  return value.dump();
+}
+
+nlohmann::json DcpReader::ReadCommonState() {
+  nlohmann::json common = nlohmann::json::object();
+  const std::string path = JoinPath(dir_, kMegatronCommonFileName);
+  if (env_->FileExists(path)) {
+    std::unique_ptr<RandomAccessFile> f = env_->NewRandomAccessFile(path);
+    ZipReader zip([&](uint64_t at, std::span<std::byte> dst) { f->Read(at, dst); }, f->size(), path);
+    common = TorchLoadJson(zip);
+    if (!common.is_object()) {
+      Fail(ErrorKind::kCorruption, "{}: holds a {}, not the common state dict", path,
+           common.type_name());
+    }
+  } else {
+    for (const auto& [unique_key, object] : layout_.metadata.objects) {
+      if (object.key == "common_state") common = nlohmann::json::parse(ReadObject(object));
+    }
+  }
+  for (const DcpValueItem& v : layout_.values) {
+    const std::string what = fmt::format("bytes item '{}'", fmt::join(v.path, "."));
+    nlohmann::json* node = &common;
+    for (size_t i = 0; node->is_object() && i + 1 < v.path.size(); ++i) {
+      node = &(*node)[v.path[i]];
+      if (node->is_null()) *node = nlohmann::json::object();
+    }
+    if (!node->is_object()) {
+      Fail(ErrorKind::kCorruption, "{}: {} lies below a value that is not a dict",
+           JoinPath(dir_, kDcpMetadataFileName), what);
+    }
+    (*node)[v.path.back()] = ReadValue(v.file, v.offset, v.length, what);
+  }
+  return common;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,86 @@
+// DcpReader: reads a committed DCP checkpoint through its DcpLayout
+// (dcp_layout.h). Items are opened on first use: the reader fetches the
+// item's zip directory and data.pkl (one read for items up to 4 KiB, a
+// head and a tail read otherwise), caches the tensor's size, stride,
+// storage offset and data offset, and then
+//
+// - for a tensor stored contiguously (torch.save of a contiguous chunk, as
+//   every writer we know emits), reads exactly the requested byte runs from
+//   the storage record, like the native format;
+// - for a non-contiguous one (a transposed view keeps its strides), reads
+//   the whole storage record and gathers the runs from it.
+//
+// ReadStats: bytes_read counts every byte read from data files (zip
+// directories and data.pkl included; a whole storage record for a
+// non-contiguous tensor, so bytes_read then exceeds the bytes needed). The
+// zip's CRC32 of the storage record is the chunk checksum: verified when the
+// runs cover the whole record, or when the record is read whole; partial
+// reads count as unverified.
+//
+// The constructor also assembles the common state: common.pt (Megatron),
+// else a "common_state" ShardedObject (Megatron HEAD), plus every bytes item
+// that is not a ShardedObject, at its planner_data path.
+//
+// Errors: a missing or truncated data file or item, a damaged archive, a
+// CRC mismatch, or an item that disagrees with .metadata is CheckpointError
+// (kCorruption) naming the file and the key; items written with stream
+// transforms (zstd, ...) are kUnsupported.
+//
+// Thread-safety: ReadChunk, ReadObject and stats() may be called concurrently.
+#ifndef DISTCKPT_FORMAT_DCP_DCP_READER_H_
+#define DISTCKPT_FORMAT_DCP_DCP_READER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "format/dcp/dcp_layout.h"
+#include "format/dcp/torch_save.h"
+#include "format/format.h"
+
+namespace distckpt {
+
+class DcpReader : public CheckpointReader {
+ public:
+  DcpReader(Env* env, std::string dir, DcpLayout layout);
+
+  const CheckpointMetadata& metadata() const override { return layout_.metadata; }
+  void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
+                 std::span<const ReadRun> runs, VerifyPolicy policy) override;
+  std::string ReadObject(const StoredObject& object) override;
+  const ReadStats& stats() const override { return stats_; }
+
+ private:
+  struct TensorItem {
+    TorchTensor tensor;
+    uint64_t record_offset = 0;  // of the storage record's data, in the data file
+    uint64_t record_size = 0;
+    uint32_t crc = 0;
+  };
+
+  const RandomAccessFile& File(const std::string& name, const std::function<std::string()>& what);
+  // The torch.save archive of the item at (file, offset), read through a cache.
+  ZipReader OpenItem(const std::string& file, uint64_t offset, uint64_t length,
+                     const std::function<std::string()>& what);
+  const TensorItem& Item(const StoredTensor& tensor, const StoredChunk& chunk,
+                         const std::function<std::string()>& what);
+  nlohmann::json ReadValue(const std::string& file, uint64_t offset, uint64_t length,
+                           const std::string& what);
+  nlohmann::json ReadCommonState();
+
+  Env* const env_;
+  const std::string dir_;
+  DcpLayout layout_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;  // guarded by mu_
+  std::map<DcpItemKey, TensorItem> tensor_items_;                   // guarded by mu_
+  ReadStats stats_;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_DCP_DCP_READER_H_

@@ -1,0 +1,300 @@
+#include "format/dcp/torch_save.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "format/dcp/pickler.h"
+#include "format/dcp/unpickler.h"
+
+namespace distckpt {
+namespace {
+
+struct TorchDType {
+  DType dtype;
+  std::string_view name;     // torch.<name>
+  std::string_view storage;  // legacy typed storage class; empty: only UntypedStorage (v3)
+};
+
+constexpr TorchDType kTorchDTypes[] = {
+    {DType::kF64, "float64", "DoubleStorage"},  {DType::kF32, "float32", "FloatStorage"},
+    {DType::kF16, "float16", "HalfStorage"},    {DType::kBF16, "bfloat16", "BFloat16Storage"},
+    {DType::kF8E4M3FN, "float8_e4m3fn", ""},    {DType::kF8E5M2, "float8_e5m2", ""},
+    {DType::kI8, "int8", "CharStorage"},        {DType::kI16, "int16", "ShortStorage"},
+    {DType::kI32, "int32", "IntStorage"},       {DType::kI64, "int64", "LongStorage"},
+    {DType::kU8, "uint8", "ByteStorage"},       {DType::kBool, "bool", "BoolStorage"},
+};
+
+const TorchDType& Info(DType dtype) {
+  for (const TorchDType& t : kTorchDTypes) {
+    if (t.dtype == dtype) return t;
+  }
+  Fail(ErrorKind::kUnsupported, "dtype {} has no torch equivalent", DTypeName(dtype));
+}
+
+// The dtype of torch.<name> (a dtype or a typed storage class).
+DType FromTorchGlobal(const PyValue& g, bool storage, const std::string& source) {
+  if (g.kind == PyKind::kGlobal && g.text == "torch") {
+    for (const TorchDType& t : kTorchDTypes) {
+      if ((storage ? t.storage : t.name) == g.name && !g.name.empty()) return t.dtype;
+    }
+  }
+  Fail(ErrorKind::kUnsupported, "{}: tensor of {} {}: not a dtype distckpt holds", source,
+       storage ? "storage class" : "dtype", g.GlobalName());
+}
+
+Shape RowMajorStrides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t acc = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = acc;
+    acc *= shape[d];
+  }
+  return strides;
+}
+
+void CheckByteOrder(const ZipReader& zip) {
+  const ZipReader::Entry* e = zip.Find("byteorder");
+  if (!e) return;  // torch 1.13 never writes it: native (little) order
+  std::string order = zip.ReadRecord(*e);
+  if (order == "little") return;
+  if (order == "big") {
+    Fail(ErrorKind::kUnsupported, "{}: big-endian torch.save archive", zip.source());
+  }
+  Fail(ErrorKind::kCorruption, "{}: byteorder record is '{}'", zip.source(), order);
+}
+
+std::string Hex(std::string_view bytes) {
+  std::string out;
+  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+  return out;
+}
+
+// PyValue -> JSON (torch_save.h "Values").
+class Jsonizer {
+ public:
+  Jsonizer(const ZipReader& zip, size_t max_depth) : zip_(zip), max_depth_(max_depth) {}
+
+  nlohmann::json Convert(const PyValue& v, size_t depth) {
+    if (depth > max_depth_) {
+      Fail(ErrorKind::kCorruption, "{}: value nested deeper than {}", zip_.source(), max_depth_);
+    }
+    switch (v.kind) {
+      case PyKind::kNone: return nullptr;
+      case PyKind::kBool: return v.boolean;
+      case PyKind::kInt: return v.integer;
+      case PyKind::kUInt: return v.uinteger;
+      case PyKind::kBigInt: return {{"__bigint_le__", Hex(v.text)}};
+      case PyKind::kFloat: return v.real;
+      case PyKind::kStr: return v.text;
+      case PyKind::kBytes: return {{"__bytes__", Hex(v.text)}};
+      case PyKind::kList:
+      case PyKind::kTuple:
+      case PyKind::kSet: return Array(v.items, depth);
+      case PyKind::kDict: return Object(v, depth);
+      case PyKind::kGlobal: return v.GlobalName();
+      case PyKind::kPersistent: return {{"__persistent__", Convert(*v.items[0], depth + 1)}};
+      case PyKind::kObject: break;
+    }
+    if (std::optional<TorchTensor> t = AsTorchTensor(v, zip_.source())) return Tensor(*t);
+    if (v.IsInstance("torch", "Size")) return PyToShape(v, zip_.source());
+    if ((v.IsInstance("argparse", "Namespace") || v.IsInstance("types", "SimpleNamespace")) &&
+        (!v.state || v.state->kind == PyKind::kDict)) {
+      return v.state ? Object(*v.state, depth) : nlohmann::json::object();
+    }
+    nlohmann::json out = {{"__object__", v.GlobalName()}, {"args", Convert(*v.args, depth + 1)}};
+    if (v.state) out["state"] = Convert(*v.state, depth + 1);
+    return out;
+  }
+
+ private:
+  nlohmann::json Array(const std::vector<const PyValue*>& items, size_t depth) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const PyValue* item : items) out.push_back(Convert(*item, depth + 1));
+    return out;
+  }
+
+  nlohmann::json Object(const PyValue& dict, size_t depth) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, value] : dict.entries) out[Key(*key)] = Convert(*value, depth + 1);
+    return out;
+  }
+
+  std::string Key(const PyValue& k) {
+    switch (k.kind) {
+      case PyKind::kStr: return k.text;
+      case PyKind::kInt: return std::to_string(k.integer);
+      case PyKind::kBool: return k.boolean ? "True" : "False";
+      case PyKind::kNone: return "None";
+      case PyKind::kFloat: return fmt::format("{}", k.real);
+      default:
+        Fail(ErrorKind::kUnsupported, "{}: dict key of type {} cannot be a JSON key",
+             zip_.source(), PyKindName(k.kind));
+    }
+  }
+
+  nlohmann::json Tensor(const TorchTensor& t) {
+    std::string storage = zip_.ReadRecord(zip_.Get("data/" + t.storage_key));
+    if (storage.size() < t.storage_bytes) {
+      Fail(ErrorKind::kCorruption, "{}: storage record data/{} has {} bytes, the tensor needs {}",
+           zip_.source(), t.storage_key, storage.size(), t.storage_bytes);
+    }
+    std::vector<std::byte> elems(static_cast<size_t>(t.numel()) * DTypeSize(t.dtype));
+    GatherRowMajor(t, std::as_bytes(std::span(storage.data(), storage.size())), elems.data());
+    nlohmann::json data = nlohmann::json::array();
+    for (size_t i = 0; i < static_cast<size_t>(t.numel()); ++i) {
+      if (t.dtype == DType::kI64) {
+        int64_t x;
+        std::memcpy(&x, elems.data() + i * 8, 8);
+        data.push_back(x);
+      } else if (IsFloatingPoint(t.dtype)) {
+        data.push_back(LoadAsDouble(elems.data(), t.dtype, i));
+      } else {
+        data.push_back(static_cast<int64_t>(LoadAsDouble(elems.data(), t.dtype, i)));
+      }
+    }
+    return {{"__tensor__", {{"dtype", TorchDTypeName(t.dtype)}, {"shape", t.size}, {"data", data}}}};
+  }
+
+  const ZipReader& zip_;
+  size_t max_depth_;
+};
+
+}  // namespace
+
+std::string_view TorchDTypeName(DType dtype) { return Info(dtype).name; }
+
+bool TorchTensor::IsContiguous() const {
+  if (numel() == 0) return true;
+  int64_t expected = 1;
+  for (size_t d = size.size(); d-- > 0;) {
+    if (size[d] != 1 && stride[d] != expected) return false;
+    expected *= size[d];
+  }
+  return true;
+}
+
+std::optional<TorchTensor> AsTorchTensor(const PyValue& v, const std::string& source) {
+  const bool v3 = v.IsInstance("torch._utils", "_rebuild_tensor_v3");
+  if (!v3 && !v.IsInstance("torch._utils", "_rebuild_tensor_v2")) return std::nullopt;
+  const std::string what = source + ": tensor rebuild arguments";
+  const std::vector<const PyValue*>& args = v.args->items;
+  if (args.size() < (v3 ? 7u : 6u) || args[0]->kind != PyKind::kPersistent) {
+    Fail(ErrorKind::kCorruption, "{}: expected (storage, offset, size, stride, ...)", what);
+  }
+  const std::vector<const PyValue*>& id = PyToSequence(*args[0]->items[0], what);
+  if (id.size() != 5 || id[0]->kind != PyKind::kStr || id[0]->text != "storage") {
+    Fail(ErrorKind::kCorruption, "{}: storage persistent id is not ('storage', class, key, "
+         "location, numel)", what);
+  }
+  TorchTensor t;
+  // An UntypedStorage counts bytes; a typed storage class counts its own elements.
+  const bool untyped = id[1]->Is("torch.storage", "UntypedStorage");
+  const uint64_t element = untyped ? 1 : DTypeSize(FromTorchGlobal(*id[1], true, source));
+  t.dtype = v3 ? FromTorchGlobal(*args[6], false, source) : FromTorchGlobal(*id[1], true, source);
+  t.storage_key = PyToStr(*id[2], what);
+  const int64_t numel = PyToInt(*id[4], what);
+  t.storage_offset = PyToInt(*args[1], what);
+  t.size = PyToShape(*args[2], what);
+  t.stride = PyToShape(*args[3], what);
+  if (numel < 0 || numel > (int64_t{1} << 56) || t.storage_offset < 0 ||
+      t.size.size() != t.stride.size() || t.size.size() > 64) {
+    Fail(ErrorKind::kCorruption, "{}: storage of {} elements, offset {}, size {} stride {}", what,
+         numel, t.storage_offset, ShapeToString(t.size), ShapeToString(t.stride));
+  }
+  t.storage_bytes = static_cast<uint64_t>(numel) * element;
+  // Every element must lie inside the storage (all arithmetic in 128 bits).
+  unsigned __int128 count = 1, last = static_cast<unsigned __int128>(t.storage_offset);
+  for (size_t d = 0; d < t.size.size(); ++d) {
+    count *= static_cast<unsigned __int128>(t.size[d]);
+    if (t.size[d] > 0) last += static_cast<unsigned __int128>(t.size[d] - 1) * t.stride[d];
+    if (count > (static_cast<unsigned __int128>(1) << 62)) {
+      Fail(ErrorKind::kCorruption, "{}: size {} is too large", what, ShapeToString(t.size));
+    }
+  }
+  if (count > 0 && (last + 1) * DTypeSize(t.dtype) > t.storage_bytes) {
+    Fail(ErrorKind::kCorruption, "{}: size {} stride {} offset {} reaches past the storage's {} "
+         "bytes", what, ShapeToString(t.size), ShapeToString(t.stride), t.storage_offset,
+         t.storage_bytes);
+  }
+  return t;
+}
+
+TorchTensor ReadTensorRecord(const ZipReader& zip) {
+  CheckByteOrder(zip);
+  const std::string source = zip.source() + ": data.pkl";
+  PyTree tree = Unpickle(zip.ReadRecord(zip.Get("data.pkl")), source);
+  std::optional<TorchTensor> t = AsTorchTensor(*tree.root(), source);
+  if (!t) {
+    Fail(ErrorKind::kCorruption, "{}: holds a {} {}, not a tensor", source,
+         PyKindName(tree.root()->kind), tree.root()->GlobalName());
+  }
+  return *t;
+}
+
+void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, std::byte* dst) {
+  const size_t es = DTypeSize(t.dtype);
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  if (t.IsContiguous()) {
+    std::memcpy(dst, storage.data() + t.storage_offset * es, static_cast<size_t>(n) * es);
+    return;
+  }
+  Shape index(t.size.size(), 0);
+  int64_t src = t.storage_offset;
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst + static_cast<size_t>(i) * es, storage.data() + src * es, es);
+    for (size_t d = t.size.size(); d-- > 0;) {  // odometer step in row-major order
+      src += t.stride[d];
+      if (++index[d] < t.size[d]) break;
+      src -= t.stride[d] * t.size[d];
+      index[d] = 0;
+    }
+  }
+}
+
+void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
+                        std::span<const std::byte> data) {
+  const TorchDType& info = Info(dtype);
+  const bool v3 = info.storage.empty();  // float8: UntypedStorage counted in bytes
+  PickleWriter w;
+  w.Reduce([&] { w.Global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"); },
+           v3 ? 7 : 6, [&] {
+             w.Tuple(5, [&] {
+               w.Str("storage");
+               v3 ? w.Global("torch.storage", "UntypedStorage") : w.Global("torch", info.storage);
+               w.Str("0");
+               w.Str("cpu");
+               w.Int(v3 ? static_cast<int64_t>(data.size()) : Volume(shape));
+             });
+             w.BinPersId();
+             w.Int(0);
+             w.TupleOfInts(shape);
+             w.TupleOfInts(RowMajorStrides(shape));
+             w.Bool(false);
+             w.Reduce([&] { w.Global("collections", "OrderedDict"); }, 0, [] {});
+             if (v3) w.Global("torch", info.name);
+           });
+  zip.AddRecord("data.pkl", w.Finish());
+  zip.AddRecord("byteorder", "little");
+  zip.AddRecord("data/0", data);
+  zip.AddRecord("version", "3\n");
+}
+
+std::string TorchSaveJson(const nlohmann::json& value) {
+  PickleWriter w;
+  w.Json(value);
+  std::string pickle = w.Finish();
+  return ZipToString([&](ZipWriter& zip) {
+    zip.AddRecord("data.pkl", pickle);
+    zip.AddRecord("byteorder", "little");
+    zip.AddRecord("version", "3\n");
+  });
+}
+
+nlohmann::json TorchLoadJson(const ZipReader& zip, size_t max_depth) {
+  CheckByteOrder(zip);
+  PyTree tree = Unpickle(zip.ReadRecord(zip.Get("data.pkl")), zip.source() + ": data.pkl");
+  return Jsonizer(zip, max_depth).Convert(*tree.root(), 0);
+}
+
+}  // namespace distckpt

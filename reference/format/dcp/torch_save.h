@@ -1,0 +1,77 @@
+// The contents of torch.save archives (torch_zip.h): a tensor (data.pkl
+// rebuilds it from a storage record data/<key>) or any picklable value.
+//
+// Tensors: data.pkl is _rebuild_tensor_v2(storage, storage_offset, size,
+// stride, requires_grad, hooks) with the storage a persistent id
+// ("storage", torch.<Type>Storage, key, location, numel), or
+// _rebuild_tensor_v3(..., dtype) with an UntypedStorage counted in bytes
+// (float8). The reader honours size, stride and storage offset; the writer
+// emits contiguous tensors (v2, or v3 for float8) exactly as
+// shared/tools/dcp_rawwrite.py: records data.pkl, byteorder, data/0, version.
+//
+// Values (BYTE_IO items, ShardedObjects, common.pt) convert to JSON:
+// None/bool/int/float/str as themselves, list/tuple/set as arrays, dict /
+// OrderedDict / argparse.Namespace / types.SimpleNamespace as objects (int
+// keys become decimal strings), torch.Size as an array, a global (dtype,
+// enum member) as "module.name", bytes as {"__bytes__": "<hex>"}, a tensor
+// as {"__tensor__": {"dtype", "shape", "data": [row-major values]}}, and any
+// other allowed object as {"__object__": "module.name", "args": [...],
+// "state": ...}. JSON converts back to plain Python values only.
+//
+// Errors: CheckpointError(kCorruption) naming the archive's source;
+// dtypes distckpt does not hold and big-endian archives are kUnsupported.
+//
+// Thread-safety: pure functions.
+#ifndef DISTCKPT_FORMAT_DCP_TORCH_SAVE_H_
+#define DISTCKPT_FORMAT_DCP_TORCH_SAVE_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/box.h"
+#include "core/dtype.h"
+#include "format/dcp/py_value.h"
+#include "format/dcp/torch_zip.h"
+
+namespace distckpt {
+
+// "float32", ... (torch.<name>).
+std::string_view TorchDTypeName(DType dtype);
+
+struct TorchTensor {
+  DType dtype = DType::kF32;
+  std::string storage_key;    // record "data/<key>"
+  uint64_t storage_bytes = 0;
+  int64_t storage_offset = 0;  // elements
+  Shape size;
+  Shape stride;  // elements
+
+  int64_t numel() const { return Volume(size); }
+  // True if the elements are the row-major bytes starting at storage_offset.
+  bool IsContiguous() const;
+};
+
+// The tensor a rebuild call describes; nullopt if `v` is not a rebuild call.
+// Checks that every element lies inside the storage.
+std::optional<TorchTensor> AsTorchTensor(const PyValue& v, const std::string& source);
+// The tensor at the root of the archive's data.pkl (kCorruption if none).
+TorchTensor ReadTensorRecord(const ZipReader& zip);
+// Copies `t`'s elements, in row-major order, out of its storage bytes.
+void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, std::byte* dst);
+
+// torch.save of a contiguous tensor of `shape` whose row-major bytes are `data`.
+void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
+                        std::span<const std::byte> data);
+// torch.save(value) of a JSON value.
+std::string TorchSaveJson(const nlohmann::json& value);
+// torch.load of any archive, as JSON (see above).
+nlohmann::json TorchLoadJson(const ZipReader& zip, size_t max_depth = 256);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_DCP_TORCH_SAVE_H_

@@ -1,0 +1,110 @@
+#include "format/dcp/torch_zip.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error_testing.h"
+#include "format/dcp/testing.h"
+
+namespace distckpt {
+namespace {
+
+using namespace std::string_literals;
+
+std::string Archive(bool zip64) {
+  std::string out;
+  ZipWriter zip([&](std::span<const std::byte> b) { out.append(reinterpret_cast<const char*>(b.data()), b.size()); },
+                "archive", zip64);
+  zip.AddRecord("data.pkl", "\x80\x02K\x07."s);
+  zip.AddRecord("byteorder", "little");
+  zip.AddRecord("data/0", std::string(1000, 'x'));
+  zip.AddRecord("version", "3\n");
+  zip.Finish();
+  EXPECT_EQ(zip.size(), out.size());
+  return out;
+}
+
+uint32_t U32(const std::string& s, size_t at) {
+  uint32_t v;
+  std::memcpy(&v, s.data() + at, 4);
+  return v;
+}
+
+TEST(ZipTest, RecordsReadBackAlignedWithTheirCrc) {
+  for (bool zip64 : {false, true}) {
+    SCOPED_TRACE(zip64);
+    const std::string bytes = Archive(zip64);
+    ZipReader zip(bytes, "test.zip");
+    EXPECT_EQ(zip.prefix(), "archive");
+    ASSERT_EQ(zip.entries().size(), 4u);
+    for (const ZipReader::Entry& e : zip.entries()) EXPECT_EQ(zip.DataOffset(e) % 64, 0u) << e.name;
+    EXPECT_EQ(zip.ReadRecord(zip.Get("data/0")), std::string(1000, 'x'));
+    EXPECT_EQ(zip.ReadRecord(zip.Get("version")), "3\n");
+    EXPECT_EQ(zip.Get("data.pkl").crc, Crc32(std::as_bytes(std::span("\x80\x02K\x07.", 5))));
+    EXPECT_EQ(zip.Find("missing"), nullptr);
+    EXPECT_THAT([&] { zip.Get("missing"); }, ThrowsError(ErrorKind::kCorruption, "no record 'missing'"));
+  }
+}
+
+TEST(ZipTest, Zip64WritesItsRecordsOnlyWhenNeeded) {
+  const std::string plain = Archive(false);
+  const std::string big = Archive(true);
+  EXPECT_EQ(plain.find("PK\x06\x06"s), std::string::npos);
+  EXPECT_NE(big.find("PK\x06\x06"s), std::string::npos);  // zip64 end record
+  EXPECT_NE(big.find("PK\x06\x07"s), std::string::npos);  // and its locator
+  EXPECT_EQ(U32(big, 18), 0xffffffffu);                   // local header sizes defer to the extra field
+  EXPECT_EQ(U32(plain, 18), 5u);
+}
+
+TEST(ZipTest, ReadsTorchsOwnFlavour) {
+  // torch 2.6 (fixture): flags 0x0808, sizes only in the central directory,
+  // data descriptors, zip64 end record even for tiny archives.
+  const std::string file = ReadFileBytes(DcpFixture("torch-2.6/r1_file_per_item/__0_0.distcp"));
+  ASSERT_EQ(file.substr(6, 2), "\x08\x08"s);
+  ZipReader zip(file, "torch26");
+  EXPECT_EQ(zip.prefix(), "archive");
+  EXPECT_NE(zip.Find(".data/serialization_id"), nullptr);
+  EXPECT_EQ(zip.ReadRecord(zip.Get("byteorder")), "little");
+  EXPECT_EQ(zip.ReadRecord(zip.Get("version")), "3\n");
+}
+
+TEST(ZipTest, EveryTruncationIsCorruption) {
+  const std::string bytes = Archive(false);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const std::string cut = bytes.substr(0, n);
+    EXPECT_THAT([&] {
+      ZipReader zip(cut, "cut.zip");
+      for (const ZipReader::Entry& e : zip.entries()) zip.ReadRecord(e);
+    }, ThrowsError(ErrorKind::kCorruption, "cut.zip")) << n;
+  }
+}
+
+TEST(ZipTest, FlippedBytesAreCaughtOrHarmless) {
+  const std::string bytes = Archive(true);
+  size_t caught = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string damaged = bytes;
+    damaged[i] = static_cast<char>(damaged[i] ^ 0x5a);
+    try {
+      ZipReader zip(damaged, "flip.zip");
+      for (const char* name : {"data.pkl", "data/0", "version"}) {
+        EXPECT_EQ(zip.ReadRecord(zip.Get(name)), ZipReader(bytes, "ok").ReadRecord(ZipReader(bytes, "ok").Get(name)));
+      }
+    } catch (const CheckpointError& e) {
+      ++caught;
+      EXPECT_THAT(e.what(), testing::HasSubstr("flip.zip"));
+    }
+  }
+  EXPECT_GT(caught, bytes.size() / 2);
+}
+
+TEST(ZipTest, CompressedRecordsAreUnsupported) {
+  std::string bytes = Archive(false);
+  const size_t central = bytes.find("PK\x01\x02"s);
+  bytes[central + 10] = 8;  // method: deflate
+  ZipReader zip(bytes, "deflate.zip");
+  EXPECT_THAT([&] { zip.ReadRecord(zip.entries()[0]); }, ThrowsError(ErrorKind::kUnsupported, "compressed"));
+}
+
+}  // namespace
+}  // namespace distckpt

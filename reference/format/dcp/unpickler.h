@@ -1,0 +1,42 @@
+// A safe unpickler for pickle protocols 2-5 (and the binary protocol 1
+// opcodes such streams contain). It builds a PyTree (py_value.h) and never
+// executes anything: a GLOBAL resolves only if it is on the allow-list
+// (allow_list.h), and an allowed call (REDUCE, NEWOBJ) is recorded as data,
+// not performed. A few allowed calls are evaluated because they only build data:
+// OrderedDict(...) becomes a dict, PosixPath(*parts) a str,
+// getattr(cls, "NAME") the global "cls.NAME".
+//
+// Bounds (UnpickleLimits): container nesting, memo entries and nodes
+// created; every length field is checked against the bytes left, so a
+// crafted stream cannot make it allocate more than its own size plus the
+// node budget. Violations and malformed streams are CheckpointError
+// (kCorruption) "<source>: pickle: <problem> at byte <n>"; opcodes this
+// reader does not implement (protocol 0's text opcodes, INST, OBJ, EXT*,
+// out-of-band buffers) are kUnsupported.
+//
+// Thread-safety: pure functions.
+#ifndef DISTCKPT_FORMAT_DCP_UNPICKLER_H_
+#define DISTCKPT_FORMAT_DCP_UNPICKLER_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "format/dcp/allow_list.h"
+#include "format/dcp/py_value.h"
+
+namespace distckpt {
+
+struct UnpickleLimits {
+  size_t max_depth = 256;         // container nesting
+  size_t max_memo = 1u << 20;     // memo entries
+  size_t max_nodes = 1u << 22;    // values created (about 4M, a few hundred MiB at most)
+};
+
+// `source` names the stream in errors (a file, "data.pkl of item ...").
+PyTree Unpickle(std::string_view bytes, const std::string& source,
+                const UnpickleLimits& limits = {});
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_DCP_UNPICKLER_H_

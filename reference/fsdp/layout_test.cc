@@ -1,0 +1,99 @@
+#include "fsdp/layout.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error_testing.h"
+
+namespace distckpt {
+namespace {
+
+// fsdp-verl-perf §1.1, first worked example.
+TEST(MegatronFsdpLayoutTest, WorkedExampleWithConjugateAndFragment) {
+  std::vector<Shape> shapes{{2, 6}, {4, 4}, {4, 4}, {1, 2}, {1, 6}};
+  MegatronFsdpBucket b = LayoutMegatronFsdpBucket(shapes, 5);
+  EXPECT_EQ(b.chunk_size_factor, 12);
+  EXPECT_EQ(b.size, 60);
+  EXPECT_EQ(b.shard_size(), 12);
+  EXPECT_EQ(b.params, (std::vector<FlatRange>{{0, 12}, {12, 28}, {32, 48}, {28, 30}, {48, 54}}));
+  auto rows = [&](int p, int r) { return MegatronFsdpRows(b, shapes, p, r); };
+  EXPECT_EQ(rows(0, 0), (FlatRange{0, 2}));
+  EXPECT_EQ(rows(1, 1), (FlatRange{0, 3}));
+  EXPECT_EQ(rows(1, 2), (FlatRange{3, 4}));
+  EXPECT_EQ(rows(3, 2), (FlatRange{0, 1}));
+  EXPECT_EQ(rows(2, 2), (FlatRange{0, 1}));
+  EXPECT_EQ(rows(2, 3), (FlatRange{1, 4}));
+  EXPECT_EQ(rows(4, 4), (FlatRange{0, 1}));
+  EXPECT_EQ(rows(0, 1).size(), 0);
+  EXPECT_EQ(rows(4, 3).size(), 0);
+}
+
+// Second worked example: Llama-like shapes on DP=8.
+TEST(MegatronFsdpLayoutTest, WorkedExampleLargeShapes) {
+  std::vector<Shape> shapes{{4096, 4096}, {11008, 4096}, {4096}};
+  MegatronFsdpBucket b = LayoutMegatronFsdpBucket(shapes, 8);
+  EXPECT_EQ(b.chunk_size_factor, 4096);
+  EXPECT_EQ(b.shard_size(), 7737344);
+  EXPECT_EQ(MegatronFsdpRows(b, shapes, 0, 0), (FlatRange{0, 1889}));
+  EXPECT_EQ(MegatronFsdpRows(b, shapes, 0, 1), (FlatRange{1889, 3778}));
+  EXPECT_EQ(MegatronFsdpRows(b, shapes, 0, 2), (FlatRange{3778, 4096}));
+  EXPECT_EQ(MegatronFsdpRows(b, shapes, 1, 2).start, 0);
+  EXPECT_EQ(MegatronFsdpRows(b, shapes, 1, 7).stop, 11008);
+  EXPECT_EQ(MegatronFsdpRows(b, shapes, 1, 1).size(), 0);
+}
+
+TEST(MegatronFsdpLayoutTest, RanksTileEveryParameterWithWholeRows) {
+  std::vector<Shape> shapes{{7, 3}, {5, 2}, {3}, {11, 6}, {1, 5}};
+  for (int64_t dp : {1, 2, 3, 4, 5, 8, 40}) {
+    MegatronFsdpBucket b = LayoutMegatronFsdpBucket(shapes, dp);
+    EXPECT_EQ(b.size % (dp * b.chunk_size_factor), 0);
+    for (size_t p = 0; p < shapes.size(); ++p) {
+      int64_t next = 0;
+      for (int64_t r = 0; r < dp; ++r) {
+        FlatRange rows = MegatronFsdpRows(b, shapes, static_cast<int>(p), r);
+        if (rows.size() == 0) continue;
+        EXPECT_EQ(rows.start, next) << "param " << p << " dp " << dp;
+        next = rows.stop;
+      }
+      EXPECT_EQ(next, shapes[p][0]) << "param " << p << " dp " << dp;
+    }
+  }
+}
+
+TEST(Fsdp2LayoutTest, TorchChunkWithEmptyTrailingChunks) {
+  EXPECT_EQ(Fsdp2Rows(10, 4, 0), (FlatRange{0, 3}));
+  EXPECT_EQ(Fsdp2Rows(10, 4, 3), (FlatRange{9, 10}));
+  // More ranks than rows: 3 rows on 5 ranks -> 1, 1, 1, 0, 0.
+  EXPECT_EQ(Fsdp2Rows(3, 5, 2), (FlatRange{2, 3}));
+  EXPECT_EQ(Fsdp2Rows(3, 5, 3).size(), 0);
+  EXPECT_EQ(Fsdp2Rows(3, 5, 4).size(), 0);
+  // torch.chunk(5, 4) gives chunks of 2, 2, 1 and no fourth.
+  EXPECT_EQ(Fsdp2Rows(5, 4, 2), (FlatRange{4, 5}));
+  EXPECT_EQ(Fsdp2Rows(5, 4, 3).size(), 0);
+}
+
+TEST(ShardForFsdpTest, UnevenShardsDropDpFromReplicaId) {
+  ShardedTensor w;
+  w.key = "w";
+  w.global_shape = {6, 10};
+  w.local_shape = {6, 5};
+  w.global_offset = {0, 5};
+  w.axis_fragmentations = Shape{1, 2};
+  w.replica_id = {0, 0, 2};
+  std::vector<ShardedTensor> out = ShardForFsdp(FsdpLayout::kFsdp2, {w}, 4, 2);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].local_shape, (Shape{2, 5}));
+  EXPECT_EQ(out[0].global_offset, (Shape{4, 5}));
+  EXPECT_FALSE(out[0].axis_fragmentations);
+  EXPECT_EQ(out[0].replica_id, (ReplicaId{0, 0, 0}));
+  EXPECT_EQ(ShardForFsdp(FsdpLayout::kFsdp2, {w}, 4, 3)[0].local_shape, (Shape{0, 5}));
+  EXPECT_EQ(ShardForFsdp(FsdpLayout::kNone, {w}, 4, 3)[0].replica_id, (ReplicaId{0, 0, 2}));
+}
+
+TEST(FsdpLayoutTest, RefusesBadInput) {
+  EXPECT_THAT([] { LayoutMegatronFsdpBucket({{4}}, 0); }, ThrowsError(ErrorKind::kInvalidArgument, "dp >= 1"));
+  EXPECT_THAT([] { LayoutMegatronFsdpBucket({{}}, 2); }, ThrowsError(ErrorKind::kInvalidArgument, "0-d"));
+  EXPECT_THAT([] { ParseFsdpLayout("fsdp1"); }, ThrowsError(ErrorKind::kInvalidArgument, "unknown fsdp layout"));
+}
+
+}  // namespace
+}  // namespace distckpt
