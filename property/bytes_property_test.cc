@@ -68,9 +68,12 @@ std::optional<std::string> CheckPlans(const CheckpointMetadata& md, const Node& 
     for (const ChunkPlan& c : plan.chunks) planned[c.chunk_index] += c.elements;
     if (planned != oracle.elements || plan.elements_needed != oracle.needed ||
         plan.elements_covered != oracle.needed) {
-      std::string want_text, got_text;
-      for (const auto& [c, n] : oracle.elements) want_text += fmt::format(" {}:{}", stored.chunks[c].box.ToString(), n);
-      for (const auto& [c, n] : planned) got_text += fmt::format(" {}:{}", stored.chunks[c].box.ToString(), n);
+      auto text = [&](const std::map<size_t, int64_t>& counts) {
+        std::string out;
+        for (const auto& [c, n] : counts) out += fmt::format(" {}:{}", stored.chunks[c].box.ToString(), n);
+        return out;
+      };
+      const std::string want_text = text(oracle.elements), got_text = text(planned);
       return fmt::format("rank {} key '{}' request {}: planned chunk overlaps{} (needed {}, covered {}), "
                          "oracle{} (needed {})",
                          rank, want.key, want.GlobalBox().ToString(), got_text, plan.elements_needed,

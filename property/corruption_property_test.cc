@@ -194,8 +194,9 @@ std::pair<int, std::string> LoadForked(const Scenario& s, const std::string& dir
   int status = 0;
   waitpid(pid, &status, 0);
   if (WIFSIGNALED(status)) {
-    return {-1, WTERMSIG(status) == SIGALRM ? "the load hung (killed after 60 s)"
-                                            : fmt::format("the load crashed: {}", strsignal(WTERMSIG(status)))};
+    const int signal = WTERMSIG(status);
+    return {-1, signal == SIGALRM ? "the load hung (killed after 60 s)"
+                                  : fmt::format("the load crashed: {}", strsignal(signal))};
   }
   return {WEXITSTATUS(status), text};
 }
@@ -234,7 +235,8 @@ TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
                     Tag({"loaded"});
                   } else if (verdict == kRejected) {
                     Tag({"rejected", ErrorKindOf(message)});
-                  } else if (verdict == kWrongValues && !kJudgeOverlappingChunks && HasOverlappingChunks(dir)) {
+                  } else if (verdict == kWrongValues && !kJudgeOverlappingChunks &&
+                             HasOverlappingChunks(dir)) {
                     Tag({"finding-3"});
                   } else {
                     FailCase(s, fmt::format("{}: {}", what, message), note);

@@ -127,9 +127,8 @@ float InterestingFloat(const FloatFormat& f) {
     case 3: {
       RC_TAG("in-range");
       const int bias = (1 << (f.exp_bits - 1)) - 1;
-      const int lowest = -bias - f.mant_bits - 26;
-      return static_cast<float>(sign * std::ldexp(static_cast<double>(*Uniform(1 << 24)),
-                                                  lowest + static_cast<int>(Choose(2 * bias + f.mant_bits + 6))));
+      const int exponent = -bias - f.mant_bits - 26 + static_cast<int>(Choose(2 * bias + f.mant_bits + 6));
+      return static_cast<float>(sign * std::ldexp(static_cast<double>(*Uniform(1 << 24)), exponent));
     }
     case 4: {  // around the largest finite value and the overflow threshold
       RC_TAG("edge");
@@ -152,7 +151,8 @@ TEST(DtypeProperty, DecodeFollowsTheFormatDefinition) {
     const uint32_t code = AnyCode(f);
     const double want = OracleDecode(f, code);
     const double got = f.decode(code);
-    const bool same = std::isnan(want) ? std::isnan(got) : got == want && std::signbit(got) == std::signbit(want);
+    const bool same =
+        std::isnan(want) ? std::isnan(got) : got == want && std::signbit(got) == std::signbit(want);
     RC_ASSERT(same);
   });
 }

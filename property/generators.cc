@@ -35,9 +35,8 @@ T Pick(std::initializer_list<std::pair<size_t, T>> choices) {
 
 template <typename T>
 T PickOf(const std::vector<T>& items) {
-  return items[*WeightedIndex(std::vector<size_t>(items.size(), 1))];
+  return items[Choose(items.size())];
 }
-
 
 int64_t Parts(const std::vector<MeshDim>& dims, const Topology& topo) {
   int64_t parts = 1;
@@ -168,7 +167,7 @@ rc::Gen<uint64_t> Uniform(uint64_t n) {
   });
 }
 
-size_t Choose(size_t n) { return *Uniform(n); }
+size_t Choose(size_t n) { return *Uniform(n) % n; }  // a replayed choice may exceed a smaller n
 
 bool OneIn(size_t n) { return Pick<bool>({{n - 1, false}, {1, true}}); }
 
@@ -208,16 +207,16 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
   return rc::gen::exec([key, topos, limits] {
     TensorSpec t;
     t.key = key;
-    bool any_ep = std::any_of(topos.begin(), topos.end(), [](const Topology& x) { return x.ep > 1; });
-    std::vector<MeshDim> pool = any_ep && OneIn(3)
-                                    ? std::vector<MeshDim>{MeshDim::kTp, MeshDim::kPp, MeshDim::kEp, MeshDim::kEdp}
-                                    : std::vector<MeshDim>{MeshDim::kTp, MeshDim::kPp, MeshDim::kDp, MeshDim::kCp};
+    const bool any_ep =
+        std::any_of(topos.begin(), topos.end(), [](const Topology& x) { return x.ep > 1; });
+    std::vector<MeshDim> pool{MeshDim::kTp, MeshDim::kPp, MeshDim::kDp, MeshDim::kCp};
+    if (any_ep && OneIn(3)) pool = {MeshDim::kTp, MeshDim::kPp, MeshDim::kEp, MeshDim::kEdp};  // expert
     const int rank = Pick<int>({{4, 1}, {5, 2}, {1, 0}, {3, 3}, {1, 4}, {1, 5}});
     for (int a = 0; a < rank; ++a) t.shape.push_back(AxisSize(limits.zero_volume));
     for (int a = 0; a < rank && !pool.empty(); ++a) {
       const int dims = Pick<int>({{5, 0}, {4, 1}, {1, 2}});
       for (int i = 0; i < dims && !pool.empty(); ++i) {
-        const size_t pick = *WeightedIndex(std::vector<size_t>(pool.size(), 1));
+        const size_t pick = Choose(pool.size());
         t.shard[a].push_back(pool[pick]);
         pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(pick));
       }
@@ -227,7 +226,9 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
       t.flatten = PickOf(pool);
       t.flatten_jitter = t.split == SplitKind::kEven && OneIn(2);
     }
-    if (limits.padding && rank >= 1 && OneIn(6)) t.pad_multiple = Pick<int64_t>({{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}, {1, 8}});
+    if (limits.padding && rank >= 1 && OneIn(6)) {
+      t.pad_multiple = Pick<int64_t>({{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}, {1, 8}});
+    }
     t.dtype = PickDType();
     if (limits.load_dtype && OneIn(6)) {
       DType other = PickDType();
@@ -239,7 +240,8 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
 }
 
 rc::Gen<Scenario> GenScenario(const GenLimits& limits) {
-  return rc::gen::exec([limits] {
+  auto fits = [limits](const Scenario& s) { return ScenarioFits(s, limits); };
+  return rc::gen::suchThat(rc::gen::exec([limits] {
     Scenario s;
     s.name = "property";
     s.seed = *inRange<uint64_t>(1, 1000);
@@ -261,7 +263,7 @@ rc::Gen<Scenario> GenScenario(const GenLimits& limits) {
       s.objects.push_back(o);
     }
     return s;
-  });
+  }), fits);
 }
 
 bool FitsAsGenerated(const TensorSpec& spec, const std::vector<Topology>& topos,
@@ -271,6 +273,21 @@ bool FitsAsGenerated(const TensorSpec& spec, const std::vector<Topology>& topos,
   TensorSpec fitted = spec;
   Fit(fitted, topos, limits);
   return TensorSpecToJson(fitted) == TensorSpecToJson(spec);
+}
+
+bool ScenarioFits(const Scenario& s, const GenLimits& limits) {
+  std::vector<Topology> topos;
+  auto add = [&](const std::string& text) {
+    const Topology t = Topology::Parse(text);
+    if (std::find(topos.begin(), topos.end(), t) == topos.end()) topos.push_back(t);
+  };
+  for (const std::string& t : s.topologies) add(t);
+  for (const PairSpec& p : s.pairs) {
+    add(p.save);
+    add(p.load);
+  }
+  return std::all_of(s.tensors.begin(), s.tensors.end(),
+                     [&](const TensorSpec& t) { return FitsAsGenerated(t, topos, limits); });
 }
 
 PairSpec MakePair(const std::string& save, const std::string& load) {

@@ -59,6 +59,8 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
                                   const GenLimits& limits);
 // Tensors (keys t0, t1, ...) and objects (o0, ...) valid under each of
 // `limits.topologies` generated topologies, listed in scenario.topologies.
+// Shrinks stay valid (ScenarioFits): RapidCheck may keep an already shrunk
+// tensor while it shrinks the topologies drawn before it.
 rc::Gen<Scenario> GenScenario(const GenLimits& limits);
 // A pair that saves under `save` and loads under `load`, expecting success.
 PairSpec MakePair(const std::string& save, const std::string& load);
@@ -70,6 +72,10 @@ rc::Gen<Scenario> GenReshardScenario(const GenLimits& limits);
 // jitter constraints hold, no excluded case); used to keep shrunk scenarios valid.
 bool FitsAsGenerated(const TensorSpec& spec, const std::vector<Topology>& topologies,
                      const GenLimits& limits);
+
+// FitsAsGenerated for every tensor of `scenario` and every topology its
+// topology list and pairs name.
+bool ScenarioFits(const Scenario& scenario, const GenLimits& limits);
 
 // The classes of a scenario's first pair (uneven, empty-shard, flattened,
 // padded, dtype-converting, fp8, world-size-changing, odd-size, ep>1, ...).

@@ -171,14 +171,6 @@ void CheckScenario(const Scenario& scenario, const GenLimits& limits, const Scen
   RC_FAIL(*why);
 }
 
-std::optional<std::string> AgreeOnFailure(Communicator& world, const std::optional<std::string>& mine) {
-  std::vector<std::string> all = world.AllGather(mine ? "F" + *mine : "");
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (!all[r].empty()) return fmt::format("rank {}: {}", r, all[r].substr(1));
-  }
-  return std::nullopt;
-}
-
 std::string CounterexampleDir() {
   const char* env = std::getenv("DISTCKPT_PROPERTY_OUT");
   fs::path dir = env != nullptr && *env ? fs::path(env) : fs::temp_directory_path() / "distckpt-property";

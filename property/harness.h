@@ -2,8 +2,9 @@
 // conventions:
 //  - budget: `cases` test cases unless RC_PARAMS sets max_success (the slow
 //    label and ad-hoc long runs use RC_PARAMS="max_success=N");
-//  - seed: RC_PARAMS="seed=S" or a fresh one; always printed, so a failure
-//    is reproduced by rerunning the test with RC_PARAMS="seed=S";
+//  - seed: RC_PARAMS="seed=S" or a fresh one, mixed with the test's name so
+//    that properties draw different cases; S is printed, and rerunning the
+//    test with RC_PARAMS="seed=S" reproduces a failure;
 //  - classes: the tags of every case (RC_TAG, Tag()) are counted and printed
 //    one per line; each ClassMinimum must reach its fraction of the cases,
 //    so a generator that stops producing an interesting class fails;
@@ -12,8 +13,9 @@
 //    RapidCheck's shrinking, the minimal one; with CheckScenario, shrunk
 //    further by ShrinkScenario) is written to $DISTCKPT_PROPERTY_OUT (default
 //    <tmp>/distckpt-property) and the `distckpt run` command is printed;
-//  - MPI: with `world` set, every rank runs the same cases (rank 0's seed) and
-//    the property must agree on each verdict (AgreeOnFailure); rank 0 writes.
+//  - MPI: with `world` set, every rank runs the same cases (rank 0's seed);
+//    the property must return the same verdict on every rank (RunReshardOn
+//    does), so that RapidCheck shrinks identically everywhere; rank 0 writes.
 //
 // Thread-safety: one property at a time per process.
 #ifndef DISTCKPT_PROPERTY_HARNESS_H_
@@ -72,10 +74,6 @@ inline void ExpectNoFailure(const std::optional<std::string>& failure, const Sce
                             const std::string& note = "") {
   if (failure) FailCase(scenario, *failure, note);
 }
-
-// MPI: the first failure of any rank (in rank order), on every rank.
-std::optional<std::string> AgreeOnFailure(Communicator& world,
-                                          const std::optional<std::string>& mine);
 
 // Where counterexamples go ($DISTCKPT_PROPERTY_OUT or <tmp>/distckpt-property), created.
 std::string CounterexampleDir();

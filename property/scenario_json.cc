@@ -64,7 +64,9 @@ json ScenarioToJson(const Scenario& s, const std::string& description) {
     j["pairs"] = json::array();
     for (const PairSpec& p : s.pairs) j["pairs"].push_back(PairToJson(p));
   }
-  if (s.strict != StrictHandling::kAssumeOkUnexpected) j["strict"] = std::string(StrictHandlingName(s.strict));
+  if (s.strict != StrictHandling::kAssumeOkUnexpected) {
+    j["strict"] = std::string(StrictHandlingName(s.strict));
+  }
   return j;
 }
 

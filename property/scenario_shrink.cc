@@ -130,13 +130,6 @@ std::vector<Scenario> Candidates(const Scenario& s) {
   return out;
 }
 
-bool Valid(const Scenario& s, const GenLimits& limits) {
-  std::vector<Topology> topos;
-  for (const std::string& t : TopologyStrings(s)) topos.push_back(Topology::Parse(t));
-  return std::all_of(s.tensors.begin(), s.tensors.end(),
-                     [&](const TensorSpec& t) { return FitsAsGenerated(t, topos, limits); });
-}
-
 }  // namespace
 
 ShrinkResult ShrinkScenario(const Scenario& failing, const std::string& failure,
@@ -160,7 +153,7 @@ ShrinkResult ShrinkScenario(const Scenario& failing, const std::string& failure,
     progress = false;
     for (const Scenario& c : Candidates(r.scenario)) {
       if (r.runs >= max_runs) break;
-      if (Valid(c, limits) && fails(c)) {
+      if (ScenarioFits(c, limits) && fails(c)) {
         progress = true;
         break;
       }

@@ -25,7 +25,8 @@ std::optional<std::string> OnThreads(int world, const std::function<void(Communi
 std::optional<std::string> SaveScenario(const Scenario& scenario, const std::string& topology,
                                         const std::string& dir) {
   std::optional<std::string> failure;
-  std::optional<std::string> thrown = OnThreads(Topology::Parse(topology).world_size(), [&](Communicator& comm) {
+  const int world = Topology::Parse(topology).world_size();
+  std::optional<std::string> thrown = OnThreads(world, [&](Communicator& comm) {
     StepReport r = SaveStep(scenario, nullptr, topology, dir, comm);
     if (comm.rank() == 0 && !r.ok) failure = fmt::format("save under {}: {}", topology, r.error);
   });

@@ -120,7 +120,9 @@ TEST(ValidationProperty, SaveRefusesExactlyTheGapsAndOverlaps) {
                     Tag({pair.break_save->kind == "gap" ? "replica-dropped" : "empty-duplicated"});
                   }
                   Tag({broken.empty() ? "valid" : "invalid"});
-                  if (!broken.empty()) pair.expect_error = fmt::format("ShardedTensor(key={}", PyRepr(broken));
+                  if (!broken.empty()) {
+                    pair.expect_error = fmt::format("ShardedTensor(key={}", PyRepr(broken));
+                  }
                   s.pairs = {pair};
                   RunOptions options;
                   options.work_dir = work;
@@ -131,7 +133,9 @@ TEST(ValidationProperty, SaveRefusesExactlyTheGapsAndOverlaps) {
                     FailCase(s, "refused, but not by sharding validation: " + r.reason);
                   }
                   const std::string others = OtherKeysNamed(s, broken, r.reason);
-                  if (!others.empty()) FailCase(s, "the refusal also names valid keys " + others + ": " + r.reason);
+                  if (!others.empty()) {
+                    FailCase(s, "the refusal also names valid keys " + others + ": " + r.reason);
+                  }
                 });
   std::filesystem::remove_all(work);
 }
@@ -164,8 +168,7 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
                          victim->key, victim->GlobalBox().ToString(), by, axis);
     } else {
       victim = all[Choose(all.size())];
-      const auto same_key = std::count_if(all.begin(), all.end(), [&](auto* t) { return t->key == victim->key; });
-      RC_PRE(same_key > 1);
+      RC_PRE(std::count_if(all.begin(), all.end(), [&](auto* t) { return t->key == victim->key; }) > 1);
       const DType to = victim->dtype == DType::kF32 ? DType::kBF16 : DType::kF32;
       note = fmt::format("metadata mutation: one shard of '{}' ({}) flipped from {} to {}", victim->key,
                          victim->GlobalBox().ToString(), DTypeName(victim->dtype), DTypeName(to));

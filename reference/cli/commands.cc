@@ -82,6 +82,11 @@ StepStrategy StrategyOf(const StepArgs& args) {
   strategy.writers = args.writers;
   strategy.exchange = ParseExchangeAlgorithm(args.exchange);
   strategy.two_stage = args.two_stage;
+  strategy.local_dir = args.local_dir;
+  strategy.replication = ParseReplicationParams(args.replication);
+  if (args.dir.empty() && args.local_dir.empty()) {
+    Fail(ErrorKind::kInvalidArgument, "--dir is required (or --local DIR for a local checkpoint)");
+  }
   return strategy;
 }
 
@@ -107,27 +112,31 @@ Scenario LoadScenario(const std::string& path) {
 }
 
 int SaveCommand(const StepArgs& args) {
+  const StepStrategy strategy = StrategyOf(args);
   Scenario s = LoadScenario(args.scenario);
   const PairSpec* pair = PairAt(s, args.pair);
   int world = Topology::Parse(args.topology).world_size();
   const Format& format = FormatByName(args.format);
   auto [report, prints] = OnRanks(args.backend, world, [&](Communicator& comm) {
-    return SaveStep(s, pair, args.topology, args.dir, comm, &format, StrategyOf(args));
+    return SaveStep(s, pair, args.topology, args.dir, comm, &format, strategy);
   });
   if (prints) {
     WriteReport(args.report_json, report);
     if (!report.ok) std::cerr << "distckpt save: " << report.error << "\n";
     else std::cout << fmt::format("saved {} under {} to {}: {} bytes written in {:.3f} s\n", s.name,
-                                  args.topology, args.dir, report.bytes_written, report.seconds);
+                                  args.topology, args.local_dir.empty() ? args.dir : args.local_dir + " (local)",
+                                  report.bytes_written, report.seconds);
     if (report.ok && (args.fully_parallel || args.async)) PrintRankBytesWritten(report, args.async);
   }
   return report.ok ? kExitOk : kExitInputError;
 }
 
 int LoadCommand(const StepArgs& args) {
+  const StepStrategy strategy = StrategyOf(args);
   Scenario s = LoadScenario(args.scenario);
   const PairSpec* pair = PairAt(s, args.pair);
   std::string saved = args.saved_topology;
+  if (saved.empty() && !args.local_dir.empty()) saved = args.topology;  // local: saved as loaded
   if (saved.empty()) {
     Env* env = Env::Default();
     saved = DetectFormat(env, args.dir).OpenReader(env, args.dir)->metadata().topology;
@@ -142,7 +151,7 @@ int LoadCommand(const StepArgs& args) {
                                                  : VerifyPolicy::kWhenWhole;
   int world = Topology::Parse(args.topology).world_size();
   auto [report, prints] = OnRanks(args.backend, world, [&](Communicator& comm) {
-    return LoadStep(s, pair, saved, args.topology, args.dir, comm, strict, verify, StrategyOf(args));
+    return LoadStep(s, pair, saved, args.topology, args.dir, comm, strict, verify, strategy);
   });
   int code = report.ok ? kExitOk : report.value_mismatch ? kExitVerdictFailed : kExitInputError;
   if (!prints) return code;

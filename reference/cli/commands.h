@@ -32,6 +32,8 @@ struct StepArgs {
   int writers = 1;                     // save (async)
   std::string exchange = "broadcast";  // load: broadcast | gather_rounds
   bool two_stage = false;              // load
+  std::string local_dir;               // a local checkpoint under this root (instead of --dir)
+  std::string replication = "1,1";     // with local_dir: J,F
 };
 
 struct RunArgs {

@@ -15,12 +15,16 @@ namespace {
 void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
   cmd->add_option("scenario", a.scenario, "scenario file (default: the embedded default scenario)");
   cmd->add_option("--topology,-t", a.topology, "topology, e.g. tp=2,pp=2,dp=2")->required();
-  cmd->add_option("--dir,-d", a.dir, "checkpoint directory")->required();
+  cmd->add_option("--dir,-d", a.dir, "checkpoint directory (required unless --local)");
   cmd->add_option("--backend", a.backend, "threads or mpi (one rank per mpirun process)")
       ->check(CLI::IsMember({"threads", "mpi"}));
   cmd->add_option("--pair", a.pair, "index of the scenario pair whose extras apply");
   cmd->add_option("--report-json", a.report_json, "write the step report (JSON) here");
   if (!load) cmd->add_option("--format", a.format, "checkpoint format: native or dcp (also dcp-1.13)");
+  cmd->add_option("--local", a.local_dir,
+                  "a local checkpoint: rank r uses DIR/r (node-local storage), instead of --dir");
+  cmd->add_option("--replication", a.replication,
+                  "local: J,F = cliques {n, n+J, ..., n+(F-1)J}, each rank's files copied to its clique");
   cmd->add_flag("--fully-parallel", a.fully_parallel,
                 load ? "read each shard once per DP group and exchange it between the ranks"
                      : "spread the writing of replicated shards over each DP group");

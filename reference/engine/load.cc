@@ -4,7 +4,6 @@
 #include <set>
 
 #include "core/error.h"
-#include "engine/common_state.h"
 #include "engine/read_state.h"
 #include "mapping/dict_utils.h"
 #include "mapping/validation.h"
@@ -88,15 +87,7 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
     AgreeOnOutcome(comm, [&] { loaded = read(pieces.sharded); });
   }
 
-  AgreeOnOutcome(comm, [&] {
-    // Megatron: result = checkpoint common ∪ nonpersistent ∪ loaded shards,
-    // then factory merges; request-only plain values are dropped (§3.1).
-    Node merged = CommonFromJson(reader->metadata().common);
-    Merge(merged, pieces.nonpersistent);
-    Merge(merged, loaded);
-    ApplyFactoryMerges(merged, pieces.factories);
-    result.state_dict = std::move(merged);
-  });
+  AgreeOnOutcome(comm, [&] { result.state_dict = AssembleLoadResult(reader->metadata().common, pieces, loaded); });
   result.summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "engine/common_state.h"
 #include "engine/load_plan.h"
 #include "engine/tensor_reader.h"
 #include "mapping/dict_utils.h"
@@ -119,6 +120,14 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
     summary->chunks_unverified = stats.chunks_unverified;
   }
   return loaded;
+}
+
+Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces, const Node& loaded) {
+  Node merged = CommonFromJson(common);
+  Merge(merged, pieces.nonpersistent);
+  Merge(merged, loaded);
+  ApplyFactoryMerges(merged, pieces.factories);
+  return merged;
 }
 
 }  // namespace distckpt

@@ -7,6 +7,7 @@
 
 #include "engine/options.h"
 #include "format/format.h"
+#include "mapping/dict_utils.h"
 #include "mapping/state_dict.h"
 
 namespace distckpt {
@@ -18,6 +19,11 @@ namespace distckpt {
 // `threads` workers read leaves concurrently (0 = one per hardware thread).
 Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolicy policy,
                       LoadSummary* summary, int threads = 0);
+
+// Megatron's load result (§3.1): the checkpoint's `common` state ∪ the
+// request's nonpersistent values ∪ `loaded`, then the factory merges;
+// request-only plain values are dropped.
+Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces, const Node& loaded);
 
 }  // namespace distckpt
 

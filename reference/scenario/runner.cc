@@ -18,6 +18,7 @@
 #include "comm/thread_world.h"
 #include "core/error.h"
 #include "engine/load.h"
+#include "engine/local_checkpoint.h"
 #include "engine/metadata_api.h"
 #include "engine/save.h"
 #include "engine/save_async.h"
@@ -68,8 +69,15 @@ std::unique_ptr<Communicator> DataParallelGroup(const Topology& topo, Communicat
   return comm.Split(topo.RankOf(coords), comm.rank());
 }
 
+LocalOptions LocalOptionsOf(const StepStrategy& strategy, int world) {
+  return {strategy.local_dir, nullptr, Cliques(world, strategy.replication)};
+}
+
 SaveSummary SaveWithStrategy(const Node& state, const std::string& dir, Communicator& comm,
                              const Topology& topo, SaveOptions options, const StepStrategy& strategy) {
+  if (!strategy.local_dir.empty()) {
+    return SaveLocal(state, /*iteration=*/1, comm, LocalOptionsOf(strategy, comm.size()));
+  }
   std::unique_ptr<Communicator> dp;
   if (strategy.fully_parallel) {
     dp = DataParallelGroup(topo, comm);
@@ -309,7 +317,13 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
       options.two_stage = strategy.two_stage;
       options.exchange = strategy.exchange;
     }
-    result = Load(request, dir, comm, options);
+    if (strategy.local_dir.empty()) {
+      result = Load(request, dir, comm, options);
+    } else {
+      LocalLoadResult local = LoadLocal(request, comm, LocalOptionsOf(strategy, comm.size()));
+      result.state_dict = std::move(local.state_dict);
+      result.summary = local.summary;
+    }
     std::optional<std::string> bad = CheckLoaded(s, pair, saved, topo, comm.rank(), result);
     if (bad) {
       error = *bad;

@@ -20,6 +20,7 @@
 #include "comm/communicator.h"
 #include "engine/options.h"
 #include "scenario/spec.h"
+#include "strategy/replication.h"
 
 namespace distckpt {
 
@@ -54,6 +55,11 @@ struct StepStrategy {
   int writers = 1;     // save (async)
   ExchangeAlgorithm exchange = ExchangeAlgorithm::kBroadcast;  // load (fully parallel)
   bool two_stage = false;                                      // load
+  // A local checkpoint (engine/local_checkpoint.h, iteration 1) under this
+  // root instead of the step's directory, replicated in cliques of
+  // `replication` (jump J, factor F; F = 1: no copies).
+  std::string local_dir;
+  ReplicationParams replication;
 };
 
 // One rank's part of a save / a load+check. Collective over `comm`; every

@@ -1,0 +1,181 @@
+// Local checkpoints with replication over 8 thread ranks (Megatron's
+// test_replication.py / test_local.py, §9.2 rows 25, 26, 50): each rank dir
+// holds its clique's files, lost files are recovered bit-exact from peers,
+// a lost clique is a clear error, only the newest iteration is kept and a
+// failed save leaves no partial iteration.
+#include "engine/local_checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "comm/thread_world.h"
+#include "io/fault_env.h"
+#include "io/testing.h"
+#include "strategy/local_store.h"
+#include "strategy/replication.h"
+#include "strategy/testing.h"
+
+namespace distckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::Each;
+using ::testing::HasSubstr;
+using Groups = std::vector<std::vector<int>>;
+
+constexpr int kWorld = 8;
+
+// Rank `rank`'s state at `iteration`: a TP-like shard with values unique to
+// (rank, iteration, element), a replicated tensor, an object, common state.
+Node State(int rank, int64_t iteration, bool with_data = true) {
+  auto values = [&](Shape shape, float base) {
+    Tensor t = Tensor::Empty(DType::kF32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = base + 1000.0f * iteration + 0.25f * i;
+    return with_data ? t : Tensor();
+  };
+  ShardedTensor w = ShardedTensor::FromRankOffsetsMeta("w", DType::kF32, {3, 5}, {{0, rank, kWorld}});
+  w.data = values({3, 5}, 100.0f * rank);
+  ShardedTensor b = ShardedTensor::FromRankOffsetsMeta("b", DType::kF32, {4}, {}, {rank});
+  b.data = values({4}, 7);
+  Dict d{{"w", Node(w)},
+         {"b", Node(b)},
+         {"rng", Node(ShardedObject{"rng", nlohmann::json{{"seed", rank * 10 + iteration}}, {kWorld}, {rank}, {0}})},
+         {"iteration", Node(nlohmann::json(iteration))}};
+  return Node(std::move(d));
+}
+
+void ExpectState(const Node& loaded, int rank, int64_t iteration) {
+  Node want = State(rank, iteration);
+  EXPECT_TRUE(loaded.at("w").as<Tensor>().Equals(want.at("w").as<ShardedTensor>().data)) << "rank " << rank;
+  EXPECT_TRUE(loaded.at("b").as<Tensor>().Equals(want.at("b").as<ShardedTensor>().data)) << "rank " << rank;
+  EXPECT_EQ(loaded.at("rng").as<nlohmann::json>(), want.at("rng").as<ShardedObject>().data);
+  EXPECT_EQ(loaded.at("iteration").as<nlohmann::json>(), iteration);
+}
+
+std::set<std::string> FilesOf(const std::string& root, int rank) {
+  std::set<std::string> names;
+  if (!fs::exists(fs::path(root) / std::to_string(rank))) return names;
+  for (const auto& entry : fs::directory_iterator(fs::path(root) / std::to_string(rank))) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+void SaveAll(const std::string& root, const Groups& groups, int64_t iteration) {
+  RunRanks(kWorld, [&](Communicator& comm) {
+    SaveLocal(State(comm.rank(), iteration), iteration, comm, {root, nullptr, groups});
+  });
+}
+
+class ReplicatedLocalTest : public ::testing::TestWithParam<Groups> {};
+
+// test_repl_save_and_load: each rank dir holds its group's files; wipe ranks 6, 3, 4; load.
+TEST_P(ReplicatedLocalTest, WipedRanksRecoverTheirFilesFromPeersBitExact) {
+  ScopedTempDir tmp;
+  const Groups& groups = GetParam();
+  SaveAll(tmp.path(), groups, 1);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    std::set<std::string> expected;
+    for (int member : groups[GroupIndexOf(groups, kWorld, rank)]) expected.insert(LocalFileName({1, member}));
+    EXPECT_EQ(FilesOf(tmp.path(), rank), expected) << "rank " << rank;
+  }
+  for (int rank : {6, 3, 4}) fs::remove_all(fs::path(tmp.path()) / std::to_string(rank));
+  RunRanks(kWorld, [&](Communicator& comm) {
+    LocalLoadResult r = LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, groups});
+    EXPECT_EQ(r.iteration, 1);
+    EXPECT_EQ(r.recovered_from_peer, comm.rank() == 6 || comm.rank() == 3 || comm.rank() == 4);
+    ExpectState(r.state_dict, comm.rank(), 1);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(MegatronGroups, ReplicatedLocalTest,
+                         ::testing::Values(Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}},
+                                           Groups{{2, 6, 7}, {3, 1}, {5}, {0, 4}}, Cliques(kWorld, {4, 2})));
+
+TEST(LocalCheckpointTest, ALostCliqueIsNamedOnEveryRank) {
+  ScopedTempDir tmp;
+  Groups groups = Cliques(kWorld, {4, 2});  // {0, 4}, {1, 5}, {2, 6}, {3, 7}
+  SaveAll(tmp.path(), groups, 5);
+  for (int rank : {1, 5}) fs::remove_all(fs::path(tmp.path()) / std::to_string(rank));
+  auto errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
+    LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, groups});
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("no replicas available for rank 1 (iteration 5)")));
+  EXPECT_THAT(errors, Each(HasSubstr("iter_0000005_1_local.bin")));
+}
+
+TEST(LocalCheckpointTest, WithoutReplicationAWipedRankCannotLoad) {
+  ScopedTempDir tmp;
+  SaveAll(tmp.path(), {}, 1);
+  EXPECT_EQ(FilesOf(tmp.path(), 2), std::set<std::string>{"iter_0000001_2_local.bin"});
+  fs::remove_all(fs::path(tmp.path()) / "2");
+  auto errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
+    LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, {}});
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("no replicas available for rank 2")));
+}
+
+TEST(LocalCheckpointTest, KeepsOnlyTheNewestIterationAndResavesIdentically) {
+  ScopedTempDir tmp;
+  Groups groups = Cliques(kWorld, {1, 2});
+  SaveAll(tmp.path(), groups, 1);
+  const std::string file = tmp.path() + "/3/" + LocalFileName({1, 3});
+  std::string first = ReadFileToString(Env::Default(), file);
+  SaveAll(tmp.path(), groups, 1);
+  EXPECT_EQ(ReadFileToString(Env::Default(), file), first);  // byte-identical re-save
+  SaveAll(tmp.path(), groups, 2);
+  EXPECT_EQ(FilesOf(tmp.path(), 3), (std::set<std::string>{LocalFileName({2, 2}), LocalFileName({2, 3})}));
+  RunRanks(kWorld, [&](Communicator& comm) {
+    LocalLoadResult r = LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, groups});
+    EXPECT_EQ(r.iteration, 2);
+    ExpectState(r.state_dict, comm.rank(), 2);
+  });
+}
+
+TEST(LocalCheckpointTest, AFailedSaveLeavesNoPartialIterationAndThePreviousOneLoads) {
+  ScopedTempDir tmp;
+  Groups groups = Cliques(kWorld, {1, 2});
+  SaveAll(tmp.path(), groups, 1);
+  FaultInjectionEnv failing(Env::Default());
+  failing.FailPathsContaining("iter_0000002_0_local");  // rank 1 holds rank 0's copy
+  auto errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
+    LocalOptions options{tmp.path(), comm.rank() == 1 ? &failing : nullptr, groups};
+    SaveLocal(State(comm.rank(), 2), 2, comm, options);
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("rank 1: ")));
+  for (int rank = 0; rank < kWorld; ++rank) {
+    for (const std::string& name : FilesOf(tmp.path(), rank)) {
+      EXPECT_EQ(name.find("iter_0000002"), std::string::npos) << "rank " << rank << " kept " << name;
+    }
+  }
+  RunRanks(kWorld, [&](Communicator& comm) {
+    LocalLoadResult r = LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, groups});
+    EXPECT_EQ(r.iteration, 1);
+    ExpectState(r.state_dict, comm.rank(), 1);
+  });
+}
+
+TEST(LocalCheckpointTest, ARequestForAShardThatWasNotSavedNamesKeyAndRank) {
+  ScopedTempDir tmp;
+  SaveAll(tmp.path(), {}, 1);
+  auto errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
+    Node request = State(comm.rank(), 0, false);
+    request["extra"] = Node(ShardedTensor::FromRankOffsetsMeta("extra", DType::kF32, {2}, {}, {comm.rank()}));
+    LoadLocal(request, comm, {tmp.path(), nullptr, {}});
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("extra (global offset (0,)) is not in the local checkpoint of rank")));
+}
+
+TEST(LocalCheckpointTest, NothingSavedIsAClearError) {
+  ScopedTempDir tmp;
+  auto errors = ErrorMessagesOnRanks(2, [&](Communicator& comm) {
+    LoadLocal(Node(), comm, {tmp.path(), nullptr, {}});
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("no local checkpoint under")));
+}
+
+}  // namespace
+}  // namespace distckpt

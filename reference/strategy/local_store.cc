@@ -1,0 +1,88 @@
+#include "strategy/local_store.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace distckpt {
+namespace {
+
+constexpr std::string_view kDirty = ".dirty";
+
+// (iteration, owner) of "iter_<i>_<o>_local.bin" with an optional ".dirty".
+std::optional<LocalFileId> ParseName(std::string_view name, bool* dirty) {
+  *dirty = name.ends_with(kDirty);
+  if (*dirty) name.remove_suffix(kDirty.size());
+  if (!name.starts_with("iter_") || !name.ends_with("_local.bin")) return std::nullopt;
+  name.remove_prefix(5);
+  name.remove_suffix(10);
+  const size_t sep = name.find('_');
+  if (sep == std::string_view::npos) return std::nullopt;
+  LocalFileId id;
+  auto iter = std::from_chars(name.data(), name.data() + sep, id.iteration);
+  auto owner = std::from_chars(name.data() + sep + 1, name.data() + name.size(), id.owner);
+  if (iter.ec != std::errc() || iter.ptr != name.data() + sep || owner.ec != std::errc() ||
+      owner.ptr != name.data() + name.size() || id.iteration < 0 || id.owner < 0) {
+    return std::nullopt;
+  }
+  return id;
+}
+
+}  // namespace
+
+std::string LocalFileName(LocalFileId id) { return fmt::format("iter_{:07d}_{}_local.bin", id.iteration, id.owner); }
+
+std::optional<LocalFileId> ParseLocalFileName(std::string_view name) {
+  bool dirty;
+  std::optional<LocalFileId> id = ParseName(name, &dirty);
+  return dirty ? std::nullopt : id;
+}
+
+LocalStore::LocalStore(Env* env, std::string root, int holder)
+    : env_(env), dir_(JoinPath(root, std::to_string(holder))) {}
+
+void LocalStore::Write(LocalFileId id, std::span<const std::byte> blob) {
+  env_->CreateDirs(dir_);
+  const std::string path = JoinPath(dir_, LocalFileName(id));
+  const std::string dirty = path + std::string(kDirty);  // a crashed save's is overwritten
+  std::unique_ptr<WritableFile> file = env_->NewWritableFile(dirty);
+  file->Append(blob);
+  file->Sync();
+  file->Close();
+  env_->RenameFile(dirty, path);
+  env_->SyncDir(dir_);
+}
+
+std::string LocalStore::Read(LocalFileId id) const { return ReadFileToString(env_, JoinPath(dir_, LocalFileName(id))); }
+
+std::vector<LocalFileId> LocalStore::List() const {
+  std::vector<LocalFileId> ids;
+  if (!env_->IsDirectory(dir_)) return ids;
+  for (const std::string& name : env_->ListDir(dir_)) {
+    if (auto id = ParseLocalFileName(name)) ids.push_back(*id);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+void LocalStore::RemoveIteration(int64_t iteration) {
+  RemoveIf([&](int64_t i) { return i == iteration; });
+}
+
+void LocalStore::RemoveOlderThan(int64_t iteration) {
+  RemoveIf([&](int64_t i) { return i < iteration; });
+}
+
+void LocalStore::RemoveIf(const std::function<bool(int64_t iteration)>& pred) {
+  if (!env_->IsDirectory(dir_)) return;
+  for (const std::string& name : env_->ListDir(dir_)) {
+    bool dirty;
+    auto id = ParseName(name, &dirty);
+    if (id && pred(id->iteration)) env_->RemoveFile(JoinPath(dir_, name));
+  }
+}
+
+}  // namespace distckpt

@@ -1,0 +1,29 @@
+#!/bin/bash
+# The save/load strategies through the distckpt CLI (threads backend), on
+# scenarios/dp4-replicated.json: async + fully parallel saves equal a plain
+# synchronous one (`distckpt diff`), fully parallel and two-stage loads
+# check every element, and a replicated local checkpoint survives the loss
+# of one rank's files but not of a whole clique.
+# Usage: cli_strategies_test.sh DISTCKPT SCENARIO_DIR
+set -euo pipefail
+distckpt=$1
+scenario=$2/dp4-replicated.json
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$distckpt" save "$scenario" -t tp=2,dp=4 -d "$work/sync"
+"$distckpt" save "$scenario" -t tp=2,dp=4 -d "$work/async" --async --writers 3 --fully-parallel
+"$distckpt" diff "$work/sync" "$work/async"
+"$distckpt" load "$scenario" -t tp=4,dp=2 --saved-topology tp=2,dp=4 -d "$work/async" --fully-parallel --exchange gather_rounds
+"$distckpt" load "$scenario" -t tp=1,dp=8 --saved-topology tp=2,dp=4 -d "$work/async" --two-stage
+
+"$distckpt" save "$scenario" -t tp=2,dp=4 --local "$work/local" --replication 2,2
+rm -rf "$work/local/3"
+"$distckpt" load "$scenario" -t tp=2,dp=4 --local "$work/local" --replication 2,2
+rm -rf "$work/local/1"  # rank 3's clique {1, 3} has no copy left
+if "$distckpt" load "$scenario" -t tp=2,dp=4 --local "$work/local" --replication 2,2 2> "$work/err"; then
+  echo "FAIL: a local checkpoint without any copy of rank 1's files loaded" >&2
+  exit 1
+fi
+grep -q "no replicas available for rank 1" "$work/err"
+echo "cli strategies: ok"
