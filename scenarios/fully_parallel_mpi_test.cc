@@ -5,13 +5,12 @@
 // A fully parallel async save of the same state is identical to the plain
 // synchronous one, and the checkpoint loads fully parallel under another
 // layout. Rank 0 prints the bytes each rank wrote.
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <set>
-
-#include <gtest/gtest.h>
 
 #include "comm/mpi_test_env.h"
 #include "engine/checkpoint_diff.h"
@@ -46,7 +45,8 @@ class SharedTempDir {
 };
 
 void PrintRankBytes(const char* what, const StepReport& report) {
-  std::printf("%s: %llu bytes in total\n", what, static_cast<unsigned long long>(report.bytes_written));
+  std::printf("%s: %llu bytes in total\n", what,
+              static_cast<unsigned long long>(report.bytes_written));
   for (size_t r = 0; r < report.rank_bytes_written.size(); ++r) {
     std::printf("  rank %zu (tp %zu, dp %zu): %llu bytes\n", r, r % 2, r / 2,
                 static_cast<unsigned long long>(report.rank_bytes_written[r]));
@@ -64,11 +64,13 @@ TEST(FullyParallelMpiTest, DpReplicatedModelIsWrittenOnceAndEvenly) {
   StepReport plain = SaveStep(s, nullptr, kTopology, tmp.path() + "/plain", world);
   StepStrategy fully_parallel;
   fully_parallel.fully_parallel = true;
-  StepReport fp = SaveStep(s, nullptr, kTopology, tmp.path() + "/fp", world, nullptr, fully_parallel);
+  StepReport fp =
+      SaveStep(s, nullptr, kTopology, tmp.path() + "/fp", world, nullptr, fully_parallel);
   StepStrategy async = fully_parallel;
   async.async = true;
   async.writers = 2;
-  StepReport fp_async = SaveStep(s, nullptr, kTopology, tmp.path() + "/fp-async", world, nullptr, async);
+  StepReport fp_async =
+      SaveStep(s, nullptr, kTopology, tmp.path() + "/fp-async", world, nullptr, async);
   ASSERT_TRUE(plain.ok) << plain.error;
   ASSERT_TRUE(fp.ok) << fp.error;
   ASSERT_TRUE(fp_async.ok) << fp_async.error;
@@ -87,7 +89,8 @@ TEST(FullyParallelMpiTest, DpReplicatedModelIsWrittenOnceAndEvenly) {
     for (const auto& [key, tensor] : reader->metadata().tensors) {
       std::set<Shape> offsets;
       for (const StoredChunk& c : tensor.chunks) {
-        EXPECT_TRUE(offsets.insert(c.box.offset).second) << key << " chunk " << c.box.ToString() << " stored twice";
+        EXPECT_TRUE(offsets.insert(c.box.offset).second)
+            << key << " chunk " << c.box.ToString() << " stored twice";
         stored += c.length;
       }
     }
@@ -110,7 +113,8 @@ TEST(FullyParallelMpiTest, DpReplicatedModelIsWrittenOnceAndEvenly) {
     EXPECT_LE(group_busiest, 1.1 * group_total / 4) << "DP group of tp " << tp;
     if (world.rank() == 0) {
       std::printf("DP group tp=%d: busiest rank %llu bytes = %.4f x its group's total/4\n", tp,
-                  static_cast<unsigned long long>(group_busiest), group_busiest / (group_total / 4.0));
+                  static_cast<unsigned long long>(group_busiest),
+                  group_busiest / (group_total / 4.0));
     }
   }
   EXPECT_LE(busiest, 1.1 * fp.bytes_written / 4);
@@ -119,16 +123,16 @@ TEST(FullyParallelMpiTest, DpReplicatedModelIsWrittenOnceAndEvenly) {
   for (int r = 2; r < 8; ++r) EXPECT_LT(plain.rank_bytes_written[r], 100u) << "rank " << r;
 
   if (world.rank() == 0) {
-    std::printf("busiest rank overall: %llu bytes = %.4f x total/4\n", static_cast<unsigned long long>(busiest),
-                busiest / (fp.bytes_written / 4.0));
+    std::printf("busiest rank overall: %llu bytes = %.4f x total/4\n",
+                static_cast<unsigned long long>(busiest), busiest / (fp.bytes_written / 4.0));
     EXPECT_TRUE(DiffCheckpoints(tmp.path() + "/plain", tmp.path() + "/fp").identical());
     EXPECT_TRUE(DiffCheckpoints(tmp.path() + "/plain", tmp.path() + "/fp-async").identical());
   }
 
   StepStrategy load_fp;
   load_fp.fully_parallel = true;
-  StepReport loaded = LoadStep(s, nullptr, kTopology, "tp=4,dp=2", tmp.path() + "/fp", world, s.strict,
-                               VerifyPolicy::kWhenWhole, load_fp);
+  StepReport loaded = LoadStep(s, nullptr, kTopology, "tp=4,dp=2", tmp.path() + "/fp", world,
+                               s.strict, VerifyPolicy::kWhenWhole, load_fp);
   EXPECT_TRUE(loaded.ok) << loaded.error;
   world.Barrier();
 }

@@ -1,7 +1,7 @@
 // distckpt diff: two checkpoints compared in global space.
-#include <iostream>
-
 #include <fmt/format.h>
+
+#include <iostream>
 
 #include "cli/commands.h"
 #include "engine/checkpoint_diff.h"

@@ -35,7 +35,8 @@ void SaveVariant(const std::string& dir, int world, int axis, const Variant& v) 
         int64_t gi = axis == 0 ? i + comm.rank() * local[0] : i;
         int64_t gj = axis == 1 ? j + comm.rank() * local[1] : j;
         int64_t index = gi * 4 + gj;
-        w.data_as<float>()[i * local[1] + j] = index == 4 ? v.changed_value : static_cast<float>(index);
+        w.data_as<float>()[i * local[1] + j] =
+            index == 4 ? v.changed_value : static_cast<float>(index);
       }
     }
     Tensor bias = Tensor::Zeros(v.bias_dtype, {4});
@@ -43,7 +44,9 @@ void SaveVariant(const std::string& dir, int world, int axis, const Variant& v) 
            {"bias", Node(ShardedTensor::FromRankOffsets("bias", bias, {}, {comm.rank()}))},
            {"obj", Node(ShardedObject{"obj", v.object_value, {1}, {0}, {comm.rank()}})},
            {"step", Node(nlohmann::json(v.step))}};
-    if (v.extra_key) d["extra"] = Node(ShardedTensor::FromRankOffsets("extra", Tensor::Zeros(DType::kF32, {1}), {}, {comm.rank()}));
+    if (v.extra_key)
+      d["extra"] = Node(ShardedTensor::FromRankOffsets("extra", Tensor::Zeros(DType::kF32, {1}), {},
+                                                       {comm.rank()}));
     Save(Node(std::move(d)), dir, comm);
   });
 }
@@ -63,12 +66,17 @@ TEST(CheckpointDiffTest, ReportsEveryKindOfDifference) {
   ScopedTempDir tmp;
   SaveVariant(tmp.path() + "/a", 2, 0, {});
   SaveVariant(tmp.path() + "/b", 3, 0,
-              {.changed_value = 4.5f, .bias_dtype = DType::kBF16, .extra_key = true, .object_value = 2, .step = 4});
+              {.changed_value = 4.5f,
+               .bias_dtype = DType::kBF16,
+               .extra_key = true,
+               .object_value = 2,
+               .step = 4});
   CheckpointDiff diff = DiffCheckpoints(tmp.path() + "/a", tmp.path() + "/b");
   EXPECT_FALSE(diff.identical());
   EXPECT_TRUE(diff.only_a.empty());
   EXPECT_THAT(diff.only_b, ElementsAre("extra"));
-  EXPECT_THAT(diff.mismatches, ElementsAre("bias: dtype f32 vs bf16", "w: 1 of 24 elements differ, first at index 4: 4 vs 4.5",
+  EXPECT_THAT(diff.mismatches, ElementsAre("bias: dtype f32 vs bf16",
+                                           "w: 1 of 24 elements differ, first at index 4: 4 vs 4.5",
                                            "obj/shard_0_1: 1 vs 2", HasSubstr("common state")));
 }
 
@@ -84,7 +92,8 @@ TEST(CheckpointDiffTest, ToleranceAcceptsSmallDifferences) {
 TEST(CheckpointDiffTest, AnUncommittedDirectoryIsRefused) {
   ScopedTempDir tmp;
   SaveVariant(tmp.path() + "/a", 1, 0, {});
-  EXPECT_THAT([&] { DiffCheckpoints(tmp.path() + "/a", tmp.path()); }, ThrowsError(ErrorKind::kIncomplete));
+  EXPECT_THAT([&] { DiffCheckpoints(tmp.path() + "/a", tmp.path()); },
+              ThrowsError(ErrorKind::kIncomplete));
 }
 
 }  // namespace

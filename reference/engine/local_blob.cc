@@ -31,17 +31,23 @@ T MetaFromJson(const json& j) {
 
 std::string SerializeLocalState(const Node& state_dict, int64_t iteration, int rank) {
   SavePieces pieces = SavePreprocess(state_dict);
-  json header = {{"format", "distckpt-local"}, {"version", kVersion}, {"iteration", iteration},
-                 {"rank", rank}, {"common", CommonToJson(pieces.common)},
-                 {"tensors", json::array()}, {"objects", json::array()}};
+  json header = {{"format", "distckpt-local"},
+                 {"version", kVersion},
+                 {"iteration", iteration},
+                 {"rank", rank},
+                 {"common", CommonToJson(pieces.common)},
+                 {"tensors", json::array()},
+                 {"objects", json::array()}};
   std::string data;
   ForEachLeaf(pieces.sharded, [&](const NodePath& path, const Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
       t->ValidateMetadataIntegrity();
       if (!t->data.defined() && t->LocalNumel() > 0) {
-        Fail(ErrorKind::kInvalidArgument, "`data` attr is None for {} (at '{}')", t->ToString(), PathToString(path));
+        Fail(ErrorKind::kInvalidArgument, "`data` attr is None for {} (at '{}')", t->ToString(),
+             PathToString(path));
       }
-      std::span<const std::byte> bytes = t->data.defined() ? t->data.bytes() : std::span<const std::byte>();
+      std::span<const std::byte> bytes =
+          t->data.defined() ? t->data.bytes() : std::span<const std::byte>();
       header["tensors"].push_back({{"meta", MetaJson(t->WithoutData())},
                                    {"offset", data.size()},
                                    {"length", bytes.size()},
@@ -60,14 +66,17 @@ std::string SerializeLocalState(const Node& state_dict, int64_t iteration, int r
 
 Node LoadLocalState(const std::string& blob, const Node& request, int64_t iteration, int rank,
                     LoadSummary* summary) {
-  const std::string what = fmt::format("local checkpoint of rank {} (iteration {})", rank, iteration);
+  const std::string what =
+      fmt::format("local checkpoint of rank {} (iteration {})", rank, iteration);
   if (blob.size() < kMagicSize + 8 || blob.compare(0, kMagicSize, kMagic) != 0) {
     Fail(ErrorKind::kCorruption, "{} is not a distckpt local checkpoint", what);
   }
   uint64_t length = 0;
-  for (int i = 0; i < 8; ++i) length |= uint64_t{static_cast<unsigned char>(blob[kMagicSize + i])} << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    length |= uint64_t{static_cast<unsigned char>(blob[kMagicSize + i])} << (8 * i);
   const size_t data_start = kMagicSize + 8 + length;
-  if (length > blob.size() || data_start > blob.size()) Fail(ErrorKind::kCorruption, "{} is truncated", what);
+  if (length > blob.size() || data_start > blob.size())
+    Fail(ErrorKind::kCorruption, "{} is truncated", what);
   json header = json::parse(std::string_view(blob).substr(kMagicSize + 8, length), nullptr, false);
   if (!header.is_object() || header.value("version", 0) != kVersion ||
       header.value("iteration", int64_t{-1}) != iteration || header.value("rank", -1) != rank) {
@@ -94,18 +103,23 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
       }
       const auto& [stored, entry] = it->second;
       if (stored.local_shape != want->local_shape || stored.global_shape != want->global_shape) {
-        Fail(ErrorKind::kShapeMismatch, "{}: requested {}, the {} holds {}", want->key, want->ToString(), what,
-             stored.ToString());
+        Fail(ErrorKind::kShapeMismatch, "{}: requested {}, the {} holds {}", want->key,
+             want->ToString(), what, stored.ToString());
       }
-      const uint64_t offset = entry->at("offset").get<uint64_t>(), bytes = entry->at("length").get<uint64_t>();
-      if (data_start + offset + bytes > blob.size()) Fail(ErrorKind::kCorruption, "{} is truncated", what);
-      std::span<const std::byte> src(reinterpret_cast<const std::byte*>(blob.data()) + data_start + offset, bytes);
+      const uint64_t offset = entry->at("offset").get<uint64_t>(),
+                     bytes = entry->at("length").get<uint64_t>();
+      if (data_start + offset + bytes > blob.size())
+        Fail(ErrorKind::kCorruption, "{} is truncated", what);
+      std::span<const std::byte> src(
+          reinterpret_cast<const std::byte*>(blob.data()) + data_start + offset, bytes);
       if (ChecksumToHex(Checksum(src)) != entry->at("checksum").get<std::string>()) {
         Fail(ErrorKind::kCorruption, "{}: checksum mismatch in {}", what, want->key);
       }
-      const Shape shape = want->flattened_range ? Shape{want->flattened_range->size()} : want->local_shape;
+      const Shape shape =
+          want->flattened_range ? Shape{want->flattened_range->size()} : want->local_shape;
       Tensor dst = want->data.defined() ? want->data : Tensor::Empty(want->dtype, shape);
-      ConvertElements(src.data(), stored.dtype, dst.data(), dst.dtype(), static_cast<size_t>(dst.numel()));
+      ConvertElements(src.data(), stored.dtype, dst.data(), dst.dtype(),
+                      static_cast<size_t>(dst.numel()));
       if (summary) {
         summary->bytes_needed += bytes;
         summary->bytes_loaded += dst.nbytes();
@@ -114,7 +128,8 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
       leaf = Node(dst);
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
       auto it = objects.find(o->UniqueKey());
-      if (it == objects.end()) Fail(ErrorKind::kKeyMismatch, "{} is not in the {}", o->UniqueKey(), what);
+      if (it == objects.end())
+        Fail(ErrorKind::kKeyMismatch, "{} is not in the {}", o->UniqueKey(), what);
       leaf = Node(*it->second);
     }
   });

@@ -1,12 +1,12 @@
 #include "engine/local_checkpoint.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>
 #include <set>
-
-#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "engine/local_blob.h"
@@ -57,17 +57,19 @@ std::vector<std::set<LocalFileId>> HeldEverywhere(const LocalStore& store, Commu
   std::vector<std::set<LocalFileId>> held;
   for (const std::string& bytes : comm.AllGather(mine.dump())) {
     std::set<LocalFileId>& ids = held.emplace_back();
-    for (const auto& pair : nlohmann::json::parse(bytes)) ids.insert({pair[0].get<int64_t>(), pair[1].get<int>()});
+    for (const auto& pair : nlohmann::json::parse(bytes))
+      ids.insert({pair[0].get<int64_t>(), pair[1].get<int>()});
   }
   return held;
 }
 
 // The members of `rank`'s clique that hold its file of `iteration`.
-std::vector<int> Holders(const std::vector<std::set<LocalFileId>>& held, const LocalOptions& options, int rank,
-                         int64_t iteration) {
-  std::vector<int> clique = options.groups.empty()
-                                ? std::vector<int>{rank}
-                                : options.groups[GroupIndexOf(options.groups, static_cast<int>(held.size()), rank)];
+std::vector<int> Holders(const std::vector<std::set<LocalFileId>>& held,
+                         const LocalOptions& options, int rank, int64_t iteration) {
+  std::vector<int> clique =
+      options.groups.empty()
+          ? std::vector<int>{rank}
+          : options.groups[GroupIndexOf(options.groups, static_cast<int>(held.size()), rank)];
   std::sort(clique.begin(), clique.end());
   std::vector<int> holders;
   for (int member : clique) {
@@ -77,7 +79,8 @@ std::vector<int> Holders(const std::vector<std::set<LocalFileId>>& held, const L
 }
 
 // NVRx's find_latest: the newest iteration every rank can recover.
-int64_t RecoverableIteration(const std::vector<std::set<LocalFileId>>& held, const LocalOptions& options) {
+int64_t RecoverableIteration(const std::vector<std::set<LocalFileId>>& held,
+                             const LocalOptions& options) {
   std::set<int64_t, std::greater<>> iterations;
   for (const auto& ids : held) {
     for (const LocalFileId& id : ids) iterations.insert(id.iteration);
@@ -96,7 +99,8 @@ int64_t RecoverableIteration(const std::vector<std::set<LocalFileId>>& held, con
   for (int r = 0; r < static_cast<int>(held.size()); ++r) {
     if (Holders(held, options, r, newest).empty()) {
       Fail(ErrorKind::kIncomplete,
-           "no replicas available for rank {} (iteration {}): no member of its replication group holds {} "
+           "no replicas available for rank {} (iteration {}): no member of its replication group "
+           "holds {} "
            "under {}",
            r, newest, LocalFileName({newest, r}), options.root);
     }
@@ -175,7 +179,8 @@ LocalLoadResult LoadLocal(const Node& request, Communicator& comm, const LocalOp
     }
   }
   AgreeOnOutcome(comm, [&] {
-    result.state_dict = LoadLocalState(mine, request, result.iteration, comm.rank(), &result.summary);
+    result.state_dict =
+        LoadLocalState(mine, request, result.iteration, comm.rank(), &result.summary);
   });
   result.summary.seconds = SecondsSince(start);
   return result;

@@ -35,7 +35,7 @@
 namespace distckpt {
 
 struct LocalOptions {
-  std::string root;  // node-local directory, rank r uses root/r
+  std::string root;    // node-local directory, rank r uses root/r
   Env* env = nullptr;  // nullptr = Env::Default()
   // Replication cliques partitioning the ranks (strategy/replication.h
   // Cliques(world, {J, F}), or explicit groups); empty = no replication.

@@ -5,11 +5,11 @@
 // failed save leaves no partial iteration.
 #include "engine/local_checkpoint.h"
 
-#include <filesystem>
-#include <fstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "comm/thread_world.h"
 #include "io/fault_env.h"
@@ -33,24 +33,30 @@ constexpr int kWorld = 8;
 Node State(int rank, int64_t iteration, bool with_data = true) {
   auto values = [&](Shape shape, float base) {
     Tensor t = Tensor::Empty(DType::kF32, shape);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = base + 1000.0f * iteration + 0.25f * i;
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.data_as<float>()[i] = base + 1000.0f * iteration + 0.25f * i;
     return with_data ? t : Tensor();
   };
-  ShardedTensor w = ShardedTensor::FromRankOffsetsMeta("w", DType::kF32, {3, 5}, {{0, rank, kWorld}});
+  ShardedTensor w =
+      ShardedTensor::FromRankOffsetsMeta("w", DType::kF32, {3, 5}, {{0, rank, kWorld}});
   w.data = values({3, 5}, 100.0f * rank);
   ShardedTensor b = ShardedTensor::FromRankOffsetsMeta("b", DType::kF32, {4}, {}, {rank});
   b.data = values({4}, 7);
-  Dict d{{"w", Node(w)},
-         {"b", Node(b)},
-         {"rng", Node(ShardedObject{"rng", nlohmann::json{{"seed", rank * 10 + iteration}}, {kWorld}, {rank}, {0}})},
-         {"iteration", Node(nlohmann::json(iteration))}};
+  Dict d{
+      {"w", Node(w)},
+      {"b", Node(b)},
+      {"rng", Node(ShardedObject{
+                  "rng", nlohmann::json{{"seed", rank * 10 + iteration}}, {kWorld}, {rank}, {0}})},
+      {"iteration", Node(nlohmann::json(iteration))}};
   return Node(std::move(d));
 }
 
 void ExpectState(const Node& loaded, int rank, int64_t iteration) {
   Node want = State(rank, iteration);
-  EXPECT_TRUE(loaded.at("w").as<Tensor>().Equals(want.at("w").as<ShardedTensor>().data)) << "rank " << rank;
-  EXPECT_TRUE(loaded.at("b").as<Tensor>().Equals(want.at("b").as<ShardedTensor>().data)) << "rank " << rank;
+  EXPECT_TRUE(loaded.at("w").as<Tensor>().Equals(want.at("w").as<ShardedTensor>().data))
+      << "rank " << rank;
+  EXPECT_TRUE(loaded.at("b").as<Tensor>().Equals(want.at("b").as<ShardedTensor>().data))
+      << "rank " << rank;
   EXPECT_EQ(loaded.at("rng").as<nlohmann::json>(), want.at("rng").as<ShardedObject>().data);
   EXPECT_EQ(loaded.at("iteration").as<nlohmann::json>(), iteration);
 }
@@ -70,6 +76,15 @@ void SaveAll(const std::string& root, const Groups& groups, int64_t iteration) {
   });
 }
 
+// Loads on every rank and expects iteration `iteration`'s state.
+void ExpectLoadsIteration(const std::string& root, const Groups& groups, int64_t iteration) {
+  RunRanks(kWorld, [&](Communicator& comm) {
+    LocalLoadResult r = LoadLocal(State(comm.rank(), 0, false), comm, {root, nullptr, groups});
+    EXPECT_EQ(r.iteration, iteration);
+    ExpectState(r.state_dict, comm.rank(), iteration);
+  });
+}
+
 class ReplicatedLocalTest : public ::testing::TestWithParam<Groups> {};
 
 // test_repl_save_and_load: each rank dir holds its group's files; wipe ranks 6, 3, 4; load.
@@ -79,12 +94,14 @@ TEST_P(ReplicatedLocalTest, WipedRanksRecoverTheirFilesFromPeersBitExact) {
   SaveAll(tmp.path(), groups, 1);
   for (int rank = 0; rank < kWorld; ++rank) {
     std::set<std::string> expected;
-    for (int member : groups[GroupIndexOf(groups, kWorld, rank)]) expected.insert(LocalFileName({1, member}));
+    for (int member : groups[GroupIndexOf(groups, kWorld, rank)])
+      expected.insert(LocalFileName({1, member}));
     EXPECT_EQ(FilesOf(tmp.path(), rank), expected) << "rank " << rank;
   }
   for (int rank : {6, 3, 4}) fs::remove_all(fs::path(tmp.path()) / std::to_string(rank));
   RunRanks(kWorld, [&](Communicator& comm) {
-    LocalLoadResult r = LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, groups});
+    LocalLoadResult r =
+        LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, groups});
     EXPECT_EQ(r.iteration, 1);
     EXPECT_EQ(r.recovered_from_peer, comm.rank() == 6 || comm.rank() == 3 || comm.rank() == 4);
     ExpectState(r.state_dict, comm.rank(), 1);
@@ -93,7 +110,8 @@ TEST_P(ReplicatedLocalTest, WipedRanksRecoverTheirFilesFromPeersBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(MegatronGroups, ReplicatedLocalTest,
                          ::testing::Values(Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}},
-                                           Groups{{2, 6, 7}, {3, 1}, {5}, {0, 4}}, Cliques(kWorld, {4, 2})));
+                                           Groups{{2, 6, 7}, {3, 1}, {5}, {0, 4}},
+                                           Cliques(kWorld, {4, 2})));
 
 TEST(LocalCheckpointTest, ALostCliqueIsNamedOnEveryRank) {
   ScopedTempDir tmp;
@@ -127,12 +145,9 @@ TEST(LocalCheckpointTest, KeepsOnlyTheNewestIterationAndResavesIdentically) {
   SaveAll(tmp.path(), groups, 1);
   EXPECT_EQ(ReadFileToString(Env::Default(), file), first);  // byte-identical re-save
   SaveAll(tmp.path(), groups, 2);
-  EXPECT_EQ(FilesOf(tmp.path(), 3), (std::set<std::string>{LocalFileName({2, 2}), LocalFileName({2, 3})}));
-  RunRanks(kWorld, [&](Communicator& comm) {
-    LocalLoadResult r = LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, groups});
-    EXPECT_EQ(r.iteration, 2);
-    ExpectState(r.state_dict, comm.rank(), 2);
-  });
+  EXPECT_EQ(FilesOf(tmp.path(), 3),
+            (std::set<std::string>{LocalFileName({2, 2}), LocalFileName({2, 3})}));
+  ExpectLoadsIteration(tmp.path(), groups, 2);
 }
 
 TEST(LocalCheckpointTest, AFailedSaveLeavesNoPartialIterationAndThePreviousOneLoads) {
@@ -148,14 +163,11 @@ TEST(LocalCheckpointTest, AFailedSaveLeavesNoPartialIterationAndThePreviousOneLo
   EXPECT_THAT(errors, Each(HasSubstr("rank 1: ")));
   for (int rank = 0; rank < kWorld; ++rank) {
     for (const std::string& name : FilesOf(tmp.path(), rank)) {
-      EXPECT_EQ(name.find("iter_0000002"), std::string::npos) << "rank " << rank << " kept " << name;
+      EXPECT_EQ(name.find("iter_0000002"), std::string::npos)
+          << "rank " << rank << " kept " << name;
     }
   }
-  RunRanks(kWorld, [&](Communicator& comm) {
-    LocalLoadResult r = LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, groups});
-    EXPECT_EQ(r.iteration, 1);
-    ExpectState(r.state_dict, comm.rank(), 1);
-  });
+  ExpectLoadsIteration(tmp.path(), groups, 1);
 }
 
 TEST(LocalCheckpointTest, ARequestForAShardThatWasNotSavedNamesKeyAndRank) {
@@ -163,10 +175,12 @@ TEST(LocalCheckpointTest, ARequestForAShardThatWasNotSavedNamesKeyAndRank) {
   SaveAll(tmp.path(), {}, 1);
   auto errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
     Node request = State(comm.rank(), 0, false);
-    request["extra"] = Node(ShardedTensor::FromRankOffsetsMeta("extra", DType::kF32, {2}, {}, {comm.rank()}));
+    request["extra"] =
+        Node(ShardedTensor::FromRankOffsetsMeta("extra", DType::kF32, {2}, {}, {comm.rank()}));
     LoadLocal(request, comm, {tmp.path(), nullptr, {}});
   });
-  EXPECT_THAT(errors, Each(HasSubstr("extra (global offset (0,)) is not in the local checkpoint of rank")));
+  EXPECT_THAT(errors,
+              Each(HasSubstr("extra (global offset (0,)) is not in the local checkpoint of rank")));
 }
 
 TEST(LocalCheckpointTest, NothingSavedIsAClearError) {

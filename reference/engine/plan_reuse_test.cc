@@ -28,14 +28,19 @@ Node State(const Communicator& comm, int step, int axis = 0) {
   Tensor w = Tensor::Empty(DType::kF32, local);
   for (int64_t i = 0; i < local[0]; ++i) {
     for (int64_t j = 0; j < local[1]; ++j) {
-      int64_t gi = axis == 0 ? i + comm.rank() * local[0] : i, gj = axis == 1 ? j + comm.rank() * local[1] : j;
+      int64_t gi = axis == 0 ? i + comm.rank() * local[0] : i,
+              gj = axis == 1 ? j + comm.rank() * local[1] : j;
       w.data_as<float>()[i * local[1] + j] = static_cast<float>(100 * step + gi * 6 + gj);
     }
   }
   Dict d{{"w", Node(ShardedTensor::FromRankOffsets("w", w, {{axis, comm.rank(), comm.size()}}))},
-         {"b", Node(ShardedTensor::FromRankOffsets("b", Tensor::Zeros(DType::kF32, {6}), {}, {comm.rank()}))},
-         {"obj", Node(ShardedObject{"obj", comm.rank() == 1 ? std::string(std::max(step, 0), 'x') : "same",
-                                    {comm.size()}, {comm.rank()}, {0}})},
+         {"b", Node(ShardedTensor::FromRankOffsets("b", Tensor::Zeros(DType::kF32, {6}), {},
+                                                   {comm.rank()}))},
+         {"obj", Node(ShardedObject{"obj",
+                                    comm.rank() == 1 ? std::string(std::max(step, 0), 'x') : "same",
+                                    {comm.size()},
+                                    {comm.rank()},
+                                    {0}})},
          {"step", Node(nlohmann::json(step))}};
   return Node(std::move(d));
 }
@@ -44,7 +49,9 @@ Node State(const Communicator& comm, int step, int axis = 0) {
 float LoadedW(const std::string& dir, Communicator& comm, int index, int step) {
   LoadResult r = Load(State(comm, -1), dir, comm);
   if (comm.rank() == 1) {
-    EXPECT_EQ(r.state_dict.at("obj").as<nlohmann::json>().get<std::string>(), std::string(step, 'x')) << dir;
+    EXPECT_EQ(r.state_dict.at("obj").as<nlohmann::json>().get<std::string>(),
+              std::string(step, 'x'))
+        << dir;
   }
   return static_cast<float>(r.state_dict.at("w").as<Tensor>().At(index));
 }
@@ -62,7 +69,9 @@ TEST(PlanReuseTest, CountedCollectivesShowTheReusedPlan) {
       std::vector<uint64_t> bytes;
       for (int step = 0; step < 3; ++step) {
         counting.Reset();
-        Save(State(comm, step), tmp.path() + "/" + std::to_string(fully_parallel) + std::to_string(step), counting, options);
+        Save(State(comm, step),
+             tmp.path() + "/" + std::to_string(fully_parallel) + std::to_string(step), counting,
+             options);
         calls.push_back(counting.calls);
         bytes.push_back(counting.bytes_moved);
       }
@@ -75,13 +84,15 @@ TEST(PlanReuseTest, CountedCollectivesShowTheReusedPlan) {
         EXPECT_EQ(calls[step]["Gather"], 1) << step;
         EXPECT_EQ(calls[step]["Broadcast"], 1) << step;
         EXPECT_EQ(calls[step]["AllReduce"], 1) << step;
-        EXPECT_EQ(calls[step]["AllGather"], calls[0]["AllGather"] - (fully_parallel ? 2 : 1)) << step;
+        EXPECT_EQ(calls[step]["AllGather"], calls[0]["AllGather"] - (fully_parallel ? 2 : 1))
+            << step;
       }
       if (comm.rank() == 0) {
         EXPECT_LT(bytes[1], bytes[0] / 2) << "rank 0 gathers checksums instead of metadata";
       }
       for (int step = 0; step < 3; ++step) {
-        EXPECT_EQ(LoadedW(tmp.path() + "/" + std::to_string(fully_parallel) + std::to_string(step), comm, 5, step),
+        EXPECT_EQ(LoadedW(tmp.path() + "/" + std::to_string(fully_parallel) + std::to_string(step),
+                          comm, 5, step),
                   100 * step + comm.rank() * 12 + 5);
       }
     });
@@ -126,7 +137,8 @@ TEST(PlanReuseTest, AsyncSavesReuseThePlanToo) {
     options.writers = 2;
     AsyncCallsQueue queue(comm);
     for (int step = 0; step < 3; ++step) {
-      AsyncSave save = SaveAsync(State(comm, step), tmp.path() + "/" + std::to_string(step), comm, options);
+      AsyncSave save =
+          SaveAsync(State(comm, step), tmp.path() + "/" + std::to_string(step), comm, options);
       queue.Schedule(save.request);
       queue.MaybeFinalize(true);
     }

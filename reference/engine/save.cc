@@ -40,7 +40,8 @@ void ValidateGlobalSharding(const Node& sharded, Communicator& comm) {
     if (comm.rank() != kCoordinator) return;
     GlobalMetadata global;
     global.reserve(all.size());
-    for (const std::string& s : all) global.push_back(LocalMetadataFromJson(nlohmann::json::parse(s)));
+    for (const std::string& s : all)
+      global.push_back(LocalMetadataFromJson(nlohmann::json::parse(s)));
     ValidateShardingIntegrity(global);
   });
 }
@@ -96,7 +97,8 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
     CheckLocalShards(pieces.sharded);
     prepared.sharded = std::move(pieces.sharded);
     prepared.common = CommonToJson(pieces.common);
-    if (!options.content_metadata.is_null()) prepared.common["content_metadata"] = options.content_metadata;
+    if (!options.content_metadata.is_null())
+      prepared.common["content_metadata"] = options.content_metadata;
   });
   Communicator& group = options.parallelization_group ? *options.parallelization_group : comm;
   if (options.plan_cache) {
@@ -112,9 +114,9 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
   if (options.fully_parallel) {
     bool rewritten;
     if (options.plan_cache) {
-      prepared.distribution = prepared.reused_plan
-                                  ? options.plan_cache->distribution
-                                  : DetermineMainReplicaUniformDistribution(prepared.sharded, group, false);
+      prepared.distribution = prepared.reused_plan ? options.plan_cache->distribution
+                                                   : DetermineMainReplicaUniformDistribution(
+                                                         prepared.sharded, group, false);
       if ((rewritten = prepared.distribution.has_value())) {
         DistributeMainReplicas(prepared.sharded, group.rank(), *prepared.distribution);
       }
@@ -133,8 +135,9 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
   return prepared;
 }
 
-void ForEachItemToWrite(const Node& sharded, const std::function<void(const ShardedTensor&)>& tensor,
-                        const std::function<void(const ShardedObject&, const std::string&)>& object) {
+void ForEachItemToWrite(
+    const Node& sharded, const std::function<void(const ShardedTensor&)>& tensor,
+    const std::function<void(const ShardedObject&, const std::string&)>& object) {
   ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
       if (IsMainReplica(t->replica_id) && t->LocalNumel() > 0) tensor(*t);
@@ -144,8 +147,8 @@ void ForEachItemToWrite(const Node& sharded, const std::function<void(const Shar
   });
 }
 
-void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared, const std::string& dir,
-                Communicator& comm, const SaveOptions& options) {
+void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
+                const std::string& dir, Communicator& comm, const SaveOptions& options) {
   SavePlanCache* cache = options.plan_cache;
   // 'C' + checksums when this rank's written layout is the cached one, else 'M' + metadata.
   std::string payload;
@@ -195,8 +198,7 @@ SaveSummary Save(const Node& state_dict, const std::string& dir, Communicator& c
   CheckpointMetadata local;
   AgreeOnOutcome(comm, [&] { local = WriteMainReplicas(prepared, comm.rank(), summary); });
   CommitSave(local, prepared, dir, comm, options);
-  summary.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }
 

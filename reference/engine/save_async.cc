@@ -76,11 +76,13 @@ AsyncSave SaveAsync(const Node& state_dict, const std::string& dir, Communicator
   const Clock::time_point start = Clock::now();
   auto summary = std::make_shared<SaveSummary>();
   if (options.writers < 1) {
-    Fail(ErrorKind::kInvalidArgument, "an async save needs at least one writer, got {}", options.writers);
+    Fail(ErrorKind::kInvalidArgument, "an async save needs at least one writer, got {}",
+         options.writers);
   }
   PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, *summary);
   std::shared_ptr<WriterJob> job;
-  AgreeOnOutcome(comm, [&] { job = StageAndStartWriters(prepared, comm.rank(), options, *summary); });
+  AgreeOnOutcome(comm,
+                 [&] { job = StageAndStartWriters(prepared, comm.rank(), options, *summary); });
   prepared.sharded = Node();  // staged: let go of the caller's tensors
   summary->blocking_seconds = SecondsSince(start);
 

@@ -5,11 +5,11 @@
 // out.
 #include "engine/save_async.h"
 
-#include <filesystem>
-#include <optional>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <optional>
 
 #include "comm/thread_world.h"
 #include "engine/checkpoint_diff.h"
@@ -34,21 +34,24 @@ Node AsyncState(const Communicator& comm, float bias = 0) {
   const int rank = comm.rank(), world = comm.size();
   auto filled = [&](Shape shape, float base) {
     Tensor t = Tensor::Empty(DType::kF32, shape);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = base + bias + static_cast<float>(i);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.data_as<float>()[i] = base + bias + static_cast<float>(i);
     return t;
   };
   Dict d;
   d["keyA"] = Node(ShardedTensor::FromRankOffsets("keyA", filled({2, 4}, 0), {}, {rank}));
-  d["keyB"] = Node(ShardedTensor::FromRankOffsets("keyB", filled({3, 5, 7}, 100), {}, {world - 1 - rank}));
-  d["keyC"] = Node(ShardedTensor::FromRankOffsets("keyC", filled({2}, 1000 + 2 * rank), {{0, rank, world}}));
+  d["keyB"] =
+      Node(ShardedTensor::FromRankOffsets("keyB", filled({3, 5, 7}, 100), {}, {world - 1 - rank}));
+  d["keyC"] = Node(
+      ShardedTensor::FromRankOffsets("keyC", filled({2}, 1000 + 2 * rank), {{0, rank, world}}));
   d["obj"] = Node(ShardedObject{"obj", nlohmann::json{{"rank", rank}}, {world}, {rank}, {0}});
   d["step"] = Node(nlohmann::json(7));
   return Node(std::move(d));
 }
 
 // Runs SaveAsync through a queue and finalizes it (blocking).
-std::shared_ptr<SaveSummary> SaveThroughQueue(const Node& state, const std::string& dir, Communicator& comm,
-                                              const SaveOptions& options = {}) {
+std::shared_ptr<SaveSummary> SaveThroughQueue(const Node& state, const std::string& dir,
+                                              Communicator& comm, const SaveOptions& options = {}) {
   AsyncCallsQueue queue(comm);
   AsyncSave save = SaveAsync(state, dir, comm, options);
   queue.Schedule(save.request);
@@ -126,7 +129,8 @@ TEST(SaveAsyncTest, RepeatedSavesReuseTheStagingBuffer) {
     options.staging = &pool;
     AsyncCallsQueue queue(comm);
     for (int step = 0; step < 3; ++step) {
-      AsyncSave save = SaveAsync(AsyncState(comm, step), tmp.path() + "/" + std::to_string(step), comm, options);
+      AsyncSave save =
+          SaveAsync(AsyncState(comm, step), tmp.path() + "/" + std::to_string(step), comm, options);
       queue.Schedule(save.request);
       queue.MaybeFinalize(true);
     }
@@ -143,15 +147,19 @@ TEST(SaveAsyncTest, AHungWriterTimesOutOnEveryRankAndCommitsNothing) {
     SaveOptions options;
     if (comm.rank() == 1) options.env = &hung;
     AsyncCallsQueue queue(comm, std::chrono::milliseconds(200));
-    AsyncSave& save = saves[comm.rank()].emplace(SaveAsync(AsyncState(comm), tmp.path(), comm, options));
+    AsyncSave& save =
+        saves[comm.rank()].emplace(SaveAsync(AsyncState(comm), tmp.path(), comm, options));
     queue.Schedule(save.request);
     EXPECT_TRUE(queue.MaybeFinalize(false).empty());  // not done everywhere yet
     queue.MaybeFinalize(true);
   });
-  EXPECT_THAT(errors, Each(HasSubstr("rank 1: async call 1 did not finish within 0.2 s: writer 0 of rank 1")));
+  EXPECT_THAT(
+      errors,
+      Each(HasSubstr("rank 1: async call 1 did not finish within 0.2 s: writer 0 of rank 1")));
   EXPECT_FALSE(fs::exists(fs::path(tmp.path()) / "metadata.json"));
   hung.Open();  // the writer moves on and ends before `hung` goes
-  EXPECT_TRUE(saves[1]->request.work().WaitUntil(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+  EXPECT_TRUE(saves[1]->request.work().WaitUntil(std::chrono::steady_clock::now() +
+                                                 std::chrono::seconds(30)));
 }
 
 TEST(SaveAsyncTest, FullyParallelAsyncSaveMatchesAPlainOne) {

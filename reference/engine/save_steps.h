@@ -9,9 +9,8 @@
 #define DISTCKPT_ENGINE_SAVE_STEPS_H_
 
 #include <functional>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "comm/communicator.h"
 #include "engine/options.h"
@@ -38,15 +37,16 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
 // Calls `tensor` for every non-empty main-replica ShardedTensor and `object`
 // for every main-replica ShardedObject (with its serialized payload) of a
 // prepared tree: exactly what this rank writes, in tree order.
-void ForEachItemToWrite(const Node& sharded, const std::function<void(const ShardedTensor&)>& tensor,
-                        const std::function<void(const ShardedObject&, const std::string&)>& object);
+void ForEachItemToWrite(
+    const Node& sharded, const std::function<void(const ShardedTensor&)>& tensor,
+    const std::function<void(const ShardedObject&, const std::string&)>& object);
 
 // Gathers `local` (what this rank wrote, fsync'd) from every rank; the
 // coordinator merges and commits. Throws on every rank if it fails. With
 // options.plan_cache, ranks whose written layout is unchanged send only
 // their checksums, and a successful commit refills the cache.
-void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared, const std::string& dir,
-                Communicator& comm, const SaveOptions& options);
+void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
+                const std::string& dir, Communicator& comm, const SaveOptions& options);
 
 }  // namespace distckpt
 

@@ -3,11 +3,11 @@
 // fully parallel load (each shard read once per group; Megatron's
 // TestCrossRanksReads, §9.2 rows 16-19, observed through the files each rank
 // reads) and two-stage load.
-#include <filesystem>
-#include <mutex>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <mutex>
 
 #include "comm/thread_world.h"
 #include "engine/load.h"
@@ -39,7 +39,8 @@ class RecordingEnv : public ForwardingEnv {
  private:
   class File : public RandomAccessFile {
    public:
-    File(std::unique_ptr<RandomAccessFile> base, RecordingEnv* env) : base_(std::move(base)), env_(env) {}
+    File(std::unique_ptr<RandomAccessFile> base, RecordingEnv* env)
+        : base_(std::move(base)), env_(env) {}
     void Read(uint64_t offset, std::span<std::byte> dst) const override {
       {
         std::lock_guard lock(env_->mu_);
@@ -65,9 +66,11 @@ ShardedTensor Arange(const std::string& key, int64_t n, int part, int parts, int
                      float base = 0, bool with_data = true) {
   const int64_t local = n / parts;
   Tensor data = Tensor::Empty(DType::kF32, {local});
-  for (int64_t i = 0; i < local; ++i) data.data_as<float>()[i] = base + static_cast<float>(part * local + i);
+  for (int64_t i = 0; i < local; ++i)
+    data.data_as<float>()[i] = base + static_cast<float>(part * local + i);
   if (!with_data) data = Tensor();
-  ShardedTensor t = ShardedTensor::FromRankOffsetsMeta(key, DType::kF32, {local}, {{0, part, parts}}, {replica});
+  ShardedTensor t =
+      ShardedTensor::FromRankOffsetsMeta(key, DType::kF32, {local}, {{0, part, parts}}, {replica});
   t.data = data;
   return t;
 }
@@ -75,7 +78,8 @@ ShardedTensor Arange(const std::string& key, int64_t n, int part, int parts, int
 void ExpectArange(const Tensor& got, const ShardedTensor& want, float base = 0) {
   ASSERT_EQ(got.numel(), Volume(want.local_shape)) << want.key;
   for (int64_t i = 0; i < got.numel(); ++i) {
-    ASSERT_EQ(got.At(i), base + static_cast<float>(want.global_offset[0] + i)) << want.key << " at " << i;
+    ASSERT_EQ(got.At(i), base + static_cast<float>(want.global_offset[0] + i))
+        << want.key << " at " << i;
   }
 }
 
@@ -86,7 +90,8 @@ std::vector<ShardedTensor> ReplicatedModel(int rank, int tp_size, bool with_data
   std::vector<ShardedTensor> shards;
   const int64_t sizes[] = {4096, 2048, 1536, 1024, 640, 512};
   for (int i = 0; i < 6; ++i) {
-    shards.push_back(Arange("w" + std::to_string(i), sizes[i] * tp_size, tp, tp_size, dp, 1000.0f * i, with_data));
+    shards.push_back(Arange("w" + std::to_string(i), sizes[i] * tp_size, tp, tp_size, dp,
+                            1000.0f * i, with_data));
   }
   shards.push_back(Arange("norm", 256, 0, 1, rank, 7, with_data));
   shards.push_back(Arange("bias", 96, 0, 1, rank, 9, with_data));
@@ -129,7 +134,8 @@ TEST(FullyParallelSaveTest, WritesEachShardOnceSpreadOverTheDpGroup) {
       SaveOptions options;
       options.fully_parallel = fully_parallel;
       options.parallelization_group = dp.get();
-      written[comm.rank()] = Save(AsDict(ReplicatedModel(comm.rank(), kTp, true)), dir, comm, options).bytes_written;
+      written[comm.rank()] =
+          Save(AsDict(ReplicatedModel(comm.rank(), kTp, true)), dir, comm, options).bytes_written;
     });
     bool duplicate = true;
     uint64_t stored = StoredBytes(dir, &duplicate);
@@ -177,7 +183,10 @@ LoadRun LoadModel(const std::string& dir, int world, int tp_size, const LoadOpti
     std::vector<ShardedTensor> want = ReplicatedModel(comm.rank(), tp_size, false);
     LoadResult r = Load(AsDict(want), dir, comm, options);
     for (size_t i = 0; i < want.size(); ++i) {
-      ExpectArange(r.state_dict.at(want[i].key).as<Tensor>(), want[i], i < 6 ? 1000.0f * i : i == 6 ? 7 : 9);
+      ExpectArange(r.state_dict.at(want[i].key).as<Tensor>(), want[i],
+                   i < 6    ? 1000.0f * i
+                   : i == 6 ? 7
+                            : 9);
     }
     run.bytes_read[comm.rank()] = r.summary.bytes_read;
     run.exchange[comm.rank()] = r.summary.exchange;
@@ -187,13 +196,16 @@ LoadRun LoadModel(const std::string& dir, int world, int tp_size, const LoadOpti
 
 TEST(FullyParallelLoadTest, ReadsEachShardOncePerGroupWithEitherExchange) {
   ScopedTempDir tmp;
-  RunRanks(4, [&](Communicator& comm) { Save(AsDict(ReplicatedModel(comm.rank(), 2, true)), tmp.path(), comm); });
+  RunRanks(4, [&](Communicator& comm) {
+    Save(AsDict(ReplicatedModel(comm.rank(), 2, true)), tmp.path(), comm);
+  });
   const uint64_t unique = (4096 + 2048 + 1536 + 1024 + 640 + 512) * 2 * 4 + (256 + 96) * 4;
   LoadRun plain = LoadModel(tmp.path(), 8, 2, {});
   uint64_t plain_total = 0;
   for (uint64_t b : plain.bytes_read) plain_total += b;
   EXPECT_EQ(plain_total, 4 * (unique - (256 + 96) * 4) + 8 * (256 + 96) * 4);  // every replica read
-  for (ExchangeAlgorithm algorithm : {ExchangeAlgorithm::kBroadcast, ExchangeAlgorithm::kGatherRounds}) {
+  for (ExchangeAlgorithm algorithm :
+       {ExchangeAlgorithm::kBroadcast, ExchangeAlgorithm::kGatherRounds}) {
     LoadOptions options;
     options.fully_parallel = true;
     options.exchange = algorithm;
@@ -212,7 +224,9 @@ TEST(FullyParallelLoadTest, ReadsEachShardOncePerGroupWithEitherExchange) {
 
 TEST(TwoStageLoadTest, LowestDpRankReadsAndBroadcastsOneShardAtATime) {
   ScopedTempDir tmp;
-  RunRanks(2, [&](Communicator& comm) { Save(AsDict(ReplicatedModel(comm.rank(), 2, true)), tmp.path(), comm); });
+  RunRanks(2, [&](Communicator& comm) {
+    Save(AsDict(ReplicatedModel(comm.rank(), 2, true)), tmp.path(), comm);
+  });
   LoadOptions options;
   options.two_stage = true;
   LoadRun run = LoadModel(tmp.path(), 8, 2, options);
@@ -231,7 +245,8 @@ TEST(TwoStageLoadTest, LowestDpRankReadsAndBroadcastsOneShardAtATime) {
 using Placement = std::map<std::string, std::vector<std::pair<int, int>>>;
 using ReadsByRank = std::map<int, std::map<std::string, int>>;
 
-void CrossRankReads(int tp_size, const Placement& placement, ReadsByRank* same, ReadsByRank* cross) {
+void CrossRankReads(int tp_size, const Placement& placement, ReadsByRank* same,
+                    ReadsByRank* cross) {
   ScopedTempDir tmp;
   constexpr int kWorld = 8;
   auto state = [&](int rank) {
@@ -290,12 +305,22 @@ TEST(FullyParallelLoadTest, CrossDpAccessDoesNotDisturbTheDistribution) {
     for (int dp = 0; dp < 4; ++dp) all.emplace_back(tp, dp);
   }
   ReadsByRank same, cross;
-  CrossRankReads(2, {{"a", {{0, 0}}}, {"b", all}, {"c", {{0, 0}, {0, 1}, {0, 2}}}, {"d", {{1, 0}, {0, 0}, {1, 3}}},
-                     {"e", {{1, 0}, {1, 2}}}, {"f", {{1, 0}, {0, 0}, {1, 2}}}, {"g", {{1, 3}}}},
+  CrossRankReads(2,
+                 {{"a", {{0, 0}}},
+                  {"b", all},
+                  {"c", {{0, 0}, {0, 1}, {0, 2}}},
+                  {"d", {{1, 0}, {0, 0}, {1, 3}}},
+                  {"e", {{1, 0}, {1, 2}}},
+                  {"f", {{1, 0}, {0, 0}, {1, 2}}},
+                  {"g", {{1, 3}}}},
                  &same, &cross);
   EXPECT_EQ(cross, (ReadsByRank{{0, {{"d", 1}, {"f", 1}}}, {3, {{"b", 4}}}}));
-  EXPECT_EQ(same, (ReadsByRank{{0, {{"a", 0}}}, {1, {{"d", 1}, {"f", 1}}}, {2, {{"c", 2}}}, {4, {{"b", 4}}},
-                               {5, {{"e", 5}}}, {7, {{"g", 7}}}}));
+  EXPECT_EQ(same, (ReadsByRank{{0, {{"a", 0}}},
+                               {1, {{"d", 1}, {"f", 1}}},
+                               {2, {{"c", 2}}},
+                               {4, {{"b", 4}}},
+                               {5, {{"e", 5}}},
+                               {7, {{"g", 7}}}}));
 }
 
 }  // namespace

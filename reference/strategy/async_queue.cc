@@ -5,7 +5,8 @@
 namespace distckpt {
 
 void AsyncRequest::AddFinalize(FinalizeFn fn) {
-  if (frozen_) Fail(ErrorKind::kInvalidArgument, "Cannot add finalization functions to a frozen AsyncRequest");
+  if (frozen_)
+    Fail(ErrorKind::kInvalidArgument, "Cannot add finalization functions to a frozen AsyncRequest");
   finalize_.push_back(std::move(fn));
 }
 
@@ -22,16 +23,18 @@ std::vector<int> AsyncCallsQueue::MaybeFinalize(bool blocking) {
   std::vector<int> finalized;
   while (!queue_.empty()) {
     const Call& oldest = queue_.front();
-    const auto deadline = std::chrono::steady_clock::now() + (blocking ? timeout_ : std::chrono::milliseconds(0));
+    const auto deadline =
+        std::chrono::steady_clock::now() + (blocking ? timeout_ : std::chrono::milliseconds(0));
     const bool done = oldest.request.work().WaitUntil(deadline);
     // One all-reduce: is it done everywhere, and is it the same call everywhere?
     int64_t agree[3] = {done ? 1 : 0, oldest.index, -oldest.index};
     comm_.AllReduce(agree, ReduceOp::kMin);
     if (agree[1] != -agree[2]) {
-      Fail(ErrorKind::kComm,
-           "Unmatched async calls: ranks are finalizing calls {} to {}. That probably means not all "
-           "ranks are participating in async finalization",
-           agree[1], -agree[2]);
+      Fail(
+          ErrorKind::kComm,
+          "Unmatched async calls: ranks are finalizing calls {} to {}. That probably means not all "
+          "ranks are participating in async finalization",
+          agree[1], -agree[2]);
     }
     if (agree[0] == 0 && !blocking) break;
     Call call = std::move(queue_.front());

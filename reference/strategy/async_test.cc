@@ -1,10 +1,10 @@
 // Async save machinery: bucketing, background writers (files, failures,
 // hangs), the calls queue (ordering, agreement, timeouts) and staging reuse.
-#include <chrono>
-#include <filesystem>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
 
 #include "comm/thread_world.h"
 #include "io/fault_env.h"
@@ -18,8 +18,8 @@ namespace distckpt {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::ElementsAre;
 using ::testing::Each;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
@@ -47,8 +47,9 @@ WriteItem ObjectItem(const std::string& key, size_t length, size_t offset) {
 }
 
 TEST(SplitBySizeAndTypeTest, ObjectsRoundRobinTensorsLargestFirstToTheLightestBucket) {
-  std::vector<WriteItem> items{TensorItem("a", 10, 0), ObjectItem("o0", 3, 0), TensorItem("b", 50, 0),
-                               TensorItem("c", 30, 0), ObjectItem("o1", 3, 0), TensorItem("d", 20, 0),
+  std::vector<WriteItem> items{TensorItem("a", 10, 0), ObjectItem("o0", 3, 0),
+                               TensorItem("b", 50, 0), TensorItem("c", 30, 0),
+                               ObjectItem("o1", 3, 0), TensorItem("d", 20, 0),
                                TensorItem("e", 5, 0),  ObjectItem("o2", 3, 0)};
   // b (50) -> 0; c (30) -> 1; d (20) -> 1; a (10) -> 0 (50 vs 50: lower index); e (5) -> 1.
   EXPECT_THAT(SplitBySizeAndType(items, 2),
@@ -65,7 +66,8 @@ std::pair<std::vector<WriteItem>, std::shared_ptr<StagingBuffer>> Staged(int n) 
     total += 100 + i;
   }
   auto buffer = StagingPool::Unpooled(total);
-  for (const WriteItem& item : items) std::memset(buffer->data() + item.offset, item.key[1], item.length);
+  for (const WriteItem& item : items)
+    std::memset(buffer->data() + item.offset, item.key[1], item.length);
   return {items, buffer};
 }
 
@@ -164,7 +166,8 @@ TEST(AsyncCallsQueueTest, FinalizesInOrderOnlyWhenDoneOnEveryRank) {
     auto first = std::make_shared<ManualWork>(), second = std::make_shared<ManualWork>();
     std::vector<std::string> log;
     AsyncRequest a(first), b(second);
-    a.AddFinalize([&] { log.push_back("a" + std::to_string(comm.AllReduceOne(1, ReduceOp::kSum))); });
+    a.AddFinalize(
+        [&] { log.push_back("a" + std::to_string(comm.AllReduceOne(1, ReduceOp::kSum))); });
     b.AddFinalize([&] { log.push_back("b"); });
     EXPECT_EQ(queue.Schedule(a), 1);
     EXPECT_EQ(queue.Schedule(b), 2);
@@ -185,7 +188,8 @@ TEST(AsyncCallsQueueTest, FrozenRequestsRefuseFinalizeFunctionsAndAbortDropsCall
     queue.Schedule(request);  // freezes the queued copy
     request.Freeze();
     EXPECT_THAT([&] { request.AddFinalize([] {}); },
-                ThrowsError(ErrorKind::kInvalidArgument, "Cannot add finalization functions to a frozen AsyncRequest"));
+                ThrowsError(ErrorKind::kInvalidArgument,
+                            "Cannot add finalization functions to a frozen AsyncRequest"));
     queue.Close(/*abort=*/true);
     EXPECT_EQ(queue.pending(), 0u);
   });
@@ -209,7 +213,8 @@ TEST(AsyncCallsQueueTest, BlockingFinalizeTimesOutOnEveryRankInsteadOfHanging) {
       throw;
     }
   });
-  EXPECT_THAT(errors, Each(HasSubstr("rank 1: async call 1 did not finish within 0.1 s: manual work")));
+  EXPECT_THAT(errors,
+              Each(HasSubstr("rank 1: async call 1 did not finish within 0.1 s: manual work")));
 }
 
 TEST(AsyncCallsQueueTest, UnmatchedCallsAreAnError) {

@@ -1,12 +1,12 @@
 #include "strategy/async_writer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <numeric>
 #include <queue>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -42,8 +42,10 @@ std::vector<std::vector<size_t>> SplitBySizeAndType(const std::vector<WriteItem>
   std::vector<size_t> tensors;
   size_t objects = 0;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].is_object) buckets[objects++ % bins].push_back(i);
-    else tensors.push_back(i);
+    if (items[i].is_object)
+      buckets[objects++ % bins].push_back(i);
+    else
+      tensors.push_back(i);
   }
   std::stable_sort(tensors.begin(), tensors.end(),
                    [&](size_t a, size_t b) { return items[a].length > items[b].length; });
@@ -60,7 +62,8 @@ std::vector<std::vector<size_t>> SplitBySizeAndType(const std::vector<WriteItem>
 }
 
 WriterJob::WriterJob(const Format& format, Env* env, std::string write_dir, int rank,
-                     std::vector<WriteItem> items, std::shared_ptr<StagingBuffer> staged, int writers)
+                     std::vector<WriteItem> items, std::shared_ptr<StagingBuffer> staged,
+                     int writers)
     : state_(std::make_shared<State>()) {
   State& s = *state_;
   s.format = &format;
@@ -109,8 +112,9 @@ std::string WriterJob::Pending() const {
   std::string out;
   for (size_t w = 0; w < state_->buckets.size(); ++w) {
     if (state_->finished[w]) continue;
-    out += fmt::format("{}writer {} of rank {}: {} of {} items written to {}", out.empty() ? "" : "; ", w,
-                       state_->rank, state_->written[w], state_->buckets[w].size(), state_->write_dir);
+    out += fmt::format("{}writer {} of rank {}: {} of {} items written to {}",
+                       out.empty() ? "" : "; ", w, state_->rank, state_->written[w],
+                       state_->buckets[w].size(), state_->write_dir);
   }
   return out;
 }
@@ -137,14 +141,16 @@ void WriterJob::Run(const std::shared_ptr<State>& state, int w) {
   std::optional<CheckpointError> failure;
   uint64_t bytes = 0;
   try {
-    std::unique_ptr<CheckpointWriter> writer = s.format->NewStreamWriter(s.env, s.write_dir, s.rank, w);
+    std::unique_ptr<CheckpointWriter> writer =
+        s.format->NewStreamWriter(s.env, s.write_dir, s.rank, w);
     for (size_t i : s.buckets[w]) {
       const WriteItem& item = s.items[i];
       std::span<const std::byte> data(s.staged->data() + item.offset, item.length);
       if (item.is_object) {
         writer->WriteObject(item.key, item.unique_key, item.object_shape, item.object_offset, data);
       } else {
-        writer->WriteTensorChunk(item.key, item.dtype, item.global_shape, item.box, item.flat, data);
+        writer->WriteTensorChunk(item.key, item.dtype, item.global_shape, item.box, item.flat,
+                                 data);
       }
       std::lock_guard lock(s.mu);
       ++s.written[w];
@@ -152,9 +158,11 @@ void WriterJob::Run(const std::shared_ptr<State>& state, int w) {
     result = writer->Finish();  // fsyncs
     bytes = writer->bytes_written();
   } catch (const CheckpointError& e) {
-    failure = CheckpointError(e.kind(), fmt::format("async writer {} of rank {}: {}", w, s.rank, e.what()));
+    failure = CheckpointError(e.kind(),
+                              fmt::format("async writer {} of rank {}: {}", w, s.rank, e.what()));
   } catch (const std::exception& e) {
-    failure = CheckpointError(ErrorKind::kIo, fmt::format("async writer {} of rank {}: {}", w, s.rank, e.what()));
+    failure = CheckpointError(ErrorKind::kIo,
+                              fmt::format("async writer {} of rank {}: {}", w, s.rank, e.what()));
   }
   std::lock_guard lock(s.mu);
   s.results[w] = std::move(result);

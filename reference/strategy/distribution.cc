@@ -40,7 +40,8 @@ ShardId ShardIdOf(const ShardedTensor& tensor) {
 }
 
 uint64_t ShardBytes(const ShardedTensor& tensor) {
-  int64_t numel = tensor.flattened_range ? tensor.flattened_range->size() : Volume(tensor.local_shape);
+  int64_t numel =
+      tensor.flattened_range ? tensor.flattened_range->size() : Volume(tensor.local_shape);
   return static_cast<uint64_t>(numel) * DTypeSize(tensor.dtype);
 }
 
@@ -63,8 +64,8 @@ std::vector<std::pair<ShardId, int>> DistributeShardsToRanks(
   std::vector<Entry> order;
   order.reserve(shard_to_ranks.size());
   for (const auto& [id, ranks] : shard_to_ranks) {
-    order.push_back({cross_group_loads.contains(id) ? 1 : 0, ranks.size(), shard_to_size.at(id),
-                     &id, &ranks});
+    order.push_back(
+        {cross_group_loads.contains(id) ? 1 : 0, ranks.size(), shard_to_size.at(id), &id, &ranks});
   }
   // Megatron's key: (cross, len(ranks), -size, shard_id).
   std::sort(order.begin(), order.end(), [](const Entry& a, const Entry& b) {
@@ -114,10 +115,11 @@ std::optional<ShardDistribution> ComputeDistribution(
       if (dist.shards_in_this_group.insert(id).second) cross_group_loads.insert(id);
     }
   }
-  std::erase_if(dist.all_ranks_for_shard,
-                [&](const auto& entry) { return !dist.shards_in_this_group.contains(entry.first); });
-  dist.assignment =
-      DistributeShardsToRanks(dist.all_ranks_for_shard, shard_to_size, num_ranks, cross_group_loads);
+  std::erase_if(dist.all_ranks_for_shard, [&](const auto& entry) {
+    return !dist.shards_in_this_group.contains(entry.first);
+  });
+  dist.assignment = DistributeShardsToRanks(dist.all_ranks_for_shard, shard_to_size, num_ranks,
+                                            cross_group_loads);
   for (const auto& [id, rank] : dist.assignment) dist.main_rank_for_shard.emplace(id, rank);
   return dist;
 }
@@ -130,7 +132,8 @@ std::vector<ShardedTensor> LocalShards(const Node& sharded) {
   return shards;
 }
 
-std::vector<std::vector<ShardedTensor>> GatherGroupShards(const Node& sharded, Communicator& group) {
+std::vector<std::vector<ShardedTensor>> GatherGroupShards(const Node& sharded,
+                                                          Communicator& group) {
   std::vector<ShardedTensor> mine = LocalShards(sharded);
   LocalMetadata md(mine.begin(), mine.end());
   std::vector<std::vector<ShardedTensor>> all;

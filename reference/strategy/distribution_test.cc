@@ -3,11 +3,11 @@
 // its world of 8 ranks, computed from every rank's shard metadata.
 #include "strategy/distribution.h"
 
-#include <functional>
-
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "strategy/testing.h"
 #include "topology/topology.h"
@@ -45,7 +45,8 @@ KeyToRanks ByKey(const ShardDistribution& dist) {
 }
 
 TEST(DistributionTest, ShardIdOrdersLikePythonTuples) {
-  ShardId a{"keyB", {0}, std::nullopt}, b{"keyB", {0, 0}, std::nullopt}, c{"keyB", {1}, std::nullopt};
+  ShardId a{"keyB", {0}, std::nullopt}, b{"keyB", {0, 0}, std::nullopt},
+      c{"keyB", {1}, std::nullopt};
   ShardId d{"key_TP", {0}, std::nullopt}, e{"keyB", {0}, FlatRange{0, 4}};
   EXPECT_LT(a, b);  // a shorter tuple with equal prefix sorts first
   EXPECT_LT(b, c);
@@ -58,8 +59,8 @@ TEST(DistributionTest, ShardIdOrdersLikePythonTuples) {
 
 TEST(DistributionTest, GreedyPrefersLowCoverageThenSizeThenIdAndLeastLoadedRank) {
   auto id = [](const std::string& key) { return ShardId{key, {0}, std::nullopt}; };
-  std::map<ShardId, std::vector<int>> ranks{{id("a"), {0, 1, 2}}, {id("b"), {1}}, {id("c"), {0, 1, 2}},
-                                            {id("d"), {0, 1, 2}}};
+  std::map<ShardId, std::vector<int>> ranks{
+      {id("a"), {0, 1, 2}}, {id("b"), {1}}, {id("c"), {0, 1, 2}}, {id("d"), {0, 1, 2}}};
   std::map<ShardId, uint64_t> size{{id("a"), 10}, {id("b"), 100}, {id("c"), 10}, {id("d"), 50}};
   auto out = DistributeShardsToRanks(ranks, size, 3);
   // b (coverage 1) -> 1; d (largest of the rest) -> 0; a -> 2; c -> 2 (load 10 < 50 < 100).
@@ -89,8 +90,10 @@ TEST(DistributionTest, MegatronSaveDistributionOverWorld) {
 // test_save_distribution[parallelization_along_dp=True]: DP groups of TP2.
 TEST(DistributionTest, MegatronSaveDistributionAlongDp) {
   Topology topo = Topology::Parse("tp=2,dp=4");
-  auto tp0 = ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict), false);
-  auto tp1 = ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict), false);
+  auto tp0 =
+      ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict), false);
+  auto tp1 =
+      ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict), false);
   ASSERT_TRUE(tp0 && tp1);
   EXPECT_EQ(ByKey(*tp0), (KeyToRanks{{"keyB", {0, 1, 2, 3}},
                                      {"keyD", {0}},
@@ -99,7 +102,8 @@ TEST(DistributionTest, MegatronSaveDistributionAlongDp) {
                                      {"key_TP_repl1", {3}},
                                      {"key_TP_repl2", {3}}}));
   // C, D, E have their main replica in the other group.
-  EXPECT_EQ(ByKey(*tp1), (KeyToRanks{{"keyB", {0, 1, 2, 3}}, {"key_TP_repl1", {0}}, {"key_TP_repl2", {1}}}));
+  EXPECT_EQ(ByKey(*tp1),
+            (KeyToRanks{{"keyB", {0, 1, 2, 3}}, {"key_TP_repl1", {0}}, {"key_TP_repl2", {1}}}));
 }
 
 // The replica ids a fully parallel save writes with: int(not saved_by_me).
@@ -127,8 +131,10 @@ TEST(DistributionTest, RewritesReplicaIdsToSavedByThisRank) {
 // loads C, D, E across groups, assigned after its own shards.
 TEST(DistributionTest, MegatronLoadDistributionAlongDp) {
   Topology topo = Topology::Parse("tp=2,dp=4");
-  auto tp0 = ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict), true);
-  auto tp1 = ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict), true);
+  auto tp0 =
+      ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict), true);
+  auto tp1 =
+      ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict), true);
   ASSERT_TRUE(tp0 && tp1);
   EXPECT_EQ(ByKey(*tp0), (KeyToRanks{{"keyB", {0, 1, 2, 3}},
                                      {"keyD", {0}},
@@ -149,7 +155,8 @@ TEST(DistributionTest, MegatronLoadDistributionAlongDp) {
 TEST(DistributionTest, MegatronLoadDistributionOverWorld) {
   auto dist = ComputeDistribution(ShardsOfGroup(World(), MegatronStateDict), true);
   ASSERT_TRUE(dist);
-  EXPECT_EQ(ByKey(*dist), ByKey(*ComputeDistribution(ShardsOfGroup(World(), MegatronStateDict), false)));
+  EXPECT_EQ(ByKey(*dist),
+            ByKey(*ComputeDistribution(ShardsOfGroup(World(), MegatronStateDict), false)));
 }
 
 // TestCrossRanksReads: placements name -> (tp, dp) holders, the first one
@@ -157,8 +164,8 @@ TEST(DistributionTest, MegatronLoadDistributionOverWorld) {
 using Placement = std::map<std::string, std::vector<std::pair<int, int>>>;
 
 struct Reads {
-  std::map<std::string, int> saving_rank;                     // key -> global rank
-  std::map<int, std::map<std::string, int>> same, cross;      // rank -> key -> file's rank
+  std::map<std::string, int> saving_rank;                 // key -> global rank
+  std::map<int, std::map<std::string, int>> same, cross;  // rank -> key -> file's rank
 };
 
 Reads CrossRankReads(int tp_size, const Placement& placement) {
@@ -168,7 +175,8 @@ Reads CrossRankReads(int tp_size, const Placement& placement) {
     std::vector<ShardedTensor> out;
     for (const auto& [name, holders] : placement) {
       for (const auto& holder : holders) {
-        if (holder == std::pair{c.tp, c.dp}) out.push_back(Meta(name, {1}, {}, holder == holders[0] ? 0 : 1));
+        if (holder == std::pair{c.tp, c.dp})
+          out.push_back(Meta(name, {1}, {}, holder == holders[0] ? 0 : 1));
       }
     }
     return out;
@@ -181,10 +189,12 @@ Reads CrossRankReads(int tp_size, const Placement& placement) {
     auto loading = ComputeDistribution(ShardsOfGroup(group, shards), true);
     for (size_t i = 0; i < group.size(); ++i) {
       for (const ShardedTensor& t : shards(group[i])) {
-        if (saving ? saving->MainRank(ShardIdOf(t)) == static_cast<int>(i) : IsMainReplica(t.replica_id)) {
+        if (saving ? saving->MainRank(ShardIdOf(t)) == static_cast<int>(i)
+                   : IsMainReplica(t.replica_id)) {
           reads.saving_rank[t.key] = group[i];
         }
-        if (!loading || loading->MainRank(ShardIdOf(t)) == static_cast<int>(i)) loads[group[i]].insert(t.key);
+        if (!loading || loading->MainRank(ShardIdOf(t)) == static_cast<int>(i))
+          loads[group[i]].insert(t.key);
       }
     }
   }
@@ -203,7 +213,8 @@ TEST(DistributionTest, CrossRanksReadsFullDp) {
   Reads r = CrossRankReads(1, {{"a", {{0, 0}}}, {"b", {{0, 1}}}, {"c", all}});
   EXPECT_TRUE(r.cross.empty());
   // `c` is saved by rank 2 because ranks 0 and 1 already save `a` and `b`.
-  EXPECT_EQ(r.same, (std::map<int, std::map<std::string, int>>{{0, {{"a", 0}}}, {1, {{"b", 1}}}, {2, {{"c", 2}}}}));
+  EXPECT_EQ(r.same, (std::map<int, std::map<std::string, int>>{
+                        {0, {{"a", 0}}}, {1, {{"b", 1}}}, {2, {{"c", 2}}}}));
 }
 
 TEST(DistributionTest, CrossRanksReadsSingletonDp) {
@@ -213,7 +224,8 @@ TEST(DistributionTest, CrossRanksReadsSingletonDp) {
   for (int rank = 1; rank < kWorld; ++rank) {
     EXPECT_EQ(r.cross[rank], (std::map<std::string, int>{{"c", 0}})) << rank;
   }
-  EXPECT_EQ(r.same, (std::map<int, std::map<std::string, int>>{{0, {{"a", 0}, {"c", 0}}}, {1, {{"b", 1}}}}));
+  EXPECT_EQ(r.same, (std::map<int, std::map<std::string, int>>{{0, {{"a", 0}, {"c", 0}}},
+                                                               {1, {{"b", 1}}}}));
 }
 
 TEST(DistributionTest, CrossRanksReadsOutOfOrder) {
@@ -234,9 +246,11 @@ TEST(DistributionTest, CrossDpAccessDoesNotDisturbTheDistribution) {
                                {"e", {{1, 0}, {1, 2}}},
                                {"f", {{1, 0}, {0, 0}, {1, 2}}},
                                {"g", {{1, 3}}}});
-  EXPECT_EQ(r.saving_rank, (std::map<std::string, int>{
-                               {"a", 0}, {"b", 4}, {"c", 2}, {"d", 1}, {"e", 5}, {"f", 1}, {"g", 7}}));
-  EXPECT_EQ(r.cross, (std::map<int, std::map<std::string, int>>{{0, {{"d", 1}, {"f", 1}}}, {3, {{"b", 4}}}}));
+  EXPECT_EQ(r.saving_rank,
+            (std::map<std::string, int>{
+                {"a", 0}, {"b", 4}, {"c", 2}, {"d", 1}, {"e", 5}, {"f", 1}, {"g", 7}}));
+  EXPECT_EQ(r.cross, (std::map<int, std::map<std::string, int>>{{0, {{"d", 1}, {"f", 1}}},
+                                                                {3, {{"b", 4}}}}));
 }
 
 }  // namespace

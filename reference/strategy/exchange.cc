@@ -54,18 +54,20 @@ bool IsFailure(const std::string& payload) { return payload.size() >= 2 && paylo
 }
 
 // Decodes a payload from group rank `owner` into this rank's destination.
-Tensor Receive(const std::string& payload, int owner, const ShardId& id, const ShardedTensor& request) {
+Tensor Receive(const std::string& payload, int owner, const ShardId& id,
+               const ShardedTensor& request) {
   if (IsFailure(payload)) ThrowFailure(payload, owner, id);
   if (payload.size() < 2) {
-    Fail(ErrorKind::kIncomplete, "shard {} was not loaded by its reader (group rank {})", id.ToString(),
-         owner);
+    Fail(ErrorKind::kIncomplete, "shard {} was not loaded by its reader (group rank {})",
+         id.ToString(), owner);
   }
   const DType src = static_cast<DType>(payload[1]);
   const Shape shape = LocalDataShape(request);
   const size_t n = static_cast<size_t>(Volume(shape));
   if (payload.size() - 2 != n * DTypeSize(src)) {
     Fail(ErrorKind::kShapeMismatch,
-         "shard {} arrived from group rank {} with {} bytes of {}, but this rank requests {} elements",
+         "shard {} arrived from group rank {} with {} bytes of {}, but this rank requests {} "
+         "elements",
          id.ToString(), owner, payload.size() - 2, DTypeName(src), n);
   }
   Tensor dst = request.data.defined() ? request.data : Tensor::Empty(request.dtype, shape);
@@ -99,7 +101,8 @@ void Deliver(const std::string& payload, const ShardRoute& route,
 ExchangeAlgorithm ParseExchangeAlgorithm(std::string_view name) {
   if (name == "broadcast") return ExchangeAlgorithm::kBroadcast;
   if (name == "gather_rounds") return ExchangeAlgorithm::kGatherRounds;
-  Fail(ErrorKind::kInvalidArgument, "Unrecognized gather algorithm: {} (broadcast or gather_rounds)", name);
+  Fail(ErrorKind::kInvalidArgument,
+       "Unrecognized gather algorithm: {} (broadcast or gather_rounds)", name);
 }
 
 std::string_view ExchangeAlgorithmName(ExchangeAlgorithm algorithm) {
@@ -164,7 +167,8 @@ std::map<ShardId, Tensor> GatherRoundsShards(const std::vector<ShardRoute>& rout
         contribution = ProvidePayload(
             [&](const ShardId& id) {
               auto it = loaded.find(id);
-              if (it == loaded.end()) Fail(ErrorKind::kIncomplete, "shard {} was not loaded", id.ToString());
+              if (it == loaded.end())
+                Fail(ErrorKind::kIncomplete, "shard {} was not loaded", id.ToString());
               return it->second;
             },
             mine[k]->id);
@@ -200,7 +204,8 @@ Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& 
         return;
       }
       if (t->data.nbytes() != source.nbytes() || t->data.dtype() != source.dtype()) {
-        Fail(ErrorKind::kShapeMismatch, "loaded shard of {} does not fit its destination", t->ToString());
+        Fail(ErrorKind::kShapeMismatch, "loaded shard of {} does not fit its destination",
+             t->ToString());
       }
       Tensor dst = t->data;  // shares the leaf's storage
       if (source.nbytes() > 0) std::memcpy(dst.data(), source.data(), source.nbytes());
@@ -212,8 +217,8 @@ Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& 
   return out;
 }
 
-std::map<std::string, nlohmann::json> GatherObjects(const std::map<std::string, nlohmann::json>& loaded,
-                                                    Communicator& comm) {
+std::map<std::string, nlohmann::json> GatherObjects(
+    const std::map<std::string, nlohmann::json>& loaded, Communicator& comm) {
   nlohmann::json mine = nlohmann::json::object();
   for (const auto& [unique_key, value] : loaded) mine[unique_key] = value;
   std::map<std::string, nlohmann::json> all;

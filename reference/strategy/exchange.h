@@ -24,11 +24,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
 #include "core/tensor.h"
@@ -89,8 +88,8 @@ Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& 
 // unique key) to every rank. An object loaded by two ranks is
 // CheckpointError(kInvalidSharding) "Duplicate shard ids loaded by different
 // ranks: {...}". Collective over `comm`.
-std::map<std::string, nlohmann::json> GatherObjects(const std::map<std::string, nlohmann::json>& loaded,
-                                                    Communicator& comm);
+std::map<std::string, nlohmann::json> GatherObjects(
+    const std::map<std::string, nlohmann::json>& loaded, Communicator& comm);
 
 }  // namespace distckpt
 

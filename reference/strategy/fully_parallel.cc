@@ -1,9 +1,9 @@
 #include "strategy/fully_parallel.h"
 
-#include <exception>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <exception>
 
 #include "core/error.h"
 #include "io/checksum.h"
@@ -36,8 +36,10 @@ LoadSplit SplitRequest(const Node& sharded, const ShardDistribution& dist, int g
       (dist.MainRank(id) == group_rank ? split.to_read : split.wanted).try_emplace(id, *t);
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
       std::string unique_key = o->UniqueKey();
-      if (IsMainReplica(o->replica_id)) split.objects_to_read.try_emplace(unique_key, *o);
-      else split.objects_wanted.insert(unique_key);
+      if (IsMainReplica(o->replica_id))
+        split.objects_to_read.try_emplace(unique_key, *o);
+      else
+        split.objects_wanted.insert(unique_key);
     }
   });
   return split;
@@ -48,7 +50,8 @@ LoadSplit SplitRequest(const Node& sharded, const ShardDistribution& dist, int g
 std::optional<ShardDistribution> CachedDistribution(const Node& sharded, Communicator& group,
                                                     bool ignore_groups, DistributionCache* cache) {
   if (group.size() <= 1) return std::nullopt;
-  if (cache == nullptr) return DetermineMainReplicaUniformDistribution(sharded, group, ignore_groups);
+  if (cache == nullptr)
+    return DetermineMainReplicaUniformDistribution(sharded, group, ignore_groups);
   const uint64_t fingerprint = Fingerprint(sharded, ignore_groups, group);
   const bool mine = cache->filled && cache->fingerprint == fingerprint;
   if (group.AllReduceOne(mine ? 1 : 0, ReduceOp::kMin) == 1) {
@@ -88,7 +91,8 @@ Node FullyParallelLoad(const Node& sharded, const ReadShardsFn& read, Communicat
     Node values = read(Node(std::move(items)));
     auto value = values.as<List>().begin();
     for (const auto& [id, t] : split.to_read) loaded[id] = (value++)->as<Tensor>();
-    for (const auto& [unique_key, o] : split.objects_to_read) loaded_objects[unique_key] = (value++)->as<nlohmann::json>();
+    for (const auto& [unique_key, o] : split.objects_to_read)
+      loaded_objects[unique_key] = (value++)->as<nlohmann::json>();
   });
 
   // Both exchanges run to completion on every rank; failures are agreed after.
@@ -100,7 +104,8 @@ Node FullyParallelLoad(const Node& sharded, const ReadShardsFn& read, Communicat
     if (options.exchange == ExchangeAlgorithm::kBroadcast) {
       auto provide = [&](const ShardId& id) -> Tensor {
         auto it = loaded.find(id);
-        if (it == loaded.end()) Fail(ErrorKind::kIncomplete, "shard {} was not loaded", id.ToString());
+        if (it == loaded.end())
+          Fail(ErrorKind::kIncomplete, "shard {} was not loaded", id.ToString());
         return it->second;
       };
       received = BroadcastShards(routes, provide, split.wanted, group, stats);

@@ -26,7 +26,9 @@ Node AsDict(const std::vector<ShardedTensor>& shards) {
 }
 
 // DP groups of TP2: ranks with equal tp, ordered by rank.
-std::unique_ptr<Communicator> DpGroup(Communicator& comm) { return comm.Split(comm.rank() % 2, comm.rank()); }
+std::unique_ptr<Communicator> DpGroup(Communicator& comm) {
+  return comm.Split(comm.rank() % 2, comm.rank());
+}
 
 // The global rank that reads `key` for `rank` in Megatron's load
 // distribution (test_load_distribution, §4.2 worked example).
@@ -40,8 +42,10 @@ int Loader(const std::string& key, int rank, bool along_dp) {
     return world.at(key);
   }
   // Group rank g of DP group tp is global rank tp + 2 g.
-  std::map<std::string, int> tp0{{"keyD", 0}, {"keyC", 1}, {"keyE", 2}, {"key_TP_repl1", 3}, {"key_TP_repl2", 3}};
-  std::map<std::string, int> tp1{{"key_TP_repl1", 0}, {"key_TP_repl2", 1}, {"keyD", 2}, {"keyC", 3}, {"keyE", 0}};
+  std::map<std::string, int> tp0{
+      {"keyD", 0}, {"keyC", 1}, {"keyE", 2}, {"key_TP_repl1", 3}, {"key_TP_repl2", 3}};
+  std::map<std::string, int> tp1{
+      {"key_TP_repl1", 0}, {"key_TP_repl2", 1}, {"keyD", 2}, {"keyC", 3}, {"keyE", 0}};
   return tp + 2 * (tp == 0 ? tp0 : tp1).at(key);
 }
 
@@ -81,7 +85,8 @@ ShardedTensor Replicated(const std::string& key, int64_t n, int rank) {
 TEST(FullyParallelLoadTest, BroadcastsOnlyShardsSeveralRanksNeed) {
   RunRanks(kWorld, [&](Communicator& comm) {
     const int r = comm.rank();
-    ShardedTensor unique = ShardedTensor::FromRankOffsetsMeta("unique", DType::kF32, {4}, {{0, r, kWorld}});
+    ShardedTensor unique =
+        ShardedTensor::FromRankOffsetsMeta("unique", DType::kF32, {4}, {{0, r, kWorld}});
     std::vector<std::pair<std::vector<ShardedTensor>, uint64_t>> cases{
         {{Replicated("needed_by_all", 4, r)}, 1},
         {{Replicated("needed_by_all_A", 4, r), Replicated("needed_by_all_B", 4, r)}, 2},
@@ -99,10 +104,12 @@ TEST(FullyParallelLoadTest, BroadcastsOnlyShardsSeveralRanksNeed) {
 TEST(FullyParallelLoadTest, BroadcastNeedsOneShardOfExtraMemory) {
   constexpr int64_t kElements = 16384;
   constexpr uint64_t kShardBytes = kElements * 4;
-  for (ExchangeAlgorithm algorithm : {ExchangeAlgorithm::kBroadcast, ExchangeAlgorithm::kGatherRounds}) {
+  for (ExchangeAlgorithm algorithm :
+       {ExchangeAlgorithm::kBroadcast, ExchangeAlgorithm::kGatherRounds}) {
     RunRanks(kWorld, [&](Communicator& comm) {
       std::vector<ShardedTensor> shards;
-      for (int i = 0; i < 10; ++i) shards.push_back(Replicated("ten_" + std::to_string(i), kElements, comm.rank()));
+      for (int i = 0; i < 10; ++i)
+        shards.push_back(Replicated("ten_" + std::to_string(i), kElements, comm.rank()));
       ExchangeStats stats;
       Node out = FullyParallelLoad(AsDict(shards), FillingRead(comm.rank(), nullptr), comm, comm,
                                    {algorithm}, &stats);
@@ -128,12 +135,16 @@ ShardedObject Object(const std::string& key, int64_t replica) {
 TEST(FullyParallelLoadTest, ObjectsAreReadByTheirMainReplicaAndShared) {
   RunRanks(kWorld, [&](Communicator& comm) {
     Dict request;
-    for (int i = 0; i < kWorld; ++i) request["Obj_" + std::to_string(i)] = Node(Object("Obj_" + std::to_string(i), std::abs(comm.rank() - i)));
+    for (int i = 0; i < kWorld; ++i)
+      request["Obj_" + std::to_string(i)] =
+          Node(Object("Obj_" + std::to_string(i), std::abs(comm.rank() - i)));
     std::set<std::string> read_keys;
-    Node out = FullyParallelLoad(Node(request), FillingRead(comm.rank(), &read_keys), comm, comm, {});
+    Node out =
+        FullyParallelLoad(Node(request), FillingRead(comm.rank(), &read_keys), comm, comm, {});
     EXPECT_EQ(read_keys, std::set<std::string>{"Obj_" + std::to_string(comm.rank())});
     for (int i = 0; i < kWorld; ++i) {
-      EXPECT_EQ(out.at("Obj_" + std::to_string(i)).as<nlohmann::json>(), nlohmann::json::array({i}));
+      EXPECT_EQ(out.at("Obj_" + std::to_string(i)).as<nlohmann::json>(),
+                nlohmann::json::array({i}));
     }
   });
 }
@@ -143,7 +154,9 @@ TEST(FullyParallelLoadTest, ObjectWithoutMainReplicaIsMissingOnEveryRank) {
     Dict request{{"obj", Node(Object("obj", 1))}, {"t", Node(Replicated("t", 4, comm.rank()))}};
     FullyParallelLoad(Node(request), FillingRead(0, nullptr), comm, comm, {});
   });
-  EXPECT_THAT(errors, Each(HasSubstr("Missing object shards after fully parallel loading: {'obj/shard_0_1'}")));
+  EXPECT_THAT(
+      errors,
+      Each(HasSubstr("Missing object shards after fully parallel loading: {'obj/shard_0_1'}")));
 }
 
 TEST(FullyParallelLoadTest, ObjectReadByTwoRanksIsADuplicate) {
@@ -151,7 +164,8 @@ TEST(FullyParallelLoadTest, ObjectReadByTwoRanksIsADuplicate) {
     Dict request{{"obj", Node(Object("obj", comm.rank() <= 1 ? 0 : 1))}};
     FullyParallelLoad(Node(request), FillingRead(0, nullptr), comm, comm, {});
   });
-  EXPECT_THAT(errors, Each(HasSubstr("Duplicate shard ids loaded by different ranks: {'obj/shard_0_1'}")));
+  EXPECT_THAT(errors,
+              Each(HasSubstr("Duplicate shard ids loaded by different ranks: {'obj/shard_0_1'}")));
 }
 
 TEST(FullyParallelLoadTest, ReadFailureOnOneRankFailsEveryRank) {
@@ -174,14 +188,15 @@ TEST(FullyParallelLoadTest, CachedDistributionSkipsTheMetadataExchangeUntilALayo
     std::vector<ShardedTensor> shards = MegatronFullyParallelShards(comm.rank());
     auto load = [&](const std::vector<ShardedTensor>& request) {
       counting.Reset();
-      Node out = FullyParallelLoad(AsDict(request), FillingRead(comm.rank(), nullptr), counting, counting, options);
+      Node out = FullyParallelLoad(AsDict(request), FillingRead(comm.rank(), nullptr), counting,
+                                   counting, options);
       return out.at("sd_keyD").as<Tensor>().At(0);
     };
     EXPECT_EQ(load(shards), 4);
     const int first = counting.count("AllGather");
     EXPECT_EQ(load(shards), 4);
     EXPECT_EQ(cache.hits, 1u);
-    EXPECT_EQ(counting.count("AllGather"), first - 1);  // no metadata all-gather
+    EXPECT_EQ(counting.count("AllGather"), first - 1);                  // no metadata all-gather
     if (comm.rank() == 5) shards.push_back(Replicated("extra", 4, 1));  // one rank changes
     load(shards);
     EXPECT_EQ(cache.hits, 1u) << "a changed layout on one rank must recompute on all";
@@ -202,10 +217,14 @@ TEST(FullyParallelSaveTest, RewritesReplicaIdsAlongDp) {
       for (const ShardedTensor& t : LocalShards(sharded)) {
         if (IsMainReplica(t.replica_id)) saved.insert(t.key);
       }
-      std::map<int, std::set<std::string>> expected{
-          {0, {"keyB", "keyD"}}, {2, {"keyB", "keyC"}}, {4, {"keyB", "keyE"}},
-          {6, {"keyB", "key_TP_repl1", "key_TP_repl2"}}, {1, {"keyB", "key_TP_repl1"}},
-          {3, {"keyB", "key_TP_repl2"}}, {5, {"keyB"}}, {7, {"keyB"}}};
+      std::map<int, std::set<std::string>> expected{{0, {"keyB", "keyD"}},
+                                                    {2, {"keyB", "keyC"}},
+                                                    {4, {"keyB", "keyE"}},
+                                                    {6, {"keyB", "key_TP_repl1", "key_TP_repl2"}},
+                                                    {1, {"keyB", "key_TP_repl1"}},
+                                                    {3, {"keyB", "key_TP_repl2"}},
+                                                    {5, {"keyB"}},
+                                                    {7, {"keyB"}}};
       EXPECT_EQ(saved, expected[comm.rank()]) << "rank " << comm.rank() << " save " << save;
     }
     EXPECT_EQ(cache.hits, 1u);

@@ -1,9 +1,9 @@
 #include "strategy/local_store.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -33,7 +33,9 @@ std::optional<LocalFileId> ParseName(std::string_view name, bool* dirty) {
 
 }  // namespace
 
-std::string LocalFileName(LocalFileId id) { return fmt::format("iter_{:07d}_{}_local.bin", id.iteration, id.owner); }
+std::string LocalFileName(LocalFileId id) {
+  return fmt::format("iter_{:07d}_{}_local.bin", id.iteration, id.owner);
+}
 
 std::optional<LocalFileId> ParseLocalFileName(std::string_view name) {
   bool dirty;
@@ -56,7 +58,9 @@ void LocalStore::Write(LocalFileId id, std::span<const std::byte> blob) {
   env_->SyncDir(dir_);
 }
 
-std::string LocalStore::Read(LocalFileId id) const { return ReadFileToString(env_, JoinPath(dir_, LocalFileName(id))); }
+std::string LocalStore::Read(LocalFileId id) const {
+  return ReadFileToString(env_, JoinPath(dir_, LocalFileName(id)));
+}
 
 std::vector<LocalFileId> LocalStore::List() const {
   std::vector<LocalFileId> ids;

@@ -1,10 +1,10 @@
 // Local checkpoint files and replication cliques (megatron-semantics §4.8;
 // Megatron's test_local.py::test_filename_to_id, §9.2 row 22).
-#include <filesystem>
-#include <fstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "io/fault_env.h"
 #include "io/testing.h"
@@ -51,7 +51,11 @@ TEST(LocalStoreTest, AFailedWriteLeavesNoCommittedFile) {
   env.FailRenames(true);
   LocalStore store(&env, tmp.path(), 0);
   std::string blob = "bytes";
-  EXPECT_THAT([&] { store.Write({1, 0}, std::as_bytes(std::span(blob))); }, ThrowsError(ErrorKind::kIo));
+  EXPECT_THAT(
+      [&] {
+        store.Write({1, 0}, std::as_bytes(std::span(blob)));
+      },
+      ThrowsError(ErrorKind::kIo));
   EXPECT_TRUE(store.List().empty());
 }
 
@@ -64,8 +68,13 @@ TEST(ReplicationTest, CliquesJumpAcrossNodes) {
   EXPECT_THAT(cliques[8], ElementsAre(16, 24));
   EXPECT_THAT(cliques[15], ElementsAre(23, 31));
   EXPECT_THAT(Cliques(8, {1, 4}), ElementsAre(ElementsAre(0, 1, 2, 3), ElementsAre(4, 5, 6, 7)));
-  EXPECT_THAT(Cliques(4, {1, 1}), ElementsAre(ElementsAre(0), ElementsAre(1), ElementsAre(2), ElementsAre(3)));
-  EXPECT_THAT([] { Cliques(12, {4, 2}); }, ThrowsError(ErrorKind::kInvalidArgument, "divisible by jump * factor"));
+  EXPECT_THAT(Cliques(4, {1, 1}),
+              ElementsAre(ElementsAre(0), ElementsAre(1), ElementsAre(2), ElementsAre(3)));
+  EXPECT_THAT(
+      [] {
+        Cliques(12, {4, 2});
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "divisible by jump * factor"));
 }
 
 TEST(ReplicationTest, ParsesJumpAndFactor) {
@@ -73,7 +82,9 @@ TEST(ReplicationTest, ParsesJumpAndFactor) {
   EXPECT_EQ(p.jump, 8);
   EXPECT_EQ(p.factor, 2);
   for (const char* bad : {"8", "8,", "0,2", "a,2", "8,2,1", "-1,2"}) {
-    EXPECT_THAT([&] { ParseReplicationParams(bad); }, ThrowsError(ErrorKind::kInvalidArgument, "expected J,F")) << bad;
+    EXPECT_THAT([&] { ParseReplicationParams(bad); },
+                ThrowsError(ErrorKind::kInvalidArgument, "expected J,F"))
+        << bad;
   }
 }
 
@@ -81,9 +92,21 @@ TEST(ReplicationTest, ExplicitGroupsMustPartitionTheRanks) {
   std::vector<std::vector<int>> groups{{2, 6, 7}, {3, 1}, {5}, {0, 4}};
   EXPECT_EQ(GroupIndexOf(groups, 8, 6), 0);
   EXPECT_EQ(GroupIndexOf(groups, 8, 0), 3);
-  EXPECT_THAT([&] { GroupIndexOf({{0, 1}, {1, 2}}, 3, 0); }, ThrowsError(ErrorKind::kInvalidArgument, "rank 1 is in two"));
-  EXPECT_THAT([&] { GroupIndexOf({{0, 1}}, 3, 0); }, ThrowsError(ErrorKind::kInvalidArgument, "rank 2 is in no"));
-  EXPECT_THAT([&] { GroupIndexOf({{0, 9}}, 3, 0); }, ThrowsError(ErrorKind::kInvalidArgument, "rank 9 of a world of 3"));
+  EXPECT_THAT(
+      [&] {
+        GroupIndexOf({{0, 1}, {1, 2}}, 3, 0);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "rank 1 is in two"));
+  EXPECT_THAT(
+      [&] {
+        GroupIndexOf({{0, 1}}, 3, 0);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "rank 2 is in no"));
+  EXPECT_THAT(
+      [&] {
+        GroupIndexOf({{0, 9}}, 3, 0);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "rank 9 of a world of 3"));
 }
 
 }  // namespace

@@ -8,7 +8,8 @@ namespace distckpt {
 namespace {
 
 // Calls fn on every checksum slot of `md` in layout order.
-void ForEachChecksum(CheckpointMetadata& md, const std::function<void(std::optional<uint64_t>&)>& fn) {
+void ForEachChecksum(CheckpointMetadata& md,
+                     const std::function<void(std::optional<uint64_t>&)>& fn) {
   for (auto& [key, tensor] : md.tensors) {
     for (StoredChunk& chunk : tensor.chunks) fn(chunk.checksum);
   }
@@ -32,14 +33,16 @@ std::optional<std::vector<uint64_t>> ChecksumsIfSameLayout(const CheckpointMetad
   return checksums;
 }
 
-CheckpointMetadata WithChecksums(CheckpointMetadata cached, const std::vector<uint64_t>& checksums) {
+CheckpointMetadata WithChecksums(CheckpointMetadata cached,
+                                 const std::vector<uint64_t>& checksums) {
   size_t i = 0;
   ForEachChecksum(cached, [&](std::optional<uint64_t>& c) {
     if (i < checksums.size()) c = checksums[i];
     ++i;
   });
   if (i != checksums.size()) {
-    Fail(ErrorKind::kCorruption, "reused save plan: {} checksums for {} stored items", checksums.size(), i);
+    Fail(ErrorKind::kCorruption, "reused save plan: {} checksums for {} stored items",
+         checksums.size(), i);
   }
   return cached;
 }

@@ -27,8 +27,8 @@ std::vector<std::vector<int>> Cliques(int world, ReplicationParams params) {
   const int j = params.jump, f = params.factor;
   if (j < 1 || f < 1 || world % (j * f) != 0) {
     Fail(ErrorKind::kInvalidArgument,
-         "replication jump {} and factor {}: the world size {} must be divisible by jump * factor", j, f,
-         world);
+         "replication jump {} and factor {}: the world size {} must be divisible by jump * factor",
+         j, f, world);
   }
   std::vector<std::vector<int>> cliques;
   for (int a = 0; a < world / (j * f); ++a) {
@@ -44,14 +44,18 @@ int GroupIndexOf(const std::vector<std::vector<int>>& groups, int world, int ran
   std::vector<int> group_of(world, -1);
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int r : groups[g]) {
-      if (r < 0 || r >= world) Fail(ErrorKind::kInvalidArgument, "replication group lists rank {} of a world of {}", r, world);
-      if (group_of[r] >= 0) Fail(ErrorKind::kInvalidArgument, "rank {} is in two replication groups", r);
+      if (r < 0 || r >= world)
+        Fail(ErrorKind::kInvalidArgument, "replication group lists rank {} of a world of {}", r,
+             world);
+      if (group_of[r] >= 0)
+        Fail(ErrorKind::kInvalidArgument, "rank {} is in two replication groups", r);
       group_of[r] = static_cast<int>(g);
     }
   }
   auto missing = std::find(group_of.begin(), group_of.end(), -1);
   if (missing != group_of.end()) {
-    Fail(ErrorKind::kInvalidArgument, "rank {} is in no replication group", missing - group_of.begin());
+    Fail(ErrorKind::kInvalidArgument, "rank {} is in no replication group",
+         missing - group_of.begin());
   }
   return group_of[rank];
 }

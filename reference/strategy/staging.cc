@@ -26,7 +26,8 @@ bool StagingBuffer::PinnedMemoryAvailable() {
 StagingBuffer::StagingBuffer(size_t capacity) : capacity_(capacity) {
 #ifdef DISTCKPT_HAVE_CUDA
   void* pinned = nullptr;
-  if (PinnedMemoryAvailable() && cudaHostAlloc(&pinned, capacity == 0 ? 1 : capacity, cudaHostAllocDefault) == cudaSuccess) {
+  if (PinnedMemoryAvailable() &&
+      cudaHostAlloc(&pinned, capacity == 0 ? 1 : capacity, cudaHostAllocDefault) == cudaSuccess) {
     data_ = static_cast<std::byte*>(pinned);
     pinned_ = true;
     return;
@@ -50,7 +51,7 @@ StagingBuffer::~StagingBuffer() {
 
 struct StagingPool::State {
   std::mutex mu;
-  bool closed = false;                                       // the pool object is gone
+  bool closed = false;                                         // the pool object is gone
   std::multimap<size_t, std::unique_ptr<StagingBuffer>> free;  // by capacity
   uint64_t allocations = 0, reuses = 0, bytes_allocated = 0;
 };

@@ -90,11 +90,13 @@ inline ReadShardsFn FillingRead(double value, std::set<std::string>* keys) {
     ForEachLeaf(out, [&](const NodePath&, Node& leaf) {
       if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
         if (keys) keys->insert(t->key);
-        Tensor data = t->data.defined()
-                          ? t->data
-                          : Tensor::Empty(t->dtype, t->flattened_range ? Shape{t->flattened_range->size()}
-                                                                       : t->local_shape);
-        for (int64_t i = 0; i < data.numel(); ++i) StoreFromDouble(data.data(), data.dtype(), i, value);
+        Tensor data =
+            t->data.defined()
+                ? t->data
+                : Tensor::Empty(t->dtype, t->flattened_range ? Shape{t->flattened_range->size()}
+                                                             : t->local_shape);
+        for (int64_t i = 0; i < data.numel(); ++i)
+          StoreFromDouble(data.data(), data.dtype(), i, value);
         leaf = Node(data);
       } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
         if (keys) keys->insert(o->key);
@@ -112,12 +114,16 @@ inline ReadShardsFn FillingRead(double value, std::set<std::string>* keys) {
 // (replica = rank). All f32.
 inline std::vector<ShardedTensor> MegatronFullyParallelShards(int rank) {
   const int tp = rank % 2, dp = rank / 2;
-  auto meta = [](const std::string& key, int64_t n, std::vector<RankOffset> offsets, int64_t replica) {
+  auto meta = [](const std::string& key, int64_t n, std::vector<RankOffset> offsets,
+                 int64_t replica) {
     return ShardedTensor::FromRankOffsetsMeta(key, DType::kF32, {n}, offsets, {replica});
   };
-  return {meta("key_TP_repl1", 10, {{0, tp, 2}}, dp), meta("key_TP_repl2", 10, {{0, tp, 2}}, dp),
-          meta("keyB", 20, {{0, rank, 8}}, 0),        meta("keyC", 100, {}, rank),
-          meta("keyD", 1000, {}, rank),               meta("keyE", 100, {}, rank)};
+  return {meta("key_TP_repl1", 10, {{0, tp, 2}}, dp),
+          meta("key_TP_repl2", 10, {{0, tp, 2}}, dp),
+          meta("keyB", 20, {{0, rank, 8}}, 0),
+          meta("keyC", 100, {}, rank),
+          meta("keyD", 1000, {}, rank),
+          meta("keyE", 100, {}, rank)};
 }
 
 // Runs `fn` on `world` thread ranks; each rank's CheckpointError message, ""
@@ -138,7 +144,9 @@ inline std::vector<std::string> ErrorMessagesOnRanks(int world,
 // An Env that passes everything to Env::Default(); override what to observe.
 class ForwardingEnv : public Env {
  public:
-  std::unique_ptr<WritableFile> NewWritableFile(const std::string& p) override { return base_->NewWritableFile(p); }
+  std::unique_ptr<WritableFile> NewWritableFile(const std::string& p) override {
+    return base_->NewWritableFile(p);
+  }
   std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& p) override {
     return base_->NewRandomAccessFile(p);
   }

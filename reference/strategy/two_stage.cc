@@ -14,7 +14,8 @@ std::optional<ShardDistribution> LowestHolderDistribution(
     for (const ShardedTensor& t : shards_by_group_rank[rank]) {
       ShardId id = ShardIdOf(t);
       std::vector<int>& ranks = dist.all_ranks_for_shard[id];
-      if (ranks.empty() || ranks.back() != static_cast<int>(rank)) ranks.push_back(static_cast<int>(rank));
+      if (ranks.empty() || ranks.back() != static_cast<int>(rank))
+        ranks.push_back(static_cast<int>(rank));
       dist.shard_to_metadata.try_emplace(id, t.WithoutData());
       dist.shards_in_this_group.insert(id);
     }
@@ -64,7 +65,8 @@ Node TwoStageLoad(const Node& sharded, const ReadShardsFn& read, Communicator& c
     for (const auto& [id, t] : own) {
       if (!routed.contains(id)) loaded[id] = (value++)->as<Tensor>();
     }
-    for (const auto& [unique_key, o] : objects_to_read) objects[unique_key] = (value++)->as<nlohmann::json>();
+    for (const auto& [unique_key, o] : objects_to_read)
+      objects[unique_key] = (value++)->as<nlohmann::json>();
   });
 
   // Stage 2: the owner reads each shared shard just before broadcasting it.
