@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "engine/common_state.h"
 #include "optim/optimizer_state.h"
+#include "scenario/fp8_section.h"
 
 namespace distckpt {
 namespace {
@@ -165,7 +166,9 @@ void AddOptimizer(const OptimizerConfig& config, size_t first_model_param, const
   for (size_t i = first_model_param; i < state.params.size(); ++i) {
     const Param& p = state.params[i];
     for (size_t k = 0; k < p.pieces.size(); ++k) {
-      model.push_back({p.is_factory() ? fmt::format("{}#{}", p.path, k) : p.path, p.pieces[k]});
+      // The GPT generator's SequentialMLP experts are Megatron's expert-parallel parameters.
+      bool expert = p.path.find(".mlp.experts.") != std::string::npos;
+      model.push_back({p.is_factory() ? fmt::format("{}#{}", p.path, k) : p.path, p.pieces[k], -1, expert});
       owner.push_back(&p);
     }
   }
@@ -410,6 +413,7 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
   root["objects"] = Node(std::move(objects));
   root["common"] = Node(nlohmann::json{{"scenario", s.name}, {"seed", s.seed}});
   if (s.optimizer) root["optimizer"] = std::move(state.optimizer);
+  if (!s.fp8.empty()) root["fp8"] = BuildFp8SaveState(s, topo, rank);
   return Node(std::move(root));
 }
 
@@ -440,6 +444,7 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
   root["tensors"] = Node(std::move(tensors));
   root["objects"] = Node(std::move(objects));
   if (s.optimizer) root["optimizer"] = std::move(state.optimizer);
+  if (!s.fp8.empty()) root["fp8"] = BuildFp8Request(s, pair, topo, rank);
   return Node(std::move(root));
 }
 
