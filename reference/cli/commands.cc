@@ -179,7 +179,7 @@ int LoadCommand(const StepArgs& args) {
                              Ratio(report.rank_bytes_read[r], report.rank_chunk_bytes[r]));
   }
   for (const auto& [key, count] : report.fp8_saturated) {
-    std::cout << fmt::format("  fp8 '{}': {} values saturated when quantised into the request\n", key, count);
+    std::cout << fmt::format("  fp8 '{}': {} values saturated\n", key, count);
   }
   return code;
 }

@@ -152,10 +152,9 @@ Node ParamGroups(const std::vector<OptimTensor>& model) {
     bool vector = t.global_shape.size() - t.prepend_axis_num <= 1;
     (vector ? no_decay : decay).push_back(i);
   }
-  // A dict keyed "0", "1" rather than Megatron's list: common state comes
-  // back from JSON with lists as plain leaves, which could not be merged
-  // with the request's nonpersistent `params`.
-  Dict groups;
+  // Megatron's list of groups (common state brings a list of dicts back as
+  // a List, which merges with the request's nonpersistent `params`).
+  List groups;
   for (const auto& [ids, wd] : {std::pair{decay, 0.01}, std::pair{no_decay, 0.0}}) {
     Dict g;
     g["lr"] = Node(nlohmann::json(1e-3));
@@ -163,7 +162,7 @@ Node ParamGroups(const std::vector<OptimTensor>& model) {
     g["eps"] = Node(nlohmann::json(1e-8));
     g["weight_decay"] = Node(nlohmann::json(wd));
     g["params"] = Node(LocalNonpersistentObject{ids});
-    groups[std::to_string(groups.size())] = Node(std::move(g));
+    groups.push_back(Node(std::move(g)));
   }
   return Node(std::move(groups));
 }

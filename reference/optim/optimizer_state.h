@@ -75,7 +75,7 @@ struct OptimObject {
 struct OptimizerState {
   std::vector<OptimTensor> tensors;  // f32, keys as above
   std::vector<OptimObject> objects;
-  // {"param_groups": {"0": {lr, betas, eps, weight_decay, params: nonpersistent ids}, "1": ...},
+  // {"param_groups": [{lr, betas, eps, weight_decay, params: nonpersistent ids}, {...}],
   //  "state": {"common_step": n}, "param_state_sharding_type": name, "tp": T, "pp": P}
   Node common;
 };

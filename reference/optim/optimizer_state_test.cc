@@ -47,11 +47,11 @@ TEST(OptimizerStateTest, PlainAdamKeysFollowMegatron) {
   EXPECT_EQ(w.replica_id, (ReplicaId{0, 0, 0}));
   EXPECT_EQ(s.common.at("state").at("common_step").as<nlohmann::json>(), 1);
   // Param groups: weights decay, the bias does not; params are nonpersistent.
-  const Dict& groups = s.common.at("param_groups").as<Dict>();
+  const List& groups = s.common.at("param_groups").as<List>();  // Megatron's list
   ASSERT_EQ(groups.size(), 2u);
-  EXPECT_EQ(groups.at("0").at("params").as<LocalNonpersistentObject>().obj, nlohmann::json({0}));
-  EXPECT_EQ(groups.at("1").at("params").as<LocalNonpersistentObject>().obj, nlohmann::json({1}));
-  EXPECT_EQ(groups.at("1").at("weight_decay").as<nlohmann::json>(), 0.0);
+  EXPECT_EQ(groups[0].at("params").as<LocalNonpersistentObject>().obj, nlohmann::json({0}));
+  EXPECT_EQ(groups[1].at("params").as<LocalNonpersistentObject>().obj, nlohmann::json({1}));
+  EXPECT_EQ(groups[1].at("weight_decay").as<nlohmann::json>(), 0.0);
 }
 
 TEST(OptimizerStateTest, FullyReshardableKeepsModelShardingWithMainParamAsParam) {

@@ -353,9 +353,22 @@ std::optional<std::string> CheckOptimizerCommon(const Scenario& s, const Node& e
     return fmt::format("optimizer common_step: expected {}, got {}", s.optimizer->step,
                        step && step->is<nlohmann::json>() ? step->as<nlohmann::json>().dump() : "nothing");
   }
+  // param_groups: Megatron's list (or a dict of groups, as a ChainedOptimizer's {0: .., 1: ..}).
   const Node* groups = Child(*got, "param_groups");
-  for (const auto& [i, group] : expected.at("param_groups").as<Dict>()) {
-    const Node* g = groups ? Child(*groups, i) : nullptr;
+  std::vector<std::pair<std::string, const Node*>> want;
+  if (const List* l = expected.at("param_groups").get_if<List>()) {
+    for (size_t i = 0; i < l->size(); ++i) want.emplace_back(std::to_string(i), &(*l)[i]);
+  } else {
+    for (const auto& [i, group] : expected.at("param_groups").as<Dict>()) want.emplace_back(i, &group);
+  }
+  for (const auto& [i, expected_group] : want) {
+    const Node& group = *expected_group;
+    const Node* g = nullptr;
+    if (const List* l = groups ? groups->get_if<List>() : nullptr) {
+      g = std::stoul(i) < l->size() ? &(*l)[std::stoul(i)] : nullptr;
+    } else if (groups) {
+      g = Child(*groups, i);
+    }
     const Node* params = g ? Child(*g, "params") : nullptr;
     const Node* lr = g ? Child(*g, "lr") : nullptr;
     nlohmann::json ids = group.at("params").as<LocalNonpersistentObject>().obj;
