@@ -3,7 +3,8 @@
 # scenarios/dp4-replicated.json: async + fully parallel saves equal a plain
 # synchronous one (`distckpt diff`), fully parallel and two-stage loads
 # check every element, and a replicated local checkpoint survives the loss
-# of one rank's files but not of a whole clique.
+# of one rank's files but not of a whole clique; the FP8 scenario under the
+# fully parallel strategies.
 # Usage: cli_strategies_test.sh DISTCKPT SCENARIO_DIR
 set -euo pipefail
 distckpt=$1
@@ -26,4 +27,13 @@ if "$distckpt" load "$scenario" -t tp=2,dp=4 --local "$work/local" --replication
   exit 1
 fi
 grep -q "no replicas available for rank 1" "$work/err"
+# Megatron test_fp8_save_load with the fully parallel strategies (use_fpsl,
+# both exchange algorithms), and a DP group of 4 so that shards are exchanged.
+fp8=$2/megatron-fp8.json
+"$distckpt" save "$fp8" -t tp=2,pp=4 -d "$work/fp8" --fully-parallel
+"$distckpt" load "$fp8" -t tp=2,pp=4 -d "$work/fp8" --fully-parallel --exchange broadcast
+"$distckpt" load "$fp8" -t tp=2,pp=4 -d "$work/fp8" --fully-parallel --exchange gather_rounds
+"$distckpt" save "$fp8" -t tp=2,dp=4 -d "$work/fp8dp" --fully-parallel
+"$distckpt" load "$fp8" -t tp=1,dp=8 -d "$work/fp8dp" --fully-parallel --exchange gather_rounds > "$work/out"
+grep -q "fp8 'all_codes': 16 values saturated" "$work/out"
 echo "cli strategies: ok"

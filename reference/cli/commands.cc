@@ -178,6 +178,9 @@ int LoadCommand(const StepArgs& args) {
                              report.rank_bytes_read[r], report.rank_chunk_bytes[r],
                              Ratio(report.rank_bytes_read[r], report.rank_chunk_bytes[r]));
   }
+  for (const auto& [key, count] : report.fp8_saturated) {
+    std::cout << fmt::format("  fp8 '{}': {} values saturated\n", key, count);
+  }
   return code;
 }
 

@@ -1,5 +1,7 @@
 #include "engine/common_state.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace distckpt {
@@ -39,6 +41,13 @@ nlohmann::json CommonToJson(const Node& common) {
 }
 
 Node CommonFromJson(const nlohmann::json& json) {
+  if (json.is_array() && std::any_of(json.begin(), json.end(), [](const nlohmann::json& e) {
+        return e.is_object();
+      })) {
+    List out;
+    for (const nlohmann::json& e : json) out.push_back(CommonFromJson(e));
+    return Node(std::move(out));
+  }
   if (!json.is_object()) return Node(json);
   Dict out;
   for (auto it = json.begin(); it != json.end(); ++it) out[it.key()] = CommonFromJson(it.value());

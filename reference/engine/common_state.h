@@ -1,9 +1,11 @@
 // Common (non-sharded) state <-> JSON, as stored in checkpoint metadata.
 //
 // Dicts become JSON objects and back; lists become arrays; JSON leaves are
-// stored as they are. On the way back every JSON object becomes a Dict node
-// and everything else a JSON leaf (so a list of plain values comes back as
-// one JSON array leaf). Tensors and sharded leaves are not common state:
+// stored as they are. On the way back every JSON object becomes a Dict node,
+// an array holding an object a List node (so a Megatron optimizer's
+// `param_groups` list of dicts merges with the request's nonpersistent
+// `params`), and everything else a JSON leaf (a list of plain values comes
+// back as one JSON array leaf). Tensors and sharded leaves are not common state:
 // CheckpointError(kUnsupported) naming the path.
 //
 // Thread-safety: pure functions.

@@ -1,5 +1,6 @@
 #include "optim/optimizer_state.h"
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -42,16 +43,47 @@ void AddModelSpace(OptimFormat format, const std::vector<OptimTensor>& model, Op
   }
 }
 
+// One of Megatron's distributed-optimizer instances: the dense parameters
+// over the DP x CP group and, with ep > 1, the expert parameters over the
+// expert DP group (a ChainedOptimizer of the two).
+struct Instance {
+  std::vector<int> members;  // indices into the model pieces
+  int64_t dp = 1, dp_rank = 0;
+  int64_t group_idx = 0;     // data_parallel_group_idx: rank in the instance's model-parallel group
+  std::string key_prefix;    // "chained_{i}." for dp_reshardable with two instances
+};
+
+std::vector<Instance> Instances(OptimFormat format, const std::vector<OptimTensor>& model,
+                                const Topology& topo, const RankCoords& c) {
+  Instance dense{{}, static_cast<int64_t>(topo.dp) * topo.cp, static_cast<int64_t>(c.dp) * topo.cp + c.cp,
+                 static_cast<int64_t>(c.pp) * topo.tp + c.tp, ""};
+  // Expert model-parallel group (tp-ep-pp, tp fastest) and expert DP group.
+  Instance expert{{}, topo.edp(), c.edp,
+                  (static_cast<int64_t>(c.pp) * topo.ep + c.ep) * topo.tp + c.tp, ""};
+  for (size_t i = 0; i < model.size(); ++i) {
+    (model[i].expert && topo.ep > 1 ? expert : dense).members.push_back(static_cast<int>(i));
+  }
+  std::vector<Instance> out;
+  for (Instance* in : {&dense, &expert}) {
+    if (!in->members.empty() || (in == &dense && expert.members.empty())) out.push_back(std::move(*in));
+  }
+  if (out.size() > 1 && format == OptimFormat::kDpReshardable) {
+    for (size_t k = 0; k < out.size(); ++k) out[k].key_prefix = fmt::format("chained_{}.", k);
+  }
+  return out;
+}
+
 // Each parameter's part of this rank's DP slice, as a flattened range.
 void AddFullyShardedModelSpace(const OptimizerConfig& config, const std::vector<OptimTensor>& model,
-                               int64_t dp, int64_t dp_rank, OptimizerState& out) {
+                               const Instance& in, OptimizerState& out) {
   std::vector<int64_t> numels;
-  for (const OptimTensor& p : model) numels.push_back(Volume(p.tensor.local_shape));
-  BufferLayout layout = LayoutBuffer(numels, dp, config.pad_divisor, config.bucket_numel);
+  for (int i : in.members) numels.push_back(Volume(model[i].tensor.local_shape));
+  BufferLayout layout = LayoutBuffer(numels, in.dp, config.pad_divisor, config.bucket_numel);
   for (const Bucket& bucket : layout.buckets) {
-    FlatRange slice = DpSlice(bucket, dp, dp_rank);
-    for (int i : bucket.params) {
-      FlatRange range = layout.params[i];
+    FlatRange slice = DpSlice(bucket, in.dp, in.dp_rank);
+    for (int b : bucket.params) {
+      const int i = in.members[b];
+      FlatRange range = layout.params[b];
       int64_t start = std::max(range.start, slice.start), stop = std::min(range.stop, slice.stop);
       if (start >= stop) continue;
       const ShardedTensor& param = model[i].tensor;
@@ -72,12 +104,12 @@ void AddFullyShardedModelSpace(const OptimizerConfig& config, const std::vector<
 
 // Bucket space: one gradient buffer per parameter dtype.
 void AddDpReshardable(const OptimizerConfig& config, const std::vector<OptimTensor>& model,
-                      const Topology& topo, const RankCoords& c, int64_t dp, int64_t dp_rank,
-                      OptimizerState& out) {
-  const int64_t group = static_cast<int64_t>(c.pp) * topo.tp + c.tp;
-  const std::string prefix = fmt::format("optimizer.distributed.dp_group_idx_{}", group);
+                      const Instance& in, OptimizerState& out) {
+  const int64_t dp = in.dp, dp_rank = in.dp_rank;
+  const std::string prefix =
+      fmt::format("{}optimizer.distributed.dp_group_idx_{}", in.key_prefix, in.group_idx);
   std::map<DType, std::vector<int>> by_dtype;
-  for (size_t i = 0; i < model.size(); ++i) by_dtype[model[i].tensor.dtype].push_back(static_cast<int>(i));
+  for (int i : in.members) by_dtype[model[i].tensor.dtype].push_back(i);
   nlohmann::json unpadded = nlohmann::json::object();
   int gbuf = 0;
   for (const auto& [dtype, members] : by_dtype) {
@@ -120,10 +152,9 @@ Node ParamGroups(const std::vector<OptimTensor>& model) {
     bool vector = t.global_shape.size() - t.prepend_axis_num <= 1;
     (vector ? no_decay : decay).push_back(i);
   }
-  // A dict keyed "0", "1" rather than Megatron's list: common state comes
-  // back from JSON with lists as plain leaves, which could not be merged
-  // with the request's nonpersistent `params`.
-  Dict groups;
+  // Megatron's list of groups (common state brings a list of dicts back as
+  // a List, which merges with the request's nonpersistent `params`).
+  List groups;
   for (const auto& [ids, wd] : {std::pair{decay, 0.01}, std::pair{no_decay, 0.0}}) {
     Dict g;
     g["lr"] = Node(nlohmann::json(1e-3));
@@ -131,7 +162,7 @@ Node ParamGroups(const std::vector<OptimTensor>& model) {
     g["eps"] = Node(nlohmann::json(1e-8));
     g["weight_decay"] = Node(nlohmann::json(wd));
     g["params"] = Node(LocalNonpersistentObject{ids});
-    groups[std::to_string(groups.size())] = Node(std::move(g));
+    groups.push_back(Node(std::move(g)));
   }
   return Node(std::move(groups));
 }
@@ -179,24 +210,19 @@ OptimizerState ExpandOptimizer(const OptimizerConfig& config, const std::vector<
   OptimizerState out;
   Dict state;
   state["common_step"] = Node(nlohmann::json(CommonStep(steps)));
-  RankCoords c = topo.Coords(rank);
-  const int64_t dp = static_cast<int64_t>(topo.dp) * topo.cp;
-  const int64_t dp_rank = static_cast<int64_t>(c.dp) * topo.cp + c.cp;
-  if (topo.ep > 1 && config.format != OptimFormat::kPlain) {
-    Fail(ErrorKind::kInvalidArgument,
-         "optimizer format {} with ep={} is not modelled (expert DP groups); use ep=1",
-         OptimFormatName(config.format), topo.ep);
-  }
+  const RankCoords c = topo.Coords(rank);
   switch (config.format) {
     case OptimFormat::kPlain:
     case OptimFormat::kFullyReshardable:
       AddModelSpace(config.format, model, out);
       break;
     case OptimFormat::kFullyShardedModelSpace:
-      AddFullyShardedModelSpace(config, model, dp, dp_rank, out);
+      for (const Instance& in : Instances(config.format, model, topo, c)) {
+        AddFullyShardedModelSpace(config, model, in, out);
+      }
       break;
     case OptimFormat::kDpReshardable:
-      AddDpReshardable(config, model, topo, c, dp, dp_rank, out);
+      for (const Instance& in : Instances(config.format, model, topo, c)) AddDpReshardable(config, model, in, out);
       break;
   }
   Dict common;
@@ -205,6 +231,9 @@ OptimizerState ExpandOptimizer(const OptimizerConfig& config, const std::vector<
   common["param_state_sharding_type"] = Node(nlohmann::json(OptimFormatName(config.format)));
   common["tp"] = Node(nlohmann::json(topo.tp));
   common["pp"] = Node(nlohmann::json(topo.pp));
+  if (std::any_of(model.begin(), model.end(), [](const OptimTensor& t) { return t.expert; })) {
+    common["ep"] = Node(nlohmann::json(topo.ep));
+  }
   out.common = Node(std::move(common));
   return out;
 }
@@ -217,6 +246,13 @@ void CheckOptimizerResumable(const nlohmann::json& saved, const Topology& topo) 
          "(TP, PP) mismatch after resume (({}, {}) vs ({}, {})): not supported for "
          "DistributedOptimizer with sharding type dp_reshardable",
          tp, pp, topo.tp, topo.pp);
+  }
+  int ep = saved.value("ep", topo.ep);
+  if (ep != topo.ep) {
+    Fail(ErrorKind::kUnsupported,
+         "EP mismatch after resume ({} vs {}): not supported for DistributedOptimizer with sharding "
+         "type dp_reshardable (the expert parameters' buffers depend on EP)",
+         ep, topo.ep);
   }
 }
 

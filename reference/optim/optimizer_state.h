@@ -19,8 +19,14 @@
 //
 // The optimizer covers the parameters it is given, each ShardedTensor piece
 // (GLU factories give two) as its own parameter. Distributed formats shard
-// over the DP x CP group of each (TP, PP) coordinate; expert parallelism
-// (ep > 1) is not modelled and refused.
+// over the DP x CP group of each (TP, PP) coordinate. With ep > 1 the expert
+// parameters have their own distributed optimizer, as Megatron's
+// ChainedOptimizer of a dense and an expert DistributedOptimizer: its buffers
+// split over the expert DP group (dp*cp/ep ranks), its dp_group_idx is the
+// rank in the expert model-parallel group (tp-ep-pp), and dp_reshardable keys
+// get `chained_{0,1}.` prefixes (model-space formats keep their keys, as with
+// Megatron's chained_optim_avoid_prefix). A dp_reshardable checkpoint of a
+// model with experts records its EP and refuses another.
 //
 // Thread-safety: pure functions and value types.
 #ifndef DISTCKPT_OPTIM_OPTIMIZER_STATE_H_
@@ -59,6 +65,7 @@ struct OptimTensor {
   std::string path;     // dict path of the leaf
   ShardedTensor tensor; // metadata only
   int source = -1;      // output: index of the model parameter it is the state of (-1: bucket space)
+  bool expert = false;  // input: an expert-parallel parameter (Megatron's allreduce=False)
 };
 struct OptimObject {
   std::string path;
@@ -68,15 +75,14 @@ struct OptimObject {
 struct OptimizerState {
   std::vector<OptimTensor> tensors;  // f32, keys as above
   std::vector<OptimObject> objects;
-  // {"param_groups": {"0": {lr, betas, eps, weight_decay, params: nonpersistent ids}, "1": ...},
+  // {"param_groups": [{lr, betas, eps, weight_decay, params: nonpersistent ids}, {...}],
   //  "state": {"common_step": n}, "param_state_sharding_type": name, "tp": T, "pp": P}
   Node common;
 };
 
 // `model` are rank `rank`'s parameter pieces (metadata only) in order.
-// Throws CheckpointError(kInvalidArgument) for flattened model pieces,
-// ep > 1 with a distributed format, or an uneven step ("The optimizer step
-// differs per parameter...").
+// Throws CheckpointError(kInvalidArgument) for flattened model pieces or an
+// uneven step ("The optimizer step differs per parameter...").
 OptimizerState ExpandOptimizer(const OptimizerConfig& config, const std::vector<OptimTensor>& model,
                                const Topology& topology, int rank);
 
@@ -89,7 +95,8 @@ std::string OptimStateKey(std::string_view state, std::string_view model_key);
 // Refuses a dp_reshardable checkpoint (its common "optimizer" section) under
 // another TP or PP: CheckpointError(kUnsupported) "(TP, PP) mismatch after
 // resume ((2, 2) vs (2, 4)): not supported for DistributedOptimizer with
-// sharding type dp_reshardable". Other formats and sections pass.
+// sharding type dp_reshardable"; likewise "EP mismatch after resume" when it
+// recorded another EP (models with experts). Other formats and sections pass.
 void CheckOptimizerResumable(const nlohmann::json& saved_optimizer, const Topology& topology);
 
 }  // namespace distckpt

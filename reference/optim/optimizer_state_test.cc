@@ -47,11 +47,11 @@ TEST(OptimizerStateTest, PlainAdamKeysFollowMegatron) {
   EXPECT_EQ(w.replica_id, (ReplicaId{0, 0, 0}));
   EXPECT_EQ(s.common.at("state").at("common_step").as<nlohmann::json>(), 1);
   // Param groups: weights decay, the bias does not; params are nonpersistent.
-  const Dict& groups = s.common.at("param_groups").as<Dict>();
+  const List& groups = s.common.at("param_groups").as<List>();  // Megatron's list
   ASSERT_EQ(groups.size(), 2u);
-  EXPECT_EQ(groups.at("0").at("params").as<LocalNonpersistentObject>().obj, nlohmann::json({0}));
-  EXPECT_EQ(groups.at("1").at("params").as<LocalNonpersistentObject>().obj, nlohmann::json({1}));
-  EXPECT_EQ(groups.at("1").at("weight_decay").as<nlohmann::json>(), 0.0);
+  EXPECT_EQ(groups[0].at("params").as<LocalNonpersistentObject>().obj, nlohmann::json({0}));
+  EXPECT_EQ(groups[1].at("params").as<LocalNonpersistentObject>().obj, nlohmann::json({1}));
+  EXPECT_EQ(groups[1].at("weight_decay").as<nlohmann::json>(), 0.0);
 }
 
 TEST(OptimizerStateTest, FullyReshardableKeepsModelShardingWithMainParamAsParam) {
@@ -102,6 +102,54 @@ TEST(OptimizerStateTest, DpReshardableWritesBucketSpaceSegmentsAndUnpaddedSizes)
   EXPECT_EQ(s.objects[0].object.key, "optimizer.distributed.dp_group_idx_3.per_bucket_numel_unpadded");
   EXPECT_EQ(s.objects[0].object.data, nlohmann::json({{"gbuf_idx_0.dtype_bf16", {70}}}));
   EXPECT_EQ(s.objects[0].object.replica_id, (ReplicaId{0, 0, 1}));
+}
+
+// With ep > 1 the expert parameters get their own distributed optimizer over
+// the expert DP group (Megatron's ChainedOptimizer of dense and expert ones).
+TEST(OptimizerStateTest, ExpertParametersHaveTheirOwnInstanceOverTheExpertDpGroup) {
+  Topology topo = Topology::Parse("tp=1,dp=4,ep=2");  // rank 3: dp 3, ep 1, edp 1 of 2
+  const int rank = 3;
+  ASSERT_EQ(topo.Coords(rank).ep, 1);
+  ASSERT_EQ(topo.Coords(rank).edp, 1);
+  std::vector<OptimTensor> model = Model(topo, rank);
+  ShardedTensor e;
+  e.key = "experts";
+  e.dtype = DType::kBF16;
+  e.global_shape = {2, 8};
+  e.local_shape = {1, 8};
+  e.global_offset = {1, 0};  // the rank's expert
+  e.prepend_axis_num = 1;
+  e.axis_fragmentations = Shape{2, 1};
+  e.replica_id = {0, 0, 1};
+  model.push_back({"experts", e, -1, /*expert=*/true});
+  OptimizerConfig config{.format = OptimFormat::kDpReshardable, .pad_divisor = 8};
+  OptimizerState s = ExpandOptimizer(config, model, topo, rank);
+  // Expert buffer: 8 elements split over edp = 2; rank 3 holds [4, 8).
+  const std::string expert = "chained_1.optimizer.distributed.dp_group_idx_1.";
+  ASSERT_EQ(s.tensors.back().tensor.key, expert + "gbuf_idx_0.dtype_bf16.bucket_idx_0.exp_avg_sq");
+  EXPECT_EQ(s.tensors.back().tensor.global_offset, (Shape{4}));
+  EXPECT_EQ(s.tensors.back().tensor.local_shape, (Shape{4}));
+  EXPECT_EQ(s.tensors.front().tensor.key.rfind("chained_0.optimizer.distributed.dp_group_idx_0.", 0), 0u);
+  ASSERT_EQ(s.objects.size(), 2u);
+  EXPECT_EQ(s.objects[1].object.key, expert + "per_bucket_numel_unpadded");
+  EXPECT_EQ(s.objects[1].object.replica_id, (ReplicaId{0, 0, 1}));
+  nlohmann::json common = {{"param_state_sharding_type", "dp_reshardable"}, {"tp", 1}, {"pp", 1},
+                           {"ep", s.common.at("ep").as<nlohmann::json>()}};
+  EXPECT_NO_THROW(CheckOptimizerResumable(common, Topology::Parse("dp=8,ep=2")));
+  EXPECT_THAT([&] { CheckOptimizerResumable(common, Topology::Parse("dp=4,ep=4")); },
+              ThrowsError(ErrorKind::kUnsupported, "EP mismatch after resume (2 vs 4)"));
+  // fully_sharded_model_space: the expert's flattened range over edp, keys unprefixed.
+  config.format = OptimFormat::kFullyShardedModelSpace;
+  OptimizerState f = ExpandOptimizer(config, model, topo, rank);
+  ASSERT_EQ(f.tensors.back().tensor.key, "optimizer.state.exp_avg_sq.experts");
+  EXPECT_EQ(f.tensors.back().tensor.flattened_range, (FlatRange{4, 8}));
+  EXPECT_EQ(f.tensors.back().tensor.replica_id, (ReplicaId{0, 0, 0}));
+  // Without expert parallelism the experts share the dense buffer, unprefixed.
+  Topology ep1 = Topology::Parse("tp=1,dp=4");
+  config.format = OptimFormat::kDpReshardable;
+  for (const OptimTensor& t : ExpandOptimizer(config, model, ep1, rank).tensors) {
+    EXPECT_EQ(t.tensor.key.rfind("optimizer.distributed.dp_group_idx_0.", 0), 0u) << t.tensor.key;
+  }
 }
 
 TEST(OptimizerStateTest, StepMustBeSharedAcrossParameters) {

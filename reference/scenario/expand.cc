@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "engine/common_state.h"
 #include "optim/optimizer_state.h"
+#include "scenario/fp8_section.h"
 
 namespace distckpt {
 namespace {
@@ -165,7 +166,9 @@ void AddOptimizer(const OptimizerConfig& config, size_t first_model_param, const
   for (size_t i = first_model_param; i < state.params.size(); ++i) {
     const Param& p = state.params[i];
     for (size_t k = 0; k < p.pieces.size(); ++k) {
-      model.push_back({p.is_factory() ? fmt::format("{}#{}", p.path, k) : p.path, p.pieces[k]});
+      // The GPT generator's SequentialMLP experts are Megatron's expert-parallel parameters.
+      bool expert = p.path.find(".mlp.experts.") != std::string::npos;
+      model.push_back({p.is_factory() ? fmt::format("{}#{}", p.path, k) : p.path, p.pieces[k], -1, expert});
       owner.push_back(&p);
     }
   }
@@ -350,9 +353,22 @@ std::optional<std::string> CheckOptimizerCommon(const Scenario& s, const Node& e
     return fmt::format("optimizer common_step: expected {}, got {}", s.optimizer->step,
                        step && step->is<nlohmann::json>() ? step->as<nlohmann::json>().dump() : "nothing");
   }
+  // param_groups: Megatron's list (or a dict of groups, as a ChainedOptimizer's {0: .., 1: ..}).
   const Node* groups = Child(*got, "param_groups");
-  for (const auto& [i, group] : expected.at("param_groups").as<Dict>()) {
-    const Node* g = groups ? Child(*groups, i) : nullptr;
+  std::vector<std::pair<std::string, const Node*>> want;
+  if (const List* l = expected.at("param_groups").get_if<List>()) {
+    for (size_t i = 0; i < l->size(); ++i) want.emplace_back(std::to_string(i), &(*l)[i]);
+  } else {
+    for (const auto& [i, group] : expected.at("param_groups").as<Dict>()) want.emplace_back(i, &group);
+  }
+  for (const auto& [i, expected_group] : want) {
+    const Node& group = *expected_group;
+    const Node* g = nullptr;
+    if (const List* l = groups ? groups->get_if<List>() : nullptr) {
+      g = std::stoul(i) < l->size() ? &(*l)[std::stoul(i)] : nullptr;
+    } else if (groups) {
+      g = Child(*groups, i);
+    }
     const Node* params = g ? Child(*g, "params") : nullptr;
     const Node* lr = g ? Child(*g, "lr") : nullptr;
     nlohmann::json ids = group.at("params").as<LocalNonpersistentObject>().obj;
@@ -410,6 +426,7 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
   root["objects"] = Node(std::move(objects));
   root["common"] = Node(nlohmann::json{{"scenario", s.name}, {"seed", s.seed}});
   if (s.optimizer) root["optimizer"] = std::move(state.optimizer);
+  if (!s.fp8.empty()) root["fp8"] = BuildFp8SaveState(s, topo, rank);
   return Node(std::move(root));
 }
 
@@ -440,6 +457,7 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
   root["tensors"] = Node(std::move(tensors));
   root["objects"] = Node(std::move(objects));
   if (s.optimizer) root["optimizer"] = std::move(state.optimizer);
+  if (!s.fp8.empty()) root["fp8"] = BuildFp8Request(s, pair, topo, rank);
   return Node(std::move(root));
 }
 

@@ -23,6 +23,7 @@
 #include "engine/save.h"
 #include "engine/save_async.h"
 #include "scenario/expand.h"
+#include "scenario/fp8_section.h"
 
 extern char** environ;
 
@@ -240,7 +241,8 @@ nlohmann::json StepReport::ToJson() const {
           {"rank_bytes_read", rank_bytes_read},
           {"rank_chunk_bytes", rank_chunk_bytes},
           {"rank_bytes_written", rank_bytes_written},
-          {"blocking_seconds", blocking_seconds}};
+          {"blocking_seconds", blocking_seconds},
+          {"fp8_saturated", fp8_saturated}};
 }
 
 StepReport StepReport::FromJson(const nlohmann::json& j) {
@@ -260,6 +262,7 @@ StepReport StepReport::FromJson(const nlohmann::json& j) {
   r.rank_chunk_bytes = j.at("rank_chunk_bytes").get<std::vector<uint64_t>>();
   r.rank_bytes_written = j.value("rank_bytes_written", std::vector<uint64_t>{});
   r.blocking_seconds = j.value("blocking_seconds", 0.0);
+  r.fp8_saturated = j.value("fp8_saturated", std::map<std::string, int64_t>{});
   return r;
 }
 
@@ -298,6 +301,7 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   std::string error;
   bool mismatch = false;
   LoadResult result;
+  Fp8Check fp8;
   try {
     Topology saved = Topology::Parse(saved_topology);
     Topology topo = WorldTopology(topology, comm);
@@ -325,6 +329,10 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
       result.summary = local.summary;
     }
     std::optional<std::string> bad = CheckLoaded(s, pair, saved, topo, comm.rank(), result);
+    if (!s.fp8.empty()) {
+      fp8 = CheckFp8Loaded(s, pair, topo, comm.rank(), result.state_dict);
+      if (!bad) bad = fp8.error;
+    }
     if (bad) {
       error = *bad;
       mismatch = true;
@@ -335,6 +343,18 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   r.error = AgreeOnError(comm, error);
   r.ok = r.error.empty();
   r.value_mismatch = Sum(comm, mismatch ? 1 : 0) > 0;
+  if (!s.fp8.empty()) {  // every rank has the same fp8 keys: the same collectives
+    fp8.saturated.resize(s.fp8.size());
+    std::vector<int64_t> totals;
+    for (int64_t n : fp8.saturated) totals.push_back(comm.AllReduceOne(n, ReduceOp::kSum));
+    for (size_t i = 0; i < totals.size(); ++i) r.fp8_saturated[s.fp8[i].tensor.key] = totals[i];
+    std::optional<std::string> bad = r.ok ? CheckFp8Saturation(s, totals) : std::nullopt;
+    if (bad) {
+      r.ok = false;
+      r.error = *bad;
+      r.value_mismatch = true;
+    }
+  }
   const LoadSummary& sum = result.summary;
   r.bytes_needed = Sum(comm, sum.bytes_needed);
   r.bytes_read = Sum(comm, sum.bytes_read);
@@ -437,6 +457,7 @@ nlohmann::json ResultsToJson(const std::vector<PairResult>& results) {
                    {"bytes_written", r.save_report.bytes_written},
                    {"bytes_needed", r.load_report.bytes_needed},
                    {"bytes_read", r.load_report.bytes_read},
+                   {"fp8_saturated", r.load_report.fp8_saturated},
                    {"save_seconds", r.save_report.seconds},
                    {"load_seconds", r.load_report.seconds}});
   }

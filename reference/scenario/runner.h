@@ -11,6 +11,7 @@
 #define DISTCKPT_SCENARIO_RUNNER_H_
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ struct StepReport {
   std::vector<uint64_t> rank_bytes_read, rank_chunk_bytes;
   std::vector<uint64_t> rank_bytes_written;  // per rank (save)
   double blocking_seconds = 0;               // async save: slowest rank's blocking part
+  // Load with an "fp8" section: per fp8 key, the values that saturated when
+  // quantised into an fp8 request (each global element once).
+  std::map<std::string, int64_t> fp8_saturated;
   nlohmann::json ToJson() const;
   static StepReport FromJson(const nlohmann::json& j);
 };

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "scenario/fp8_section.h"
 
 namespace distckpt {
 namespace {
@@ -262,12 +263,7 @@ Scenario Scenario::FromJson(const json& j, const std::string& source) {
     }
     if (f.has("optimizer")) s.optimizer = ParseOptimizerConfig(f.get("optimizer"), f.at("optimizer"), {}, true);
     if (f.has("fsdp")) s.fsdp = ParseFsdpSection(f.get("fsdp"), f.at("fsdp"));
-    for (const char* later : {"fp8"}) {
-      if (f.has(later)) {
-        Fail(ErrorKind::kUnsupported, "{}: this build does not implement the '{}' section yet",
-             f.at(later), later);
-      }
-    }
+    if (f.has("fp8")) s.fp8 = ParseFp8Section(f.get("fp8"), f.at("fp8"));
     if (f.has("tensors")) s.tensors = ParseTensors(f.get("tensors"), f.at("tensors"));
     if (f.has("objects")) {
       const json& objs = f.array("objects");
@@ -295,6 +291,7 @@ Scenario Scenario::FromJson(const json& j, const std::string& source) {
       }
     }
     if (f.has("strict")) s.strict = ParseStrictAt(f, "strict");
+    CheckFp8Keys(s);
     return s;
   });
 }

@@ -19,6 +19,7 @@
 #include "mapping/strict.h"
 #include "fsdp/layout.h"
 #include "optim/optimizer_state.h"
+#include "scenario/fp8_spec.h"
 #include "scenario/gpt_model.h"
 #include "topology/topology.h"
 
@@ -37,6 +38,12 @@ struct TensorSpec {
   bool flatten_jitter = false;     // Megatron test_flattened_resharding's uneven ranges
   int64_t pad_multiple = 0;        // pad axis 0 to a multiple of pad_multiple * parts(axis 0)
   std::optional<DType> load_dtype; // request dtype on load, when it differs
+};
+
+// A tensor of the "fp8" section: `tensor.dtype` is the nominal dtype.
+struct Fp8TensorSpec {
+  TensorSpec tensor;
+  Fp8Options fp8;
 };
 
 struct ObjectSpec {
@@ -77,6 +84,7 @@ struct Scenario {
   std::vector<GptConfig> models;  // "model": one generator or a list of them
   std::optional<OptimizerConfig> optimizer;  // Adam state for the model generators' parameters
   FsdpLayout fsdp = FsdpLayout::kNone;       // FSDP layout of the eligible tensor specs
+  std::vector<Fp8TensorSpec> fp8;            // the "fp8" section (scenario/fp8_section.h)
 
   // Throws CheckpointError(kInvalidArgument) naming `source` and the field.
   static Scenario FromJson(const nlohmann::json& json, const std::string& source);

@@ -74,7 +74,7 @@ TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
               ThrowsError(ErrorKind::kInvalidArgument, "unknown field 'step'"));
   EXPECT_THAT([] { Parse(R"({"fsdp": {"layout": "zero3"}})"); },
               ThrowsError(ErrorKind::kInvalidArgument, "$.fsdp.layout"));
-  EXPECT_THAT([] { Parse(R"({"fp8": {}})"); }, ThrowsError(ErrorKind::kUnsupported, "'fp8'"));
+  EXPECT_THAT([] { Parse(R"({"fp8": {}})"); }, ThrowsError(ErrorKind::kInvalidArgument, "$.fp8.tensors"));
 }
 
 TEST(SpecTest, MissingFileIsAnInputError) {

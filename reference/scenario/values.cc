@@ -103,6 +103,13 @@ void FillShard(uint64_t seed, const std::string& key, const ShardLocation& where
   });
 }
 
+void FillIndexCodes(const ShardLocation& where, Tensor& dst) {
+  auto* out = dst.data_as<uint8_t>();
+  ForEachElement(where, [&](int64_t local, const Shape&, int64_t index) {
+    out[local] = index < 0 ? 0 : static_cast<uint8_t>(index % 256);
+  });
+}
+
 std::optional<ValueMismatch> CheckShard(uint64_t seed, const std::string& key, DType stored_dtype,
                                         const ShardLocation& where, const Tensor& actual) {
   const uint64_t kh = KeyHash(key);

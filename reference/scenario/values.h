@@ -39,6 +39,10 @@ struct ShardLocation {
 // Fills `dst` (dtype = generated dtype) with the expected values of the shard.
 void FillShard(uint64_t seed, const std::string& key, const ShardLocation& where, Tensor& dst);
 
+// Fills `dst` (a 1-byte dtype, e.g. fp8) with every element's logical linear
+// index mod 256 (0 in padding): a tensor of >= 256 elements holds every code.
+void FillIndexCodes(const ShardLocation& where, Tensor& dst);
+
 // The value of the ShardedObject `key` at grid offset `offset`.
 nlohmann::json ObjectValue(const std::string& key, uint64_t seed, const Shape& offset);
 
