@@ -36,7 +36,7 @@ fi
 
 work=$(mktemp -d /tmp/distckpt-peer-XXXXXX)  # under /tmp: the chroot sees it at the same path
 trap 'rm -rf "$work"' EXIT
-cp "$here/torch_peer.py" "$work/"
+cp "$here/torch_peer.py" "$here/dataclass_shim.py" "$work/"
 peer() { $python "$work/torch_peer.py" "$@"; }
 
 echo "== torch ($peer) loads distckpt's $format checkpoint"

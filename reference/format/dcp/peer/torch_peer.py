@@ -20,7 +20,6 @@ peer_test.sh drives it; checkpoints are exchanged through /tmp.
 
 Exit status 0 = every check holds; a failure prints what differs.
 """
-import dataclasses
 import itertools
 import json
 import os
@@ -28,28 +27,8 @@ import socket
 import sys
 
 
-def _py311_dataclass_shim():
-    """torch 1.13's DCP modules use an unhashable dataclass instance as a field
-    default, which Python 3.11 rejects; let such defaults through as 3.10 did."""
-    if sys.version_info < (3, 11):
-        return
-    original = dataclasses._get_field
-
-    def get_field(cls, a_name, a_type, *rest):
-        default = cls.__dict__.get(a_name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            default = default.default
-        kind = type(default)
-        if default is dataclasses.MISSING or kind.__hash__ is not None or kind in (list, dict, set):
-            return original(cls, a_name, a_type, *rest)
-        kind.__hash__ = object.__hash__
-        try:
-            return original(cls, a_name, a_type, *rest)
-        finally:
-            kind.__hash__ = None
-
-    dataclasses._get_field = get_field
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dataclass_shim import allow_unhashable_dataclass_defaults  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -60,7 +39,7 @@ try:
 
     TORCH2 = True
 except ImportError:
-    _py311_dataclass_shim()
+    allow_unhashable_dataclass_defaults()
     import torch.distributed._shard.checkpoint as dcp
     from torch.distributed._shard.checkpoint.metadata import TensorStorageMetadata
 
