@@ -14,17 +14,23 @@ exe=$1 peer=$2 scenario=$3 format=$4
 here=$(cd "$(dirname "$0")" && pwd)
 
 python=""
+# Finds torch without importing it (an import takes seconds).
+has_torch='import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'
+has_torch2='import importlib.util, os, sys; s = importlib.util.find_spec("torch")
+sys.exit(s is None or not os.path.isdir(os.path.join(os.path.dirname(s.origin), "distributed", "checkpoint")))'
 case "$peer" in
   torch113)
     python=${DISTCKPT_TORCH113_PYTHON:-}
-    if [ -z "$python" ] && /usr/bin/python3 -c 'import torch, sys; sys.exit(torch.__version__ >= "2")' 2>/dev/null; then
+    # torch 1.x: DCP lives at torch.distributed._shard.checkpoint only.
+    if [ -z "$python" ] && /usr/bin/python3 -c "$has_torch" 2>/dev/null &&
+       ! /usr/bin/python3 -c "$has_torch2" 2>/dev/null; then
       python=/usr/bin/python3
     fi ;;
   torch2)
     python=${DISTCKPT_TORCH2_PYTHON:-}
     root=/opt/distckpt-torch2  # ci/setup-peers --torch2 /opt/distckpt-torch2
     if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-       mountpoint -q "$root/tmp" && chroot "$root" python3 -c 'import torch' 2>/dev/null; then
+       mountpoint -q "$root/tmp" && chroot "$root" python3 -c "$has_torch" 2>/dev/null; then
       python="chroot $root env USE_LIBUV=0 python3"
     fi ;;
   *) echo "unknown peer $peer" >&2; exit 2 ;;
