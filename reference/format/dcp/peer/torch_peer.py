@@ -10,9 +10,10 @@ peer_test.sh drives it; checkpoints are exchanged through /tmp.
                                          element with DUMPS/<key>.bin (`distckpt dump`);
                                          N-D flattened tensors via Megatron's mcore_data
   torch_peer.py save CKPT EXPECTED       torch writes a checkpoint (2.x: 3 processes with
-                                         DTensor Shard(0) uneven and empty, Shard(1);
-                                         1.13: 2 processes with ShardedTensor rows and
-                                         columns; both: a transposed tensor, bytes items)
+                                         DTensor Shard(0) uneven and empty, Shard(1), bf16
+                                         3-D Shard(1); 1.13: 2 processes with ShardedTensor
+                                         rows and columns; both: a transposed tensor, a view
+                                         with a storage offset, bytes items)
                                          and EXPECTED/<key>.bin (global bytes) plus
                                          EXPECTED/common.json (the bytes items' values)
   torch_peer.py check-common INSPECT_JSON EXPECTED_COMMON
@@ -265,6 +266,8 @@ def _globals():
     if TORCH2:
         t["empty_shard"] = make((2, 3), "i64")
     t["transposed"] = make((3, 4), "f32").t()  # saved with strides (1, 4)
+    t["bf16_3d"] = make((3, 7, 5), "bf16")
+    t["view"] = make((6, 8), "i64")[1:4, 2:7]  # a view: storage offset 10, strides (8, 1)
     return t
 
 
@@ -278,7 +281,8 @@ def _save_worker(rank, world, ckpt):
         state = {"uneven": distribute_tensor(g["uneven"], mesh, [Shard(0)]),        # rows 2, 2, 1
                  "empty_shard": distribute_tensor(g["empty_shard"], mesh, [Shard(0)]),  # rows 1, 1, 0
                  "cols": distribute_tensor(g["cols"], mesh, [Shard(1)]),            # columns 2, 2, 1
-                 "rows_i64": distribute_tensor(g["rows_i64"], mesh, [Shard(0)])}
+                 "rows_i64": distribute_tensor(g["rows_i64"], mesh, [Shard(0)]),
+                 "bf16_3d": distribute_tensor(g["bf16_3d"], mesh, [Shard(1)])}     # columns 3, 3, 1
     else:
         from torch.distributed._shard.sharded_tensor import Shard, init_from_local_shards
 
@@ -291,8 +295,10 @@ def _save_worker(rank, world, ckpt):
 
         state = {"uneven": sharded(g["uneven"], 0, [(0, 3), (3, 2)]),
                  "cols": sharded(g["cols"], 1, [(0, 2), (2, 3)]),
-                 "rows_i64": sharded(g["rows_i64"], 0, [(0, 2), (2, 1)])}
-    state.update(scalar=g["scalar"], transposed=g["transposed"], **json.loads(json.dumps(COMMON)))
+                 "rows_i64": sharded(g["rows_i64"], 0, [(0, 2), (2, 1)]),
+                 "bf16_3d": sharded(g["bf16_3d"], 1, [(0, 4), (4, 3)])}
+    state.update(scalar=g["scalar"], transposed=g["transposed"], view=g["view"],
+                 **json.loads(json.dumps(COMMON)))
     save_state(state, ckpt)
 
 
