@@ -68,11 +68,14 @@ void SwapInStaging(Env* env, const std::string& dir, const std::string& write_di
   env->RemoveAll(old);
 }
 
-std::string InterruptedOverwriteNote(Env* env, const std::string& dir, const StagedLayout& layout) {
+void RequireCheckpointDirectory(Env* env, const std::string& dir, const StagedLayout& layout) {
+  if (env->IsDirectory(dir)) return;
   const std::string staging = StagingDir(dir);
-  if (env->IsDirectory(dir) || !layout.is_committed(env, staging)) return "";
-  return fmt::format(" (an interrupted overwrite left the new checkpoint in {}; the next save to {} "
-                     "finishes the swap)", staging, dir);
+  Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist{}", dir,
+       layout.is_committed(env, staging)
+           ? fmt::format(" (an interrupted overwrite left the new checkpoint in {}; the next save "
+                         "to {} finishes the swap)", staging, dir)
+           : "");
 }
 
 }  // namespace distckpt

@@ -38,9 +38,10 @@ std::string PrepareStagedDirectory(Env* env, const std::string& dir, bool overwr
                                    const StagedLayout& layout);
 // No-op when write_dir == dir (no overwrite).
 void SwapInStaging(Env* env, const std::string& dir, const std::string& write_dir);
-// " (an interrupted overwrite left the new checkpoint in <dir>.staging; ...)"
-// when `dir` is missing and a committed staging directory waits; else "".
-std::string InterruptedOverwriteNote(Env* env, const std::string& dir, const StagedLayout& layout);
+// Fails (kIncomplete) when `dir` is not a directory: "Checkpoint directory <dir>
+// does not exist", plus " (an interrupted overwrite left the new checkpoint in
+// <dir>.staging; ...)" when a committed staging directory waits.
+void RequireCheckpointDirectory(Env* env, const std::string& dir, const StagedLayout& layout);
 
 }  // namespace distckpt
 

@@ -69,10 +69,7 @@ class NativeFormatImpl : public Format {
   }
 
   std::unique_ptr<CheckpointReader> OpenReader(Env* env, const std::string& dir) const override {
-    if (!env->IsDirectory(dir)) {
-      Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist{}", dir,
-           InterruptedOverwriteNote(env, dir, Layout()));
-    }
+    RequireCheckpointDirectory(env, dir, Layout());
     const std::string path = JoinPath(dir, kMetadataFileName);
     if (!env->FileExists(path)) {
       Fail(ErrorKind::kIncomplete,
