@@ -1,8 +1,35 @@
 #include "format/data_file_writer.h"
 
+#include <cctype>
+
 #include "core/error.h"
 
 namespace distckpt {
+namespace {
+
+bool ConsumeDigits(std::string_view& s) {
+  size_t n = 0;
+  while (n < s.size() && std::isdigit(static_cast<unsigned char>(s[n]))) ++n;
+  s.remove_prefix(n);
+  return n > 0;
+}
+
+bool ConsumePrefix(std::string_view& s, std::string_view prefix) {
+  if (!s.starts_with(prefix)) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+
+}  // namespace
+
+std::string RankFileName(int rank, int index, std::string_view suffix) {
+  return fmt::format("__{}_{}{}", rank, index, suffix);
+}
+
+bool IsRankFileName(std::string_view name, std::string_view suffix) {
+  return ConsumePrefix(name, "__") && ConsumeDigits(name) && ConsumePrefix(name, "_") &&
+         ConsumeDigits(name) && name == suffix;
+}
 
 DataFileWriter::DataFileWriter(Env* env, std::string dir, int rank, std::string file_name,
                                CheckpointMetadata metadata)

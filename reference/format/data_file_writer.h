@@ -18,10 +18,16 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "format/format.h"
 
 namespace distckpt {
+
+// "__<rank>_<index><suffix>": every format's data file names (".bin", ".distcp").
+std::string RankFileName(int rank, int index, std::string_view suffix);
+// True exactly for the names RankFileName produces with `suffix`.
+bool IsRankFileName(std::string_view name, std::string_view suffix);
 
 class DataFileWriter : public CheckpointWriter {
  public:

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "format/dcp/dcp_layout.h"
+#include "format/dcp/dcp_writer.h"
 #include "format/dcp/megatron_files.h"
 #include "format/dcp/testing.h"
 #include "format/dcp/torch_save.h"
@@ -226,6 +227,10 @@ TEST(DcpFormatTest, PrepareDirectoryProtectsCommittedCheckpoints) {
   WriteFileBytes(stale + "/notes.txt", "mine");
   EXPECT_EQ(DcpFormat().PrepareDirectory(env, stale, false), stale);
   EXPECT_EQ(env->ListDir(stale), std::vector<std::string>{"notes.txt"});
+  EXPECT_TRUE(IsDcpDataFileName("__12_3.distcp"));
+  for (const char* name : {"__1_.distcp", "__1_0.bin", "__+1_0.distcp", "__1_0.distcp.bak"}) {
+    EXPECT_FALSE(IsDcpDataFileName(name)) << name;
+  }
 
   // A native checkpoint's metadata.json is not Megatron's: refused, not removed.
   const std::string native = tmp.path() + "/native";

@@ -1,33 +1,14 @@
 #include "format/dcp/dcp_writer.h"
 
-#include <charconv>
-
 #include "core/error.h"
 #include "format/dcp/torch_save.h"
 #include "format/dcp/torch_zip.h"
 
 namespace distckpt {
-namespace {
 
-bool ConsumeNumber(std::string_view& s) {
-  int value;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || end == s.data() || s.front() == '+' || s.front() == '-') return false;
-  s.remove_prefix(static_cast<size_t>(end - s.data()));
-  return true;
-}
+std::string DcpDataFileName(int rank, int index) { return RankFileName(rank, index, ".distcp"); }
 
-}  // namespace
-
-std::string DcpDataFileName(int rank, int index) { return fmt::format("__{}_{}.distcp", rank, index); }
-
-bool IsDcpDataFileName(std::string_view name) {
-  if (!name.starts_with("__")) return false;
-  name.remove_prefix(2);
-  if (!ConsumeNumber(name) || !name.starts_with("_")) return false;
-  name.remove_prefix(1);
-  return ConsumeNumber(name) && name == ".distcp";
-}
+bool IsDcpDataFileName(std::string_view name) { return IsRankFileName(name, ".distcp"); }
 
 namespace {
 
