@@ -15,6 +15,7 @@
 #include "engine/checkpoint_diff.h"
 #include "engine/load.h"
 #include "engine/save.h"
+#include "format/dcp/dcp_format.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
 #include "strategy/staging.h"
@@ -101,6 +102,45 @@ TEST(SaveAsyncTest, WriterFailureOnOneRankFailsEveryRankAndCommitsNothing) {
     LoadResult r = Load(request, dir, comm);
     EXPECT_EQ(r.state_dict.at("keyB").as<Tensor>().At(1), 101);
   });
+}
+
+// DCP through async save: several writer threads per rank (one
+// __<rank>_<i>.distcp each), an overwrite that fails on one rank keeps the
+// previous checkpoint, and one that succeeds replaces it (staging swap).
+TEST(SaveAsyncTest, DcpWithSeveralWritersOverwritesAtomically) {
+  ScopedTempDir tmp;
+  const std::string dir = tmp.path() + "/ckpt";
+  SaveOptions options;
+  options.format = &DcpFormat();
+  options.writers = 3;
+  RunRanks(4, [&](Communicator& comm) { SaveThroughQueue(AsyncState(comm), dir, comm, options); });
+  int streams = 0;  // data files beyond each rank's first: the writer threads' own
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    streams += name.ends_with(".distcp") && !name.ends_with("_0.distcp");
+  }
+  EXPECT_GT(streams, 0);
+  FaultInjectionEnv failing(Env::Default());
+  failing.FailPathsContaining("__1_0.distcp");
+  auto errors = ErrorMessagesOnRanks(4, [&](Communicator& comm) {
+    SaveOptions o = options;
+    o.overwrite = true;
+    if (comm.rank() == 1) o.env = &failing;
+    SaveThroughQueue(AsyncState(comm, 0.5f), dir, comm, o);
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("__1_0.distcp")));
+  auto key_b = [&](Communicator& comm) {
+    return Load(AsyncState(comm, -1), dir, comm).state_dict.at("keyB").as<Tensor>().At(1);
+  };
+  RunRanks(4, [&](Communicator& comm) { EXPECT_EQ(key_b(comm), 101); });  // the previous one
+  RunRanks(4, [&](Communicator& comm) {
+    SaveOptions o = options;
+    o.overwrite = true;
+    SaveThroughQueue(AsyncState(comm, 0.5f), dir, comm, o);
+  });
+  RunRanks(4, [&](Communicator& comm) { EXPECT_EQ(key_b(comm), 101.5); });
+  EXPECT_FALSE(fs::exists(dir + ".staging"));
+  EXPECT_FALSE(fs::exists(dir + ".old"));
 }
 
 TEST(SaveAsyncTest, MutatingTheStateAfterSaveAsyncReturnsDoesNotChangeWhatIsWritten) {

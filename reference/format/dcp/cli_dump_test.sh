@@ -15,10 +15,15 @@ cmp "$work/torch.bin" "$work/raw.bin"
 # The same scenario saved as native and as DCP dumps identically, key by key.
 "$exe" save "$scenario" --topology tp=2,pp=2 --dir "$work/native" >/dev/null
 "$exe" save "$scenario" --topology tp=2,pp=2 --dir "$work/dcp" --format dcp >/dev/null
+# Async save with 3 writer threads per rank: one __<rank>_<i>.distcp per thread.
+"$exe" save "$scenario" --topology tp=2,pp=2 --dir "$work/async" --format dcp --async --writers 3 >/dev/null
+[ -f "$work/async/__0_2.distcp" ] && [ -f "$work/async/.metadata" ]
 for key in layer.weight embedding.weight optimizer.exp_avg fp8.weight token.counts; do
   "$exe" dump "$work/native" "$key" --out "$work/n.bin" >/dev/null
   "$exe" dump "$work/dcp" "$key" --out "$work/d.bin" >/dev/null
+  "$exe" dump "$work/async" "$key" --out "$work/a.bin" >/dev/null
   cmp "$work/n.bin" "$work/d.bin"
+  cmp "$work/n.bin" "$work/a.bin"
 done
 if "$exe" dump "$work/dcp" no.such.key --out "$work/x.bin" 2>"$work/err"; then exit 1; fi
 grep -q "holds no tensor 'no.such.key'" "$work/err"

@@ -10,6 +10,7 @@
 #include "format/dcp/dcp_writer.h"
 #include "format/dcp/megatron_files.h"
 #include "format/dcp/torch_save.h"
+#include "format/staged_overwrite.h"
 
 namespace distckpt {
 namespace {
@@ -51,6 +52,18 @@ bool IsMegatronConfig(Env* env, const std::string& path) {
   return env->FileExists(path) && MegatronShardedBackend(ReadFileToString(env, path)).has_value();
 }
 
+// Committed iff .metadata exists (written last); an uncommitted save leaves
+// data files, Megatron's files and temps. Every other file is the user's.
+const StagedLayout& Layout() {
+  static const StagedLayout layout{
+      [](Env* env, const std::string& dir) { return env->FileExists(JoinPath(dir, kDcpMetadataFileName)); },
+      [](const std::string& name) {
+        return IsDcpDataFileName(name) || name == ".metadata.tmp" || name == kMegatronCommonFileName ||
+               name == "common.pt.tmp" || name == kMegatronConfigFileName || name == "metadata.json.tmp";
+      }};
+  return layout;
+}
+
 class DcpFormatImpl : public Format {
  public:
   explicit DcpFormatImpl(DcpTarget target) : target_(target) {}
@@ -63,29 +76,16 @@ class DcpFormatImpl : public Format {
     return env->FileExists(JoinPath(dir, kDcpMetadataFileName));
   }
 
+  // Overwrite goes through a staging directory swapped in at commit, as
+  // native's (staged_overwrite.h): a DCP checkpoint names its files
+  // relative to its directory, so it survives the rename.
   std::string PrepareDirectory(Env* env, const std::string& dir, bool overwrite) const override {
-    if (Detect(env, dir)) {
-      if (overwrite) {
-        Fail(ErrorKind::kUnsupported, "overwriting the committed DCP checkpoint {} is not "
-             "supported; remove it or save to another directory", dir);
-      }
-      Fail(ErrorKind::kInvalidArgument, "refusing to overwrite committed checkpoint {} (pass "
-           "overwrite)", dir);
-    }
     const std::string config = JoinPath(dir, kMegatronConfigFileName);
-    if (env->FileExists(config) && !IsMegatronConfig(env, config)) {
+    if (!Detect(env, dir) && env->FileExists(config) && !IsMegatronConfig(env, config)) {
       Fail(ErrorKind::kInvalidArgument, "{} holds a metadata.json of another format; refusing to "
            "write a DCP checkpoint over it", dir);
     }
-    env->CreateDirs(dir);
-    // What an uncommitted save leaves; other files are the user's.
-    for (const std::string& name : env->ListDir(dir)) {
-      if (IsDcpDataFileName(name) || name == ".metadata.tmp" || name == kMegatronCommonFileName ||
-          name == "common.pt.tmp" || name == kMegatronConfigFileName || name == "metadata.json.tmp") {
-        env->RemoveFile(JoinPath(dir, name));
-      }
-    }
-    return dir;
+    return PrepareStagedDirectory(env, dir, overwrite, Layout());
   }
 
   std::unique_ptr<CheckpointWriter> NewWriter(Env* env, const std::string& write_dir,
@@ -108,13 +108,11 @@ class DcpFormatImpl : public Format {
     WriteFileAtomic(env, JoinPath(write_dir, kMegatronCommonFileName), TorchSaveJson(metadata.common));
     WriteFileAtomic(env, JoinPath(write_dir, kMegatronConfigFileName), TorchDistConfigText());
     WriteFileAtomic(env, JoinPath(write_dir, kDcpMetadataFileName), EncodeDcpMetadata(dcp));
-    (void)dir;  // DCP saves write in place: write_dir == dir
+    SwapInStaging(env, dir, write_dir);  // overwrite only
   }
 
   std::unique_ptr<CheckpointReader> OpenReader(Env* env, const std::string& dir) const override {
-    if (!env->IsDirectory(dir)) {
-      Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist", dir);
-    }
+    RequireCheckpointDirectory(env, dir, Layout());
     const std::string path = JoinPath(dir, kDcpMetadataFileName);
     if (!env->FileExists(path)) {
       Fail(ErrorKind::kIncomplete, "{} is not a DCP checkpoint (.metadata missing: save did not "

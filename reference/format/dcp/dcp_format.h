@@ -3,11 +3,12 @@
 // "dcp" (torch 2.x class paths in .metadata), DcpFormat(kTorch113) is
 // "dcp-1.13"; both read either kind.
 //
-// Save: PrepareDirectory refuses a committed checkpoint of any format (an
-// overwrite of a DCP checkpoint is kUnsupported) and removes what an
-// uncommitted save left; NewWriter gives a DcpWriter; Commit writes
-// common.pt and metadata.json, then `.metadata` last (temp file, fsync,
-// rename, directory fsync): its presence is the commit.
+// Save: PrepareDirectory refuses a committed DCP checkpoint unless
+// `overwrite`, which stages the save in `<dir>.staging` and swaps it in at
+// commit, as native does (staged_overwrite.h); it removes what an
+// uncommitted save left; NewStreamWriter gives a DcpWriter per stream;
+// Commit writes common.pt and metadata.json, then `.metadata` last (temp
+// file, fsync, rename, directory fsync): its presence is the commit.
 // Load: Detect looks for `.metadata`; OpenReader decodes it into a
 // DcpReader.
 //

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include "format/dcp/dcp_layout.h"
+#include "format/dcp/dcp_writer.h"
 #include "format/dcp/megatron_files.h"
 #include "format/dcp/testing.h"
 #include "format/dcp/torch_save.h"
+#include "io/fault_env.h"
 
 namespace distckpt {
 namespace {
@@ -22,9 +24,10 @@ std::string Iota(DType dtype, int64_t n, int64_t start) {
 
 // Two ranks: "w" f32 (4, 6) in column halves; "flat" f32 (4, 6) as 2 row
 // blocks, each flattened over 2 "DP" ranks; object "rng" per rank; common state.
-void Save(const std::string& dir, const Format& format) {
-  Env* env = Env::Default();
-  const std::string write_dir = format.PrepareDirectory(env, dir, false);
+// `iteration` (in the common state) tells two saves apart.
+void Save(const std::string& dir, const Format& format, Env* env = Env::Default(),
+          bool overwrite = false, int iteration = 42) {
+  const std::string write_dir = format.PrepareDirectory(env, dir, overwrite);
   CheckpointMetadata merged;
   merged.format = std::string(format.name());
   merged.topology = "tp=2";
@@ -45,7 +48,7 @@ void Save(const std::string& dir, const Format& format) {
     w->WriteObject("rng", fmt::format("rng/shard_{}_2", rank), {2}, {rank}, Bytes(rng));
     merged.MergeFrom(w->Finish());
   }
-  merged.common = {{"iteration", 42}, {"args", {{"lr", 0.5}}}, {"content_metadata", {{"tag", "t"}}}};
+  merged.common = {{"iteration", iteration}, {"args", {{"lr", 0.5}}}, {"content_metadata", {{"tag", "t"}}}};
   format.Commit(env, dir, write_dir, merged);
 }
 
@@ -177,7 +180,7 @@ TEST(DcpFormatTest, StridedItemsAreReadWholeAndGathered) {
   reader->ReadChunk(reader->metadata().tensors.at("t"), reader->metadata().tensors.at("t").chunks[0],
                     {&run, 1}, VerifyPolicy::kWhenWhole);
   EXPECT_THAT(got, testing::ElementsAre(1, 4));
-  EXPECT_EQ(reader->stats().bytes_read, item.size() + storage.size());  // the item, then the record
+  EXPECT_EQ(reader->stats().bytes_read, item.size());  // a small item: one read, records from memory
   EXPECT_EQ(reader->stats().chunks_verified, 1u);
 }
 
@@ -198,9 +201,9 @@ TEST(DcpFormatTest, WriterRefusesBadChunks) {
   ScopedTempDir tmp;
   auto w = DcpFormat().NewWriter(Env::Default(), tmp.path(), 0);
   EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF32, {4}, Box{{2}, {3}}, std::nullopt, Bytes(Iota(DType::kF32, 3, 0))); },
-              ThrowsError(ErrorKind::kInvalidArgument, "does not fit"));
+              ThrowsError(ErrorKind::kInvalidArgument, "lies outside its global shape (4,)"));
   EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF32, {4}, Box{{0}, {2}}, std::nullopt, Bytes(Iota(DType::kF32, 3, 0))); },
-              ThrowsError(ErrorKind::kInvalidArgument, "12 bytes for 2 elements"));
+              ThrowsError(ErrorKind::kInvalidArgument, "got 12 bytes, but 2 elements of f32 take 8"));
   w->WriteTensorChunk("a", DType::kF32, {4}, Box{{0}, {2}}, std::nullopt, Bytes(Iota(DType::kF32, 2, 0)));
   EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF64, {4}, Box{{2}, {2}}, std::nullopt, Bytes(Iota(DType::kF64, 2, 0))); },
               ThrowsError(ErrorKind::kShapeMismatch, "'a'"));
@@ -215,7 +218,7 @@ TEST(DcpFormatTest, PrepareDirectoryProtectsCommittedCheckpoints) {
   Save(dir, DcpFormat());
   EXPECT_THAT([&] { DcpFormat().PrepareDirectory(env, dir, false); },
               ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
-  EXPECT_THAT([&] { DcpFormat().PrepareDirectory(env, dir, true); }, ThrowsError(ErrorKind::kUnsupported));
+  EXPECT_EQ(DcpFormat().PrepareDirectory(env, dir + "/", true), dir + ".staging");
 
   // An uncommitted save's files go; the user's stay.
   const std::string stale = tmp.path() + "/stale";
@@ -224,6 +227,10 @@ TEST(DcpFormatTest, PrepareDirectoryProtectsCommittedCheckpoints) {
   WriteFileBytes(stale + "/notes.txt", "mine");
   EXPECT_EQ(DcpFormat().PrepareDirectory(env, stale, false), stale);
   EXPECT_EQ(env->ListDir(stale), std::vector<std::string>{"notes.txt"});
+  EXPECT_TRUE(IsDcpDataFileName("__12_3.distcp"));
+  for (const char* name : {"__1_.distcp", "__1_0.bin", "__+1_0.distcp", "__1_0.distcp.bak"}) {
+    EXPECT_FALSE(IsDcpDataFileName(name)) << name;
+  }
 
   // A native checkpoint's metadata.json is not Megatron's: refused, not removed.
   const std::string native = tmp.path() + "/native";
@@ -231,6 +238,44 @@ TEST(DcpFormatTest, PrepareDirectoryProtectsCommittedCheckpoints) {
   WriteFileBytes(native + "/metadata.json", R"({"format": "native", "format_version": 1})");
   EXPECT_THAT([&] { DcpFormat().PrepareDirectory(env, native, false); },
               ThrowsError(ErrorKind::kInvalidArgument, "another format"));
+}
+
+int Iteration(const std::string& dir) {
+  return DcpFormat().OpenReader(Env::Default(), dir)->metadata().common.at("iteration").get<int>();
+}
+
+// Overwrite stages the new checkpoint beside the old one and swaps it in at
+// commit (staged_overwrite.h): a failed save keeps the previous checkpoint.
+TEST(DcpFormatTest, OverwriteIsAtomicAndKeepsTheOldCheckpointOnFailure) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = tmp.path() + "/ck";
+  Save(dir, DcpFormat(), env, false, 1);
+  Save(dir, DcpFormat(), env, true, 2);
+  EXPECT_EQ(Iteration(dir), 2);
+  EXPECT_EQ(env->ListDir(tmp.path()), std::vector<std::string>{"ck"});
+  {
+    FaultInjectionEnv full_disk(env);
+    full_disk.FailWritesAfter(300);
+    EXPECT_THAT([&] { Save(dir, DcpFormat(), &full_disk, true, 3); },
+                ThrowsError(ErrorKind::kIo, "No space left on device"));
+  }
+  EXPECT_EQ(Iteration(dir), 2);
+  {
+    FaultInjectionEnv failing_rename(env);
+    failing_rename.FailRenames(true);  // .metadata of the staging dir never lands
+    EXPECT_THAT([&] { Save(dir, DcpFormat(), &failing_rename, true, 3); },
+                ThrowsError(ErrorKind::kIo, "rename"));
+  }
+  EXPECT_EQ(Iteration(dir), 2);
+  // A crash between "rename ck -> ck.old" and "rename ck.staging -> ck".
+  Save(dir + ".staging", DcpFormat(), env, false, 4);
+  env->RenameFile(dir, dir + ".old");
+  EXPECT_THAT([&] { DcpFormat().OpenReader(env, dir); },
+              ThrowsError(ErrorKind::kIncomplete, "left the new checkpoint in " + dir + ".staging"));
+  Save(dir, DcpFormat(), env, true, 5);  // finishes the swap, then overwrites
+  EXPECT_EQ(Iteration(dir), 5);
+  EXPECT_EQ(env->ListDir(tmp.path()), std::vector<std::string>{"ck"});
 }
 
 TEST(DcpFormatTest, OpenRefusesIncompleteAndForeignCheckpoints) {

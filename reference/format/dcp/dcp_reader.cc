@@ -17,28 +17,26 @@ using Describe = std::function<std::string()>;
 constexpr uint64_t kSmallItem = 4 << 10;  // read whole
 constexpr uint64_t kEdge = 1 << 10;        // head / tail of a larger item
 
-// The bytes of one item: small items are read once, whole; larger ones
-// through a cached head (local headers, data.pkl) and tail (zip directory).
+// The bytes of one item larger than kSmallItem: a cached head (local
+// headers, data.pkl) and tail (zip directory); other bytes read as asked.
 class ItemSource {
  public:
   ItemSource(const RandomAccessFile& file, uint64_t base, uint64_t length, ReadStats& stats)
       : file_(file), base_(base), length_(length), stats_(stats) {}
 
   void Read(uint64_t offset, std::span<std::byte> dst) {
-    if (length_ <= kSmallItem) return Copy(whole_, 0, length_, offset, dst);
-    if (offset + dst.size() <= kEdge) return Copy(head_, 0, kEdge, offset, dst);
-    if (offset >= length_ - kEdge) return Copy(tail_, length_ - kEdge, kEdge, offset, dst);
+    if (offset + dst.size() <= kEdge) return Copy(head_, 0, offset, dst);
+    if (offset >= length_ - kEdge) return Copy(tail_, length_ - kEdge, offset, dst);
     file_.Read(base_ + offset, dst);
     stats_.bytes_read += dst.size();
   }
 
  private:
-  void Copy(std::vector<std::byte>& cache, uint64_t start, uint64_t size, uint64_t offset,
-            std::span<std::byte> dst) {
-    if (cache.empty() && size > 0) {
-      cache.resize(size);
+  void Copy(std::vector<std::byte>& cache, uint64_t start, uint64_t offset, std::span<std::byte> dst) {
+    if (cache.empty()) {
+      cache.resize(kEdge);
       file_.Read(base_ + start, cache);
-      stats_.bytes_read += size;
+      stats_.bytes_read += kEdge;
     }
     std::memcpy(dst.data(), cache.data() + (offset - start), dst.size());
   }
@@ -46,7 +44,7 @@ class ItemSource {
   const RandomAccessFile& file_;
   const uint64_t base_, length_;
   ReadStats& stats_;
-  std::vector<std::byte> whole_, head_, tail_;
+  std::vector<std::byte> head_, tail_;
 };
 
 std::string ChunkName(const StoredTensor& tensor, const StoredChunk& chunk) {
@@ -81,7 +79,7 @@ void CheckCrc(uint32_t actual, uint32_t expected, const std::string& file, const
 }  // namespace
 
 DcpReader::DcpReader(Env* env, std::string dir, DcpLayout layout)
-    : env_(env), dir_(std::move(dir)), layout_(std::move(layout)) {
+    : env_(env), dir_(std::move(dir)), layout_(std::move(layout)), files_(env_, dir_) {
   layout_.metadata.common = ReadCommonState();
   if (auto it = layout_.metadata.common.find("content_metadata");
       it != layout_.metadata.common.end() && it->is_object()) {
@@ -90,34 +88,27 @@ DcpReader::DcpReader(Env* env, std::string dir, DcpLayout layout)
   stats_.bytes_read = 0;  // opening is not part of any load's reads
 }
 
-const RandomAccessFile& DcpReader::File(const std::string& name, const Describe& what) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::unique_ptr<RandomAccessFile>& slot = files_[name];
-  if (!slot) {
-    const std::string path = JoinPath(dir_, name);
-    if (!env_->FileExists(path)) {
-      Fail(ErrorKind::kCorruption, "data file {} is missing ({} is stored in it)", path, what());
-    }
-    slot = env_->NewRandomAccessFile(path);
-  }
-  return *slot;
-}
-
 ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t length,
-                              const Describe& what) {
+                              const Describe& what, std::shared_ptr<const std::string>* whole) {
   auto item = layout_.items.find({file, offset});
   if (item != layout_.items.end() && !item->second.transforms.empty()) {
     Fail(ErrorKind::kUnsupported, "{} in {} was written with stream transforms [{}], which "
          "distckpt cannot decode", what(), JoinPath(dir_, file), fmt::join(item->second.transforms, ", "));
   }
-  const RandomAccessFile& f = File(file, what);
-  if (f.size() < offset || f.size() - offset < length) {
-    Fail(ErrorKind::kCorruption, "data file {} is truncated: {} needs bytes [{}, {}), the file "
-         "has {}", f.path(), what(), offset, offset + length, f.size());
+  const RandomAccessFile& f = files_.Open(file, offset, length, what);
+  std::string source = fmt::format("{} (item at byte {}, {})", f.path(), offset, what());
+  if (length <= kSmallItem) {  // headers and data in one read
+    auto bytes = std::make_shared<std::string>(length, '\0');
+    f.Read(offset, std::as_writable_bytes(std::span(bytes->data(), bytes->size())));
+    stats_.bytes_read += length;
+    if (whole) *whole = bytes;
+    return ZipReader(
+        [bytes](uint64_t at, std::span<std::byte> dst) { std::memcpy(dst.data(), bytes->data() + at, dst.size()); },
+        length, std::move(source));
   }
-  auto source = std::make_shared<ItemSource>(f, offset, length, stats_);
-  return ZipReader([source](uint64_t at, std::span<std::byte> dst) { source->Read(at, dst); },
-                   length, fmt::format("{} (item at byte {}, {})", f.path(), offset, what()));
+  auto cache = std::make_shared<ItemSource>(f, offset, length, stats_);
+  return ZipReader([cache](uint64_t at, std::span<std::byte> dst) { cache->Read(at, dst); }, length,
+                   std::move(source));
 }
 
 const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -131,8 +122,11 @@ const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const S
   if (length == layout_.items.end()) {
     Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
   }
-  ZipReader zip = OpenItem(chunk.file, chunk.offset, length->second.length, what);
-  TensorItem item{ReadTensorRecord(zip)};
+  std::shared_ptr<const std::string> whole;
+  ZipReader zip = OpenItem(chunk.file, chunk.offset, length->second.length, what, &whole);
+  TensorItem item;
+  item.tensor = ReadTensorRecord(zip);
+  item.bytes = std::move(whole);
   const TorchTensor& t = item.tensor;
   const bool shape_ok = chunk.flat ? t.numel() == chunk.flat->size() : t.size == chunk.box.shape;
   if (t.dtype != tensor.dtype || !shape_ok) {
@@ -160,7 +154,17 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const uint64_t covered = CheckedRunBytes(runs, chunk.length, what);
   if (covered == 0 && chunk.length > 0) return;
   const TensorItem& item = Item(tensor, chunk, what);
-  const RandomAccessFile& file = File(chunk.file, what);
+  const RandomAccessFile& file = files_.Open(chunk.file, item.record_offset, item.record_size, what);
+  // Bytes [offset, offset + dst.size()) of the storage record: from memory
+  // for a small item (counted when it was read), else from the data file.
+  auto read_record = [&](uint64_t offset, std::span<std::byte> dst) {
+    if (item.bytes) {
+      std::memcpy(dst.data(), item.bytes->data() + (item.record_offset - chunk.offset) + offset, dst.size());
+    } else {
+      file.Read(item.record_offset + offset, dst);
+      stats_.bytes_read += dst.size();
+    }
+  };
   const TorchTensor& t = item.tensor;
   const uint64_t start = static_cast<uint64_t>(t.storage_offset) * DTypeSize(t.dtype);
   // The runs tile the chunk, and the chunk is the whole record: its CRC applies.
@@ -178,11 +182,10 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
         length += runs[++j].length;
       }
       std::span<std::byte> dst(runs[i].dst, length);
-      file.Read(item.record_offset + start + runs[i].offset_in_chunk, dst);
+      read_record(start + runs[i].offset_in_chunk, dst);
       if (verify && whole) crc = Crc32(dst, crc);
       i = j + 1;
     }
-    stats_.bytes_read += covered;
     if (verify && whole) {
       CheckCrc(crc, item.crc, file.path(), what);
       ++stats_.chunks_verified;
@@ -193,8 +196,7 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   }
   // A strided tensor, or kAlways on a partial read: read the whole record.
   std::vector<std::byte> record(item.record_size);
-  file.Read(item.record_offset, record);
-  stats_.bytes_read += record.size();
+  read_record(0, record);
   if (verify) {
     CheckCrc(Crc32(record), item.crc, file.path(), what);
     ++stats_.chunks_verified;

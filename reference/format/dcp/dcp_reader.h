@@ -1,9 +1,10 @@
 // DcpReader: reads a committed DCP checkpoint through its DcpLayout
 // (dcp_layout.h). Items are opened on first use: the reader fetches the
-// item's zip directory and data.pkl (one read for items up to 4 KiB, a
-// head and a tail read otherwise), caches the tensor's size, stride,
-// storage offset and data offset, and then
+// item's zip directory and data.pkl (a head and a tail read), caches the
+// tensor's size, stride, storage offset and data offset, and then
 //
+// - for an item of at most 4 KiB: reads it whole, once (headers and data
+//   in one read), keeps it and serves every run from memory;
 // - for a tensor stored contiguously (torch.save of a contiguous chunk, as
 //   every writer we know emits), reads exactly the requested byte runs from
 //   the storage record, like the native format;
@@ -11,8 +12,9 @@
 //   the whole storage record and gathers the runs from it.
 //
 // ReadStats: bytes_read counts every byte read from data files (zip
-// directories and data.pkl included; a whole storage record for a
-// non-contiguous tensor, so bytes_read then exceeds the bytes needed). The
+// directories and data.pkl included; a whole small item; a whole storage
+// record for a non-contiguous tensor, so bytes_read then exceeds the bytes
+// needed). The
 // zip's CRC32 of the storage record is the chunk checksum: verified when the
 // runs cover the whole record, or when the record is read whole; partial
 // reads count as unverified.
@@ -39,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/dcp/dcp_layout.h"
+#include "format/data_files.h"
 #include "format/dcp/torch_save.h"
 #include "format/format.h"
 
@@ -60,12 +63,15 @@ class DcpReader : public CheckpointReader {
     uint64_t record_offset = 0;  // of the storage record's data, in the data file
     uint64_t record_size = 0;
     uint32_t crc = 0;
+    // A small item, whole (the record's data at record_offset - item offset).
+    std::shared_ptr<const std::string> bytes;
   };
 
-  const RandomAccessFile& File(const std::string& name, const std::function<std::string()>& what);
-  // The torch.save archive of the item at (file, offset), read through a cache.
+  // The torch.save archive of the item at (file, offset), read through a
+  // cache; a small item is read whole into `*whole` when given.
   ZipReader OpenItem(const std::string& file, uint64_t offset, uint64_t length,
-                     const std::function<std::string()>& what);
+                     const std::function<std::string()>& what,
+                     std::shared_ptr<const std::string>* whole = nullptr);
   const TensorItem& Item(const StoredTensor& tensor, const StoredChunk& chunk,
                          const std::function<std::string()>& what);
   nlohmann::json ReadValue(const std::string& file, uint64_t offset, uint64_t length,
@@ -75,9 +81,9 @@ class DcpReader : public CheckpointReader {
   Env* const env_;
   const std::string dir_;
   DcpLayout layout_;
+  DataFiles files_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;  // guarded by mu_
-  std::map<DcpItemKey, TensorItem> tensor_items_;                   // guarded by mu_
+  std::map<DcpItemKey, TensorItem> tensor_items_;  // guarded by mu_
   ReadStats stats_;
 };
 

@@ -6,32 +6,20 @@
 #include "format/native/metadata_json.h"
 #include "format/native/native_reader.h"
 #include "format/native/native_writer.h"
+#include "format/staged_overwrite.h"
 
 namespace distckpt {
 namespace {
 
 constexpr char kTempMetadataFileName[] = "metadata.json.tmp";  // WriteFileAtomic's temp
 
-// `dir` + suffix, naming a sibling of `dir` even when it ends in '/'.
-std::string Sibling(const std::string& dir, std::string_view suffix) {
-  std::string base = dir;
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  return base + std::string(suffix);
-}
-
-std::string StagingDir(const std::string& dir) { return Sibling(dir, ".staging"); }
-std::string OldDir(const std::string& dir) { return Sibling(dir, ".old"); }
-std::string ParentDir(const std::string& dir) { return DirName(Sibling(dir, "")); }
-
-bool IsCommitted(Env* env, const std::string& dir) {
-  return env->FileExists(JoinPath(dir, kMetadataFileName));
-}
-
-// Removes what an uncommitted save left behind; other files are the user's.
-void RemoveStaleFiles(Env* env, const std::string& dir) {
-  for (const std::string& name : env->ListDir(dir)) {
-    if (IsDataFileName(name) || name == kTempMetadataFileName) env->RemoveFile(JoinPath(dir, name));
-  }
+// Committed iff metadata.json exists; an uncommitted save leaves data files
+// and the metadata temp. Every other file is the user's.
+const StagedLayout& Layout() {
+  static const StagedLayout layout{
+      [](Env* env, const std::string& dir) { return env->FileExists(JoinPath(dir, kMetadataFileName)); },
+      [](const std::string& name) { return IsDataFileName(name) || name == kTempMetadataFileName; }};
+  return layout;
 }
 
 class NativeFormatImpl : public Format {
@@ -57,32 +45,7 @@ class NativeFormatImpl : public Format {
   }
 
   std::string PrepareDirectory(Env* env, const std::string& dir, bool overwrite) const override {
-    const std::string staging = StagingDir(dir);
-    const std::string old = OldDir(dir);
-    if (!env->IsDirectory(dir) && IsCommitted(env, staging)) {
-      // A crash between the two renames of an overwrite: finish the swap.
-      env->RenameFile(staging, dir);
-      env->SyncDir(ParentDir(dir));
-      env->RemoveAll(old);
-    }
-    if (IsCommitted(env, dir)) {
-      if (!overwrite) {
-        Fail(ErrorKind::kInvalidArgument,
-             "refusing to overwrite committed checkpoint {} (pass overwrite)", dir);
-      }
-      if (env->FileExists(old)) {
-        Fail(ErrorKind::kInvalidArgument,
-             "cannot overwrite {}: {} exists (an interrupted overwrite leaves the previous "
-             "checkpoint there); remove or rename it first",
-             dir, old);
-      }
-      env->RemoveAll(staging);
-      env->CreateDirs(staging);
-      return staging;
-    }
-    env->CreateDirs(dir);
-    RemoveStaleFiles(env, dir);
-    return dir;
+    return PrepareStagedDirectory(env, dir, overwrite, Layout());
   }
 
   std::unique_ptr<CheckpointWriter> NewWriter(Env* env, const std::string& write_dir,
@@ -102,34 +65,11 @@ class NativeFormatImpl : public Format {
            metadata.format, metadata.format_version, kNativeFormatVersion);
     }
     WriteFileAtomic(env, JoinPath(write_dir, kMetadataFileName), MetadataToText(metadata));
-    if (write_dir == dir) return;
-    // Overwrite: swap the committed staging directory in (FORMAT.md, crash windows).
-    const std::string old = OldDir(dir);
-    env->RenameFile(dir, old);
-    try {
-      env->RenameFile(write_dir, dir);
-    } catch (const CheckpointError&) {
-      try {
-        env->RenameFile(old, dir);  // put the previous checkpoint back
-      } catch (const CheckpointError&) {
-        // Both checkpoints survive (dir.old, staging); PrepareDirectory finishes the swap.
-      }
-      throw;
-    }
-    env->SyncDir(ParentDir(dir));
-    env->RemoveAll(old);
+    SwapInStaging(env, dir, write_dir);  // overwrite: FORMAT.md, crash windows
   }
 
   std::unique_ptr<CheckpointReader> OpenReader(Env* env, const std::string& dir) const override {
-    if (!env->IsDirectory(dir)) {
-      const std::string staging = StagingDir(dir);
-      Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist{}", dir,
-           IsCommitted(env, staging)
-               ? fmt::format(" (an interrupted overwrite left the new checkpoint in {}; the next "
-                             "save to {} finishes the swap)",
-                             staging, dir)
-               : "");
-    }
+    RequireCheckpointDirectory(env, dir, Layout());
     const std::string path = JoinPath(dir, kMetadataFileName);
     if (!env->FileExists(path)) {
       Fail(ErrorKind::kIncomplete,

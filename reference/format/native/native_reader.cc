@@ -29,30 +29,7 @@ void VerifyChecksum(uint64_t actual, uint64_t expected, const RandomAccessFile& 
 }  // namespace
 
 NativeReader::NativeReader(Env* env, std::string dir, CheckpointMetadata metadata)
-    : env_(env), dir_(std::move(dir)), metadata_(std::move(metadata)) {}
-
-const RandomAccessFile& NativeReader::FileFor(const std::string& name, uint64_t offset,
-                                              uint64_t length, const Describe& what) {
-  const RandomAccessFile* file;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::unique_ptr<RandomAccessFile>& slot = files_[name];
-    if (!slot) {
-      const std::string path = JoinPath(dir_, name);
-      if (!env_->FileExists(path)) {
-        Fail(ErrorKind::kCorruption, "data file {} is missing ({} is stored in it)", path, what());
-      }
-      slot = env_->NewRandomAccessFile(path);
-    }
-    file = slot.get();
-  }
-  if (file->size() < offset + length) {
-    Fail(ErrorKind::kCorruption,
-         "data file {} is truncated: {} needs bytes [{}, {}), the file has {}", file->path(),
-         what(), offset, offset + length, file->size());
-  }
-  return *file;
-}
+    : metadata_(std::move(metadata)), files_(env, std::move(dir)) {}
 
 void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                              std::span<const ReadRun> runs, VerifyPolicy policy) {
@@ -70,7 +47,7 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
     covered += run.length;
   }
   if (covered == 0 && chunk.length > 0) return;
-  const RandomAccessFile& file = FileFor(chunk.file, chunk.offset, chunk.length, what);
+  const RandomAccessFile& file = files_.Open(chunk.file, chunk.offset, chunk.length, what);
   const bool whole = covered == chunk.length;  // sorted and disjoint: they tile the chunk
   const bool verify = policy != VerifyPolicy::kNever && chunk.checksum.has_value();
 
@@ -112,7 +89,7 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
 
 std::string NativeReader::ReadObject(const StoredObject& object) {
   const Describe what = [&] { return fmt::format("object '{}'", object.unique_key); };
-  const RandomAccessFile& file = FileFor(object.file, object.offset, object.length, what);
+  const RandomAccessFile& file = files_.Open(object.file, object.offset, object.length, what);
   std::string payload(object.length, '\0');
   std::span<std::byte> bytes = std::as_writable_bytes(std::span(payload.data(), payload.size()));
   file.Read(object.offset, bytes);

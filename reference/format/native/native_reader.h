@@ -16,12 +16,9 @@
 #ifndef DISTCKPT_FORMAT_NATIVE_NATIVE_READER_H_
 #define DISTCKPT_FORMAT_NATIVE_NATIVE_READER_H_
 
-#include <functional>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
 
+#include "format/data_files.h"
 #include "format/format.h"
 
 namespace distckpt {
@@ -39,16 +36,8 @@ class NativeReader : public CheckpointReader {
   const ReadStats& stats() const override { return stats_; }
 
  private:
-  // The open data file `name`, checked to hold [offset, offset + length);
-  // `what()` names the item in errors (built only on failure).
-  const RandomAccessFile& FileFor(const std::string& name, uint64_t offset, uint64_t length,
-                                  const std::function<std::string()>& what);
-
-  Env* const env_;
-  const std::string dir_;
   const CheckpointMetadata metadata_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;  // guarded by mu_
+  DataFiles files_;
   ReadStats stats_;
 };
 

@@ -10,9 +10,10 @@ peer_test.sh drives it; checkpoints are exchanged through /tmp.
                                          element with DUMPS/<key>.bin (`distckpt dump`);
                                          N-D flattened tensors via Megatron's mcore_data
   torch_peer.py save CKPT EXPECTED       torch writes a checkpoint (2.x: 3 processes with
-                                         DTensor Shard(0) uneven and empty, Shard(1);
-                                         1.13: 2 processes with ShardedTensor rows and
-                                         columns; both: a transposed tensor, bytes items)
+                                         DTensor Shard(0) uneven and empty, Shard(1), bf16
+                                         3-D Shard(1); 1.13: 2 processes with ShardedTensor
+                                         rows and columns; both: a transposed tensor, a view
+                                         with a storage offset, bytes items)
                                          and EXPECTED/<key>.bin (global bytes) plus
                                          EXPECTED/common.json (the bytes items' values)
   torch_peer.py check-common INSPECT_JSON EXPECTED_COMMON
@@ -20,51 +21,44 @@ peer_test.sh drives it; checkpoints are exchanged through /tmp.
 
 Exit status 0 = every check holds; a failure prints what differs.
 """
-import dataclasses
+import datetime
+import faulthandler
 import itertools
 import json
 import os
 import socket
 import sys
+import time
+import traceback
 
 
-def _py311_dataclass_shim():
-    """torch 1.13's DCP modules use an unhashable dataclass instance as a field
-    default, which Python 3.11 rejects; let such defaults through as 3.10 did."""
-    if sys.version_info < (3, 11):
-        return
-    original = dataclasses._get_field
+# torch is imported by the commands that need it (`keys` and `check-common` start in
+# milliseconds); forked ranks inherit it.
+torch = dist = dcp = TensorStorageMetadata = None
+TORCH2 = False
 
-    def get_field(cls, a_name, a_type, *rest):
-        default = cls.__dict__.get(a_name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            default = default.default
-        kind = type(default)
-        if default is dataclasses.MISSING or kind.__hash__ is not None or kind in (list, dict, set):
-            return original(cls, a_name, a_type, *rest)
-        kind.__hash__ = object.__hash__
-        try:
-            return original(cls, a_name, a_type, *rest)
-        finally:
-            kind.__hash__ = None
-
-    dataclasses._get_field = get_field
+# Seconds a rank may take before it is stopped with a traceback of every thread
+# (faulthandler), so a hang fails fast instead of reaching ctest's timeout.
+WATCHDOG_S = int(os.environ.get("DISTCKPT_PEER_WATCHDOG_S", "120"))
 
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+def import_torch():
+    global torch, dist, dcp, TensorStorageMetadata, TORCH2
+    import torch
+    import torch.distributed as dist
 
-try:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    try:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    TORCH2 = True
-except ImportError:
-    _py311_dataclass_shim()
-    import torch.distributed._shard.checkpoint as dcp
-    from torch.distributed._shard.checkpoint.metadata import TensorStorageMetadata
+        TORCH2 = True
+    except ImportError:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from dataclass_shim import allow_unhashable_dataclass_defaults
 
-    TORCH2 = False
+        allow_unhashable_dataclass_defaults()
+        import torch.distributed._shard.checkpoint as dcp
+        from torch.distributed._shard.checkpoint.metadata import TensorStorageMetadata
 
 
 def save_state(state, path):
@@ -131,7 +125,12 @@ def reformulate(expected, orig_shape, stored_shape, element):
 
 # ----------------------------------------------------------------- processes
 def run_ranks(world, fn, *args):
-    import torch.multiprocessing as mp
+    """fn(rank, world, *args) (False = this rank's checks failed) in `world` processes forked from this one (torch already
+    imported: no re-import per rank) and joined by a gloo process group. Returns when
+    every rank has exited; a rank that fails stops the others (they would wait in a
+    collective), and so does the watchdog."""
+    import multiprocessing
+    import multiprocessing.connection
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -139,16 +138,57 @@ def run_ranks(world, fn, *args):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.setdefault("USE_LIBUV", "0")  # Debian's torch 2.6 has no libuv
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    mp.spawn(_rank_main, args=(world, fn, args), nprocs=world, join=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_rank_main, args=(rank, world, fn, args)) for rank in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + WATCHDOG_S + 10
+    while any(p.is_alive() for p in procs):
+        failed = [p for p in procs if p.exitcode not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            break
+        multiprocessing.connection.wait([p.sentinel for p in procs if p.is_alive()], timeout=1)
+    for p in procs:
+        p.join()
+    codes = [p.exitcode for p in procs]
+    if any(codes):
+        raise SystemExit(f"torch ranks exited with {codes} (negative: killed after another rank failed "
+                         f"or the {WATCHDOG_S} s watchdog)")
 
 
 def _rank_main(rank, world, fn, args):
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    """One rank. The ranks agree on pass / fail with an all_reduce, then leave with
+    os._exit after flushing, without dist.destroy_process_group() and without the
+    interpreter's teardown. Under torch 2.6 (Debian, Python 3.13) destroying the gloo
+    group deadlocks now and then (about 1 run in 6): ~ProcessGroupGloo joins its worker
+    thread while the main thread holds the GIL, and the worker, dropping the last
+    reference to a finished collective's tensor, waits for the GIL to free its Python
+    object (c10::impl::PyObjectSlot::maybe_destroy_pyobj) -- seen with gdb on the hung
+    rank. The same destructor runs at interpreter exit. Nothing of value happens in
+    either once the checks are done, and skipping them also saves seconds per process.
+    """
+    faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
+    code = 0
     try:
-        fn(rank, world, *args)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=WATCHDOG_S))
+        ok = torch.tensor([0 if fn(rank, world, *args) is False else 1])
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # every rank agrees on pass / fail
+        code = 0 if ok.item() else 1
+        # No destroy_process_group(): see the docstring.
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: B902 - any failure becomes this rank's exit status
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # ----------------------------------------------------------------- torch loads distckpt's checkpoint
@@ -213,8 +253,7 @@ def _load_worker(rank, world, ckpt, dumps):
             bad.append(f"{fqn} (object: {value!r:.80})")  # Megatron's [data] per unique key
     print(f"[torch {torch.__version__} rank {rank}] loaded {len(rows)} tensors, "
           f"{len(state) - len(rows)} objects: {'OK' if not bad else 'MISMATCH ' + str(bad)}", flush=True)
-    if bad:
-        raise SystemExit(1)
+    return not bad
 
 
 # ----------------------------------------------------------------- torch writes, distckpt reads
@@ -227,6 +266,8 @@ def _globals():
     if TORCH2:
         t["empty_shard"] = make((2, 3), "i64")
     t["transposed"] = make((3, 4), "f32").t()  # saved with strides (1, 4)
+    t["bf16_3d"] = make((3, 7, 5), "bf16")
+    t["view"] = make((6, 8), "i64")[1:4, 2:7]  # a view: storage offset 10, strides (8, 1)
     return t
 
 
@@ -240,7 +281,8 @@ def _save_worker(rank, world, ckpt):
         state = {"uneven": distribute_tensor(g["uneven"], mesh, [Shard(0)]),        # rows 2, 2, 1
                  "empty_shard": distribute_tensor(g["empty_shard"], mesh, [Shard(0)]),  # rows 1, 1, 0
                  "cols": distribute_tensor(g["cols"], mesh, [Shard(1)]),            # columns 2, 2, 1
-                 "rows_i64": distribute_tensor(g["rows_i64"], mesh, [Shard(0)])}
+                 "rows_i64": distribute_tensor(g["rows_i64"], mesh, [Shard(0)]),
+                 "bf16_3d": distribute_tensor(g["bf16_3d"], mesh, [Shard(1)])}     # columns 3, 3, 1
     else:
         from torch.distributed._shard.sharded_tensor import Shard, init_from_local_shards
 
@@ -253,8 +295,10 @@ def _save_worker(rank, world, ckpt):
 
         state = {"uneven": sharded(g["uneven"], 0, [(0, 3), (3, 2)]),
                  "cols": sharded(g["cols"], 1, [(0, 2), (2, 3)]),
-                 "rows_i64": sharded(g["rows_i64"], 0, [(0, 2), (2, 1)])}
-    state.update(scalar=g["scalar"], transposed=g["transposed"], **json.loads(json.dumps(COMMON)))
+                 "rows_i64": sharded(g["rows_i64"], 0, [(0, 2), (2, 1)]),
+                 "bf16_3d": sharded(g["bf16_3d"], 1, [(0, 4), (4, 3)])}
+    state.update(scalar=g["scalar"], transposed=g["transposed"], view=g["view"],
+                 **json.loads(json.dumps(COMMON)))
     save_state(state, ckpt)
 
 
@@ -275,8 +319,10 @@ def main(argv):
         with open(argv[2]) as f:
             print("\n".join(json.load(f)["tensors"]))
     elif cmd == "load":
+        import_torch()
         run_ranks(2, _load_worker, argv[2], argv[3])
     elif cmd == "save":
+        import_torch()
         save(argv[2], argv[3])
     elif cmd == "check-common":
         with open(argv[2]) as f:
@@ -294,4 +340,15 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    try:
+        rc = main(sys.argv)
+    except SystemExit as e:
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: B902
+        traceback.print_exc()
+        rc = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)  # skips torch's slow interpreter teardown (see _rank_main)

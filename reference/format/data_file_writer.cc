@@ -1,0 +1,121 @@
+#include "format/data_file_writer.h"
+
+#include <cctype>
+
+#include "core/error.h"
+
+namespace distckpt {
+namespace {
+
+bool ConsumeDigits(std::string_view& s) {
+  size_t n = 0;
+  while (n < s.size() && std::isdigit(static_cast<unsigned char>(s[n]))) ++n;
+  s.remove_prefix(n);
+  return n > 0;
+}
+
+bool ConsumePrefix(std::string_view& s, std::string_view prefix) {
+  if (!s.starts_with(prefix)) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+
+}  // namespace
+
+std::string RankFileName(int rank, int index, std::string_view suffix) {
+  return fmt::format("__{}_{}{}", rank, index, suffix);
+}
+
+bool IsRankFileName(std::string_view name, std::string_view suffix) {
+  return ConsumePrefix(name, "__") && ConsumeDigits(name) && ConsumePrefix(name, "_") &&
+         ConsumeDigits(name) && name == suffix;
+}
+
+DataFileWriter::DataFileWriter(Env* env, std::string dir, int rank, std::string file_name,
+                               CheckpointMetadata metadata)
+    : env_(env), dir_(std::move(dir)), rank_(rank), file_name_(std::move(file_name)),
+      metadata_(std::move(metadata)) {
+  metadata_.writer = "distckpt " DISTCKPT_VERSION;
+}
+
+void DataFileWriter::CheckOpen() const {
+  if (finished_) {
+    Fail(ErrorKind::kInvalidArgument, "{} writer of rank {} already finished", metadata_.format, rank_);
+  }
+}
+
+uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
+  if (!file_) file_ = env_->NewWritableFile(JoinPath(dir_, file_name_));
+  const uint64_t offset = file_->size();
+  file_->Append(bytes);
+  bytes_written_ += bytes.size();
+  return offset;
+}
+
+StoredChunk DataFileWriter::WriteTensorChunk(const std::string& key, DType dtype,
+                                             const Shape& global_shape, const Box& box,
+                                             const std::optional<FlatRange>& flat,
+                                             std::span<const std::byte> bytes) {
+  CheckOpen();
+  if (box.rank() != global_shape.size() || box.offset.size() != box.rank() ||
+      !Contains(Box{Shape(global_shape.size(), 0), global_shape}, box)) {
+    Fail(ErrorKind::kInvalidArgument, "chunk {} of tensor '{}' lies outside its global shape {}",
+         box.ToString(), key, ShapeToString(global_shape));
+  }
+  if (flat && (flat->start < 0 || flat->start > flat->stop || flat->stop > box.volume())) {
+    Fail(ErrorKind::kInvalidArgument, "flat range [{}, {}) of tensor '{}' chunk {} exceeds its {} elements",
+         flat->start, flat->stop, key, box.ToString(), box.volume());
+  }
+  StoredChunk chunk;
+  chunk.box = box;
+  chunk.flat = flat;
+  chunk.length = static_cast<uint64_t>(chunk.numel()) * DTypeSize(dtype);
+  if (bytes.size() != chunk.length) {
+    Fail(ErrorKind::kInvalidArgument, "tensor '{}' chunk {}: got {} bytes, but {} elements of {} take {}",
+         key, box.ToString(), bytes.size(), chunk.numel(), DTypeName(dtype), chunk.length);
+  }
+  auto [it, inserted] = metadata_.tensors.try_emplace(key, StoredTensor{key, dtype, global_shape, {}});
+  StoredTensor& tensor = it->second;
+  if (!inserted && (tensor.dtype != dtype || tensor.global_shape != global_shape)) {
+    Fail(ErrorKind::kShapeMismatch,
+         "tensor '{}' written as dtype {} global shape {}, then as dtype {} global shape {}", key,
+         DTypeName(tensor.dtype), ShapeToString(tensor.global_shape), DTypeName(dtype),
+         ShapeToString(global_shape));
+  }
+  chunk.file = file_name_;
+  chunk.writer_rank = rank_;
+  StoreChunk(tensor, chunk, bytes);
+  tensor.chunks.push_back(chunk);
+  return chunk;
+}
+
+StoredObject DataFileWriter::WriteObject(const std::string& key, const std::string& unique_key,
+                                         const Shape& global_shape, const Shape& global_offset,
+                                         std::span<const std::byte> bytes) {
+  CheckOpen();
+  if (metadata_.objects.contains(unique_key)) {
+    Fail(ErrorKind::kInvalidArgument, "object '{}' written twice by rank {}", unique_key, rank_);
+  }
+  StoredObject object;
+  object.key = key;
+  object.unique_key = unique_key;
+  object.global_shape = global_shape;
+  object.global_offset = global_offset;
+  object.file = file_name_;
+  object.writer_rank = rank_;
+  StoreObject(object, bytes);
+  metadata_.objects.emplace(unique_key, object);
+  return object;
+}
+
+CheckpointMetadata DataFileWriter::Finish() {
+  CheckOpen();
+  finished_ = true;
+  if (file_) {
+    file_->Sync();
+    file_->Close();
+  }
+  return std::move(metadata_);
+}
+
+}  // namespace distckpt

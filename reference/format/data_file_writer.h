@@ -1,0 +1,76 @@
+// DataFileWriter: what every format's CheckpointWriter shares. It checks
+// each chunk against its global shape, flat range and byte count, records
+// tensors, chunks and objects in the rank's metadata (one dtype and global
+// shape per key, one payload per object unique key), appends to one data
+// file per (rank, stream) opened on first use, and fsyncs and closes it in
+// Finish. A format says only how an item is stored: StoreChunk/StoreObject
+// append it (through Append) and fill its offset, length and checksum.
+//
+// Errors: a chunk outside its tensor, a flat range outside its box, or
+// bytes that disagree with the elements are CheckpointError
+// (kInvalidArgument); a key written with two dtypes or shapes is
+// kShapeMismatch; writing after Finish is kInvalidArgument; I/O errors come
+// from Env.
+//
+// Thread-safety: a writer belongs to one rank and is used by one thread.
+#ifndef DISTCKPT_FORMAT_DATA_FILE_WRITER_H_
+#define DISTCKPT_FORMAT_DATA_FILE_WRITER_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "format/format.h"
+
+namespace distckpt {
+
+// "__<rank>_<index><suffix>": every format's data file names (".bin", ".distcp").
+std::string RankFileName(int rank, int index, std::string_view suffix);
+// True exactly for the names RankFileName produces with `suffix`.
+bool IsRankFileName(std::string_view name, std::string_view suffix);
+
+class DataFileWriter : public CheckpointWriter {
+ public:
+  StoredChunk WriteTensorChunk(const std::string& key, DType dtype, const Shape& global_shape,
+                               const Box& box, const std::optional<FlatRange>& flat,
+                               std::span<const std::byte> bytes) final;
+  StoredObject WriteObject(const std::string& key, const std::string& unique_key,
+                           const Shape& global_shape, const Shape& global_offset,
+                           std::span<const std::byte> bytes) final;
+  // fdatasyncs and closes the data file; the writer accepts nothing after.
+  CheckpointMetadata Finish() final;
+  uint64_t bytes_written() const final { return bytes_written_; }
+
+ protected:
+  // `metadata` carries the format's name and version; `file_name` is the
+  // data file inside `dir`.
+  DataFileWriter(Env* env, std::string dir, int rank, std::string file_name,
+                 CheckpointMetadata metadata);
+
+  // Appends one item's `chunk.length` element bytes (`bytes`) and sets
+  // chunk.offset (and checksum, if the format keeps one).
+  virtual void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
+                          std::span<const std::byte> bytes) = 0;
+  // Appends the object's payload and sets object.offset and length (and checksum).
+  virtual void StoreObject(StoredObject& object, std::span<const std::byte> bytes) = 0;
+
+  // Appends to the data file; returns the offset the bytes start at.
+  uint64_t Append(std::span<const std::byte> bytes);
+  int rank() const { return rank_; }
+
+ private:
+  void CheckOpen() const;
+
+  Env* const env_;
+  const std::string dir_;
+  const int rank_;
+  const std::string file_name_;
+  std::unique_ptr<WritableFile> file_;
+  CheckpointMetadata metadata_;
+  uint64_t bytes_written_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_DATA_FILE_WRITER_H_

@@ -1,0 +1,81 @@
+#include "format/staged_overwrite.h"
+
+#include "core/error.h"
+
+namespace distckpt {
+namespace {
+
+// `dir` + suffix, naming a sibling of `dir` even when it ends in '/'.
+std::string Sibling(const std::string& dir, std::string_view suffix) {
+  std::string base = dir;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return base + std::string(suffix);
+}
+
+std::string StagingDir(const std::string& dir) { return Sibling(dir, ".staging"); }
+std::string OldDir(const std::string& dir) { return Sibling(dir, ".old"); }
+std::string ParentDir(const std::string& dir) { return DirName(Sibling(dir, "")); }
+
+}  // namespace
+
+std::string PrepareStagedDirectory(Env* env, const std::string& dir, bool overwrite,
+                                   const StagedLayout& layout) {
+  const std::string staging = StagingDir(dir);
+  const std::string old = OldDir(dir);
+  if (!env->IsDirectory(dir) && layout.is_committed(env, staging)) {
+    // A crash between the two renames of an overwrite: finish the swap.
+    env->RenameFile(staging, dir);
+    env->SyncDir(ParentDir(dir));
+    env->RemoveAll(old);
+  }
+  if (layout.is_committed(env, dir)) {
+    if (!overwrite) {
+      Fail(ErrorKind::kInvalidArgument, "refusing to overwrite committed checkpoint {} (pass overwrite)",
+           dir);
+    }
+    if (env->FileExists(old)) {
+      Fail(ErrorKind::kInvalidArgument,
+           "cannot overwrite {}: {} exists (an interrupted overwrite leaves the previous "
+           "checkpoint there); remove or rename it first",
+           dir, old);
+    }
+    env->RemoveAll(staging);
+    env->CreateDirs(staging);
+    return staging;
+  }
+  env->CreateDirs(dir);
+  for (const std::string& name : env->ListDir(dir)) {
+    if (layout.is_stale(name)) env->RemoveFile(JoinPath(dir, name));
+  }
+  return dir;
+}
+
+void SwapInStaging(Env* env, const std::string& dir, const std::string& write_dir) {
+  if (write_dir == dir) return;
+  const std::string old = OldDir(dir);
+  env->RenameFile(dir, old);
+  try {
+    env->RenameFile(write_dir, dir);
+  } catch (const CheckpointError&) {
+    try {
+      env->RenameFile(old, dir);  // put the previous checkpoint back
+    } catch (const CheckpointError&) {
+      // Both checkpoints survive (dir.old, staging); PrepareStagedDirectory finishes the swap.
+    }
+    throw;
+  }
+  env->SyncDir(ParentDir(dir));
+  env->RemoveAll(old);
+}
+
+void RequireCheckpointDirectory(Env* env, const std::string& dir, const StagedLayout& layout) {
+  if (env->IsDirectory(dir)) return;
+  const std::string staging = StagingDir(dir);
+  Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist{}", dir,
+       layout.is_committed(env, staging)
+           ? fmt::format(" (an interrupted overwrite left the new checkpoint in {}; the next save "
+                         "to {} finishes the swap)", staging, dir)
+           : "");
+}
+
+}  // namespace distckpt
