@@ -10,6 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "comm/thread_world.h"
+#include "engine/save.h"
+
 namespace distckpt::bench {
 namespace {
 
@@ -81,6 +84,51 @@ void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffe
     offset += static_cast<off_t>(b.size());
   }
   ::close(fd);
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Node MakeState(int64_t bytes, int64_t count, bool with_data) {
+  Dict tensors;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = bytes / 4;
+    ShardedTensor t;
+    t.key = "t" + std::to_string(i);
+    t.dtype = DType::kF32;
+    t.local_shape = t.global_shape = {n};
+    t.global_offset = {0};
+    t.axis_fragmentations = Shape{1};
+    if (with_data) {
+      t.data = Tensor::Empty(DType::kF32, {n});
+      float* p = t.data.data_as<float>();
+      for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(j + i);
+    }
+    std::string key = t.key;
+    tensors[key] = Node(std::move(t));
+  }
+  return Node(std::move(tensors));
+}
+
+Node RequestFor(const Node& state, std::optional<DType> dtype) {
+  Node request = state;
+  for (auto& [key, node] : request.as<Dict>()) {
+    ShardedTensor& t = node.as<ShardedTensor>();
+    if (dtype) t.dtype = *dtype;
+    t.data = Tensor::Zeros(t.dtype, t.local_shape);
+  }
+  return request;
+}
+
+std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count) {
+  std::vector<std::vector<std::byte>> buffers(count, std::vector<std::byte>(bytes));
+  for (auto& b : buffers) std::memset(b.data(), 0x5a, b.size());
+  return buffers;
+}
+
+void SaveOnOneRank(const Node& state, const std::string& dir) {
+  RunRanks(1, [&](Communicator& comm) { Save(state, dir, comm); });
 }
 
 std::string SizeName(uint64_t bytes) {

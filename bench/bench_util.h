@@ -1,16 +1,20 @@
-// Helpers shared by the benchmark binaries: scratch directories, page-cache
+// Helpers shared by the benchmark files: scratch directories, page-cache
 // eviction for cold reads, and the raw-I/O baselines every distckpt figure is
 // compared with (the same bytes written to one file with write + fsync, or
-// read back with pread).
+// read back with pread), and the states the benchmarks save and load.
 //
 // Thread-safety: functions are reentrant; ScratchDir is owned by one thread.
 #ifndef DISTCKPT_BENCH_BENCH_UTIL_H_
 #define DISTCKPT_BENCH_BENCH_UTIL_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "mapping/state_dict.h"
 
 namespace distckpt::bench {
 
@@ -35,6 +39,20 @@ void EvictFromPageCache(const std::string& path);
 void RawWriteFsync(const std::string& path, const std::vector<std::vector<std::byte>>& buffers);
 // Reads the file back with pread(2) into `buffers` (sizes must match the file).
 void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers);
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point start);
+
+// `count` 1-D f32 tensors "t0".."t<count-1>" of `bytes` bytes each, one
+// rank, filled with a ramp (`with_data` false: metadata only).
+Node MakeState(int64_t bytes, int64_t count, bool with_data = true);
+// `state` with every ShardedTensor's data replaced by a fresh destination
+// buffer of `dtype` (nullopt: the tensor's own dtype), as a load request.
+Node RequestFor(const Node& state, std::optional<DType> dtype = std::nullopt);
+// `count` buffers of `bytes` bytes, filled (pages touched).
+std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count);
+// Save() of `state` by a world of one rank.
+void SaveOnOneRank(const Node& state, const std::string& dir);
 
 // Bytes in a human unit: "64KiB", "256MiB".
 std::string SizeName(uint64_t bytes);

@@ -24,53 +24,6 @@
 namespace distckpt::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// `count` 1-D f32 tensors of `bytes` bytes each, one rank, filled with a ramp.
-Node MakeState(int64_t bytes, int64_t count, bool with_data = true) {
-  Dict tensors;
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t n = bytes / 4;
-    ShardedTensor t;
-    t.key = "t" + std::to_string(i);
-    t.dtype = DType::kF32;
-    t.local_shape = t.global_shape = {n};
-    t.global_offset = {0};
-    t.axis_fragmentations = Shape{1};
-    if (with_data) {
-      t.data = Tensor::Empty(DType::kF32, {n});
-      float* p = t.data.data_as<float>();
-      for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(j + i);
-    }
-    std::string key = t.key;
-    tensors[key] = Node(std::move(t));
-  }
-  return Node(std::move(tensors));
-}
-
-Node RequestFor(const Node& state) {
-  Node request = state;
-  for (auto& [key, node] : request.as<Dict>()) {
-    ShardedTensor& t = node.as<ShardedTensor>();
-    t.data = Tensor::Empty(t.dtype, t.local_shape);
-  }
-  return request;
-}
-
-std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count) {
-  std::vector<std::vector<std::byte>> buffers(count, std::vector<std::byte>(bytes));
-  for (auto& b : buffers) std::memset(b.data(), 0x5a, b.size());
-  return buffers;
-}
-
-void SaveOnOneRank(const Node& state, const std::string& dir) {
-  RunRanks(1, [&](Communicator& comm) { Save(state, dir, comm); });
-}
-
 // One saved checkpoint per (bytes, count), shared by the load benchmarks.
 const std::string& SavedCheckpoint(int64_t bytes, int64_t count) {
   static std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ScratchDir>> saved;
@@ -91,7 +44,7 @@ void BM_RawWrite(benchmark::State& state) {
   for (auto _ : state) {
     auto start = Clock::now();
     RawWriteFsync(dir.Sub("raw.bin"), buffers);
-    state.SetIterationTime(Seconds(start));
+    state.SetIterationTime(SecondsSince(start));
   }
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
@@ -105,7 +58,7 @@ void BM_Save(benchmark::State& state) {
     std::string target = dir.Sub("ckpt" + std::to_string(i++));
     auto start = Clock::now();
     SaveOnOneRank(s, target);
-    state.SetIterationTime(Seconds(start));
+    state.SetIterationTime(SecondsSince(start));
     std::filesystem::remove_all(target);
   }
   state.SetBytesProcessed(state.iterations() * bytes * count);
@@ -121,7 +74,7 @@ void RawReadBench(benchmark::State& state, bool cold) {
     if (cold) EvictFromPageCache(dir.Sub("raw.bin"));
     auto start = Clock::now();
     RawRead(dir.Sub("raw.bin"), buffers);
-    state.SetIterationTime(Seconds(start));
+    state.SetIterationTime(SecondsSince(start));
   }
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
@@ -138,7 +91,7 @@ void LoadBench(benchmark::State& state, bool cold) {
     if (cold) EvictFromPageCache(dir);
     auto start = Clock::now();
     RunRanks(1, [&](Communicator& comm) { read = Load(request, dir, comm).summary.bytes_read; });
-    state.SetIterationTime(Seconds(start));
+    state.SetIterationTime(SecondsSince(start));
   }
   state.SetBytesProcessed(state.iterations() * bytes * count);
   state.counters["bytes_read"] = static_cast<double>(read);
@@ -182,7 +135,7 @@ void BM_Reshard(benchmark::State& state) {
       r += result.summary.bytes_read;
       n += result.summary.bytes_needed;
     });
-    state.SetIterationTime(Seconds(start));
+    state.SetIterationTime(SecondsSince(start));
     read = r;
     needed = n;
   }

@@ -10,8 +10,10 @@
 // of the run name, e.g. "BM_Save/65536/256"); an entry with "counter" instead
 // of a denominator tracks that counter of the numerator, and one with
 // "seconds" tracks the numerator's real time in seconds. The ratio passes when
-// ratio <= baseline * (1 + tolerance). `target` is the goal from the issue,
-// reported, never gated. --update rewrites every baseline with this run's value.
+// ratio <= limit if the entry has a "limit" (an absolute cap, for
+// deterministic counters such as heap bytes), else ratio <= baseline * (1 +
+// tolerance). `target` is the goal from the issue, reported, never gated.
+// --update rewrites every baseline with this run's value (limits stay).
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -114,7 +116,8 @@ int main(int argc, char** argv) {
         continue;
       }
       double base = entry.at("baseline").get<double>();
-      double limit = base * (1 + entry.at("tolerance").get<double>());
+      double limit = entry.contains("limit") ? entry.at("limit").get<double>()
+                                             : base * (1 + entry.at("tolerance").get<double>());
       bool ok = value <= limit;
       std::string target = entry.contains("target") ? fmt::format("{:.3f}", entry.at("target").get<double>()) : "-";
       std::cout << fmt::format("{:<44} {:>9.3f} {:>9.3f} {:>7.3f} {:>8}  {}\n", name, value, base, limit,

@@ -1,0 +1,140 @@
+// Save modes against their own limits: the blocking part of an async save
+// vs the staging copy alone (the same bytes memcpy'd into a warm staging
+// buffer), and a fully parallel save of a replicated state vs one writer
+// (time, and max / mean bytes written per rank).
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "bench_util.h"
+#include "comm/thread_world.h"
+#include "engine/save.h"
+#include "engine/save_async.h"
+#include "strategy/staging.h"
+
+namespace distckpt::bench {
+namespace {
+
+std::vector<const Tensor*> Tensors(const Node& state) {
+  std::vector<const Tensor*> tensors;
+  for (const auto& [key, node] : state.as<Dict>()) tensors.push_back(&node.as<ShardedTensor>().data);
+  return tensors;
+}
+
+// The copy an async save cannot avoid: every byte into a warm staging buffer.
+void BM_StagingCopy(benchmark::State& state) {
+  const int64_t bytes = state.range(0), count = state.range(1);
+  Node s = MakeState(bytes, count);
+  std::vector<const Tensor*> tensors = Tensors(s);
+  StagingPool pool;
+  std::memset(pool.Acquire(bytes * count)->data(), 0, bytes * count);  // warm, as SaveAsync's
+  for (auto _ : state) {
+    auto start = Clock::now();
+    std::shared_ptr<StagingBuffer> staged = pool.Acquire(bytes * count);
+    size_t offset = 0;
+    for (const Tensor* t : tensors) {
+      std::memcpy(staged->data() + offset, t->data(), t->nbytes());
+      offset += t->nbytes();
+    }
+    benchmark::ClobberMemory();
+    state.SetIterationTime(SecondsSince(start));
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * count);
+}
+
+// SaveAsync until it returns (preparation, validation, staging, writer
+// start), with a warm staging pool; the writers finish and the checkpoint is
+// committed outside the timed part.
+void BM_SaveAsyncBlocking(benchmark::State& state) {
+  const int64_t bytes = state.range(0), count = state.range(1);
+  ScratchDir dir("async");
+  Node s = MakeState(bytes, count);
+  StagingPool pool;
+  SaveOptions options;
+  options.staging = &pool;
+  int i = 0;
+  auto save = [&](double* blocking) {
+    std::string target = dir.Sub("ckpt" + std::to_string(i++));
+    RunRanks(1, [&](Communicator& comm) {
+      AsyncCallsQueue queue(comm);
+      auto start = Clock::now();
+      AsyncSave async = SaveAsync(s, target, comm, options);
+      if (blocking) *blocking = SecondsSince(start);
+      queue.Schedule(async.request);
+      queue.MaybeFinalize(true);
+    });
+    std::filesystem::remove_all(target);
+  };
+  save(nullptr);  // fills the pool
+  for (auto _ : state) {
+    double blocking = 0;
+    save(&blocking);
+    state.SetIterationTime(blocking);
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * count);
+}
+
+// 4 data-parallel ranks hold the same state (replica id = rank): 32 f32
+// tensors of 256 KiB to 1.75 MiB (30.5 MiB). range(0) == 0: the main
+// replicas (rank 0) write everything; 1: fully parallel save. Counter
+// max_over_mean: the largest rank's bytes written over the mean.
+void BM_ParallelSave(benchmark::State& state) {
+  constexpr int kRanks = 4;
+  const bool fully_parallel = state.range(0) == 1;
+  Dict base;
+  int64_t total = 0;
+  for (int i = 0; i < 32; ++i) {
+    const int64_t n = (1 + i % 7) * (256 << 10) / 4;
+    ShardedTensor t;
+    t.key = "t" + std::to_string(i);
+    t.dtype = DType::kF32;
+    t.local_shape = t.global_shape = {n};
+    t.global_offset = {0};
+    t.axis_fragmentations = Shape{1};
+    t.data = Tensor::Empty(DType::kF32, {n});
+    for (int64_t j = 0; j < n; ++j) t.data.data_as<float>()[j] = static_cast<float>(i + j);
+    total += n * 4;
+    std::string key = t.key;
+    base[key] = Node(std::move(t));
+  }
+  std::vector<Node> states;
+  for (int r = 0; r < kRanks; ++r) {
+    Dict d = base;
+    for (auto& [key, node] : d) node.as<ShardedTensor>().replica_id = {r};
+    states.emplace_back(std::move(d));
+  }
+  ScratchDir dir("parallel");
+  SaveOptions options;
+  options.fully_parallel = fully_parallel;
+  std::vector<uint64_t> written(kRanks);
+  int i = 0;
+  for (auto _ : state) {
+    std::string target = dir.Sub("ckpt" + std::to_string(i++));
+    auto start = Clock::now();
+    RunRanks(kRanks, [&](Communicator& comm) {
+      written[comm.rank()] = Save(states[comm.rank()], target, comm, options).bytes_written;
+    });
+    state.SetIterationTime(SecondsSince(start));
+    std::filesystem::remove_all(target);
+  }
+  uint64_t max = 0, sum = 0;
+  for (uint64_t w : written) max = std::max(max, w), sum += w;
+  state.SetBytesProcessed(state.iterations() * total);
+  state.counters["max_over_mean"] = sum ? double(max) * kRanks / double(sum) : 0;
+  state.counters["bytes_written"] = double(sum);
+}
+
+void AsyncSizes(benchmark::internal::Benchmark* b) {
+  b->Args({64 << 10, 256})->Args({1 << 20, 64})->Args({16 << 20, 16})->Args({64 << 20, 4});
+  b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+}
+
+BENCHMARK(BM_StagingCopy)->Apply(AsyncSizes);
+BENCHMARK(BM_SaveAsyncBlocking)->Apply(AsyncSizes);
+BENCHMARK(BM_ParallelSave)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+
+}  // namespace
+}  // namespace distckpt::bench
