@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -129,6 +130,26 @@ std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count) {
 
 void SaveOnOneRank(const Node& state, const std::string& dir) {
   RunRanks(1, [&](Communicator& comm) { Save(state, dir, comm); });
+}
+
+void RunPaired(benchmark::State& state, const std::string& name, const std::function<double()>& ours,
+               const std::function<double()>& reference) {
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    double mine, theirs;
+    if (ratios.size() % 2 == 0) {
+      mine = ours();
+      theirs = reference();
+    } else {
+      theirs = reference();
+      mine = ours();
+    }
+    state.SetIterationTime(mine);
+    ratios.push_back(theirs > 0 ? mine / theirs : 0);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  state.counters[name] = n == 0 ? 0 : n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
 }
 
 std::string SizeName(uint64_t bytes) {

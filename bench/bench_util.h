@@ -7,8 +7,11 @@
 #ifndef DISTCKPT_BENCH_BENCH_UTIL_H_
 #define DISTCKPT_BENCH_BENCH_UTIL_H_
 
+#include <benchmark/benchmark.h>
+
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -53,6 +56,15 @@ Node RequestFor(const Node& state, std::optional<DType> dtype = std::nullopt);
 std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count);
 // Save() of `state` by a world of one rank.
 void SaveOnOneRank(const Node& state, const std::string& dir);
+
+// Paired timing, for a shared, noisy machine: every iteration runs `ours`
+// and `reference` back to back, in alternating order; each returns the
+// seconds it measured (setup such as page eviction left out). The iteration
+// time is ours; counter `name` is the median over iterations of
+// ours / reference, so a burst of load from other processes slows both
+// sides of one ratio instead of one side of a ratio of separate runs.
+void RunPaired(benchmark::State& state, const std::string& name, const std::function<double()>& ours,
+               const std::function<double()>& reference);
 
 // Bytes in a human unit: "64KiB", "256MiB".
 std::string SizeName(uint64_t bytes);

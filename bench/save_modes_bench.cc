@@ -1,7 +1,7 @@
-// Save modes against their own limits: the blocking part of an async save
-// vs the staging copy alone (the same bytes memcpy'd into a warm staging
-// buffer), and a fully parallel save of a replicated state vs one writer
-// (time, and max / mean bytes written per rank).
+// Save modes against their own limits (paired timings, bench_util.h): the
+// blocking part of an async save vs the staging copy alone (the same bytes
+// memcpy'd into a warm staging buffer), and a fully parallel save of a
+// replicated state vs one writer (time, and max / mean bytes per rank).
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -23,66 +23,59 @@ std::vector<const Tensor*> Tensors(const Node& state) {
   return tensors;
 }
 
-// The copy an async save cannot avoid: every byte into a warm staging buffer.
-void BM_StagingCopy(benchmark::State& state) {
+// SaveAsync until it returns (preparation, validation, staging, writer
+// start) with a warm staging pool, paired with the copy it cannot avoid:
+// every byte memcpy'd into a warm staging buffer (counter over_copy). The
+// writers finish and the checkpoint is committed outside the timed part.
+void BM_SaveAsyncBlocking(benchmark::State& state) {
   const int64_t bytes = state.range(0), count = state.range(1);
+  ScratchDir dir("async");
   Node s = MakeState(bytes, count);
   std::vector<const Tensor*> tensors = Tensors(s);
   StagingPool pool;
-  std::memset(pool.Acquire(bytes * count)->data(), 0, bytes * count);  // warm, as SaveAsync's
-  for (auto _ : state) {
+  SaveOptions options;
+  options.staging = &pool;
+  int i = 0;
+  auto save = [&] {
+    std::string target = dir.Sub("ckpt" + std::to_string(i++));
+    double blocking = 0;
+    RunRanks(1, [&](Communicator& comm) {
+      AsyncCallsQueue queue(comm);
+      auto start = Clock::now();
+      AsyncSave async = SaveAsync(s, target, comm, options);
+      blocking = SecondsSince(start);
+      queue.Schedule(async.request);
+      queue.MaybeFinalize(true);
+    });
+    std::filesystem::remove_all(target);
+    return blocking;
+  };
+  StagingPool copies;
+  auto copy = [&] {
     auto start = Clock::now();
-    std::shared_ptr<StagingBuffer> staged = pool.Acquire(bytes * count);
+    std::shared_ptr<StagingBuffer> staged = copies.Acquire(bytes * count);
     size_t offset = 0;
     for (const Tensor* t : tensors) {
       std::memcpy(staged->data() + offset, t->data(), t->nbytes());
       offset += t->nbytes();
     }
     benchmark::ClobberMemory();
-    state.SetIterationTime(SecondsSince(start));
-  }
-  state.SetBytesProcessed(state.iterations() * bytes * count);
-}
-
-// SaveAsync until it returns (preparation, validation, staging, writer
-// start), with a warm staging pool; the writers finish and the checkpoint is
-// committed outside the timed part.
-void BM_SaveAsyncBlocking(benchmark::State& state) {
-  const int64_t bytes = state.range(0), count = state.range(1);
-  ScratchDir dir("async");
-  Node s = MakeState(bytes, count);
-  StagingPool pool;
-  SaveOptions options;
-  options.staging = &pool;
-  int i = 0;
-  auto save = [&](double* blocking) {
-    std::string target = dir.Sub("ckpt" + std::to_string(i++));
-    RunRanks(1, [&](Communicator& comm) {
-      AsyncCallsQueue queue(comm);
-      auto start = Clock::now();
-      AsyncSave async = SaveAsync(s, target, comm, options);
-      if (blocking) *blocking = SecondsSince(start);
-      queue.Schedule(async.request);
-      queue.MaybeFinalize(true);
-    });
-    std::filesystem::remove_all(target);
+    return SecondsSince(start);
   };
-  save(nullptr);  // fills the pool
-  for (auto _ : state) {
-    double blocking = 0;
-    save(&blocking);
-    state.SetIterationTime(blocking);
-  }
+  save();  // fills the pools (first touch of their pages)
+  copy();
+  RunPaired(state, "over_copy", save, copy);
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
 
 // 4 data-parallel ranks hold the same state (replica id = rank): 32 f32
-// tensors of 256 KiB to 1.75 MiB (30.5 MiB). range(0) == 0: the main
-// replicas (rank 0) write everything; 1: fully parallel save. Counter
-// max_over_mean: the largest rank's bytes written over the mean.
+// tensors of 256 KiB to 1.75 MiB (30.5 MiB). Fully parallel save (each
+// shard written by one rank) paired with the plain save (rank 0, the main
+// replica, writes everything): counter over_single_writer. Counter
+// max_over_mean: the largest rank's bytes written over the mean, fully
+// parallel.
 void BM_ParallelSave(benchmark::State& state) {
   constexpr int kRanks = 4;
-  const bool fully_parallel = state.range(0) == 1;
   Dict base;
   int64_t total = 0;
   for (int i = 0; i < 32; ++i) {
@@ -106,19 +99,23 @@ void BM_ParallelSave(benchmark::State& state) {
     states.emplace_back(std::move(d));
   }
   ScratchDir dir("parallel");
-  SaveOptions options;
-  options.fully_parallel = fully_parallel;
   std::vector<uint64_t> written(kRanks);
   int i = 0;
-  for (auto _ : state) {
+  auto save = [&](bool fully_parallel) {
+    SaveOptions options;
+    options.fully_parallel = fully_parallel;
     std::string target = dir.Sub("ckpt" + std::to_string(i++));
     auto start = Clock::now();
     RunRanks(kRanks, [&](Communicator& comm) {
-      written[comm.rank()] = Save(states[comm.rank()], target, comm, options).bytes_written;
+      uint64_t bytes = Save(states[comm.rank()], target, comm, options).bytes_written;
+      if (fully_parallel) written[comm.rank()] = bytes;
     });
-    state.SetIterationTime(SecondsSince(start));
+    double seconds = SecondsSince(start);
     std::filesystem::remove_all(target);
-  }
+    return seconds;
+  };
+  RunPaired(
+      state, "over_single_writer", [&] { return save(true); }, [&] { return save(false); });
   uint64_t max = 0, sum = 0;
   for (uint64_t w : written) max = std::max(max, w), sum += w;
   state.SetBytesProcessed(state.iterations() * total);
@@ -131,9 +128,8 @@ void AsyncSizes(benchmark::internal::Benchmark* b) {
   b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 }
 
-BENCHMARK(BM_StagingCopy)->Apply(AsyncSizes);
 BENCHMARK(BM_SaveAsyncBlocking)->Apply(AsyncSizes);
-BENCHMARK(BM_ParallelSave)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_ParallelSave)->UseManualTime()->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 
 }  // namespace
