@@ -91,25 +91,41 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+ShardedTensor RampTensor(const std::string& key, int64_t bytes, float first, bool with_data) {
+  const int64_t n = bytes / 4;
+  ShardedTensor t;
+  t.key = key;
+  t.dtype = DType::kF32;
+  t.local_shape = t.global_shape = {n};
+  t.global_offset = {0};
+  t.axis_fragmentations = Shape{1};
+  if (with_data) {
+    t.data = Tensor::Empty(DType::kF32, {n});
+    float* p = t.data.data_as<float>();
+    for (int64_t j = 0; j < n; ++j) p[j] = first + static_cast<float>(j);
+  }
+  return t;
+}
+
 Node MakeState(int64_t bytes, int64_t count, bool with_data) {
   Dict tensors;
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t n = bytes / 4;
-    ShardedTensor t;
-    t.key = "t" + std::to_string(i);
-    t.dtype = DType::kF32;
-    t.local_shape = t.global_shape = {n};
-    t.global_offset = {0};
-    t.axis_fragmentations = Shape{1};
-    if (with_data) {
-      t.data = Tensor::Empty(DType::kF32, {n});
-      float* p = t.data.data_as<float>();
-      for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(j + i);
-    }
-    std::string key = t.key;
-    tensors[key] = Node(std::move(t));
+    std::string key = "t" + std::to_string(i);
+    tensors[key] = Node(RampTensor(key, bytes, static_cast<float>(i), with_data));
   }
   return Node(std::move(tensors));
+}
+
+ShardedTensor QuarterBlock(int64_t rows, int64_t cols, int rank, bool by_columns) {
+  ShardedTensor t;
+  t.key = "w";
+  t.dtype = DType::kF32;
+  t.global_shape = {rows, cols};
+  t.local_shape = by_columns ? Shape{rows, cols / 4} : Shape{rows / 4, cols};
+  t.global_offset = by_columns ? Shape{0, rank * cols / 4} : Shape{rank * rows / 4, 0};
+  t.axis_fragmentations = by_columns ? Shape{1, 4} : Shape{4, 1};
+  t.data = Tensor::Zeros(DType::kF32, t.local_shape);
+  return t;
 }
 
 Node RequestFor(const Node& state, std::optional<DType> dtype) {

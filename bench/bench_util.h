@@ -46,9 +46,15 @@ void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffe
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point start);
 
-// `count` 1-D f32 tensors "t0".."t<count-1>" of `bytes` bytes each, one
-// rank, filled with a ramp (`with_data` false: metadata only).
+// A whole 1-D f32 tensor `key` of `bytes` bytes on one rank, filled with the
+// ramp first, first + 1, ... (`with_data` false: metadata only).
+ShardedTensor RampTensor(const std::string& key, int64_t bytes, float first, bool with_data = true);
+// `count` RampTensors "t0".."t<count-1>" of `bytes` bytes each (ramp from i).
 Node MakeState(int64_t bytes, int64_t count, bool with_data = true);
+// Rank `rank`'s block of a [rows, cols] f32 tensor "w" split 4 ways into row
+// blocks, or column blocks when `by_columns`; data zeros (saved, or a
+// destination).
+ShardedTensor QuarterBlock(int64_t rows, int64_t cols, int rank, bool by_columns);
 // `state` with every ShardedTensor's data replaced by a fresh destination
 // buffer of `dtype` (nullopt: the tensor's own dtype), as a load request.
 Node RequestFor(const Node& state, std::optional<DType> dtype = std::nullopt);

@@ -132,16 +132,8 @@ void BM_Reshard(benchmark::State& state) {
   const int64_t rows = 1024, cols = state.range(0) / 4 / rows;
   ScratchDir dir("reshard");
   auto shard = [&](int rank, bool by_columns) {
-    ShardedTensor t;
-    t.key = "w";
-    t.dtype = DType::kF32;
-    t.global_shape = {rows, cols};
-    t.local_shape = by_columns ? Shape{rows, cols / 4} : Shape{rows / 4, cols};
-    t.global_offset = by_columns ? Shape{0, rank * cols / 4} : Shape{rank * rows / 4, 0};
-    t.axis_fragmentations = by_columns ? Shape{1, 4} : Shape{4, 1};
-    t.data = Tensor::Zeros(DType::kF32, t.local_shape);  // saved, or a destination
     Dict d;
-    d["w"] = Node(std::move(t));
+    d["w"] = Node(QuarterBlock(rows, cols, rank, by_columns));
     return Node(std::move(d));
   };
   const std::string ckpt = dir.Sub("ckpt");

@@ -54,19 +54,6 @@ struct Case {
   int64_t largest_chunk = 0;
 };
 
-ShardedTensor Block(int rank, bool by_columns, bool data) {
-  const int64_t rows = 1024, cols = 16384;
-  ShardedTensor t;
-  t.key = "w";
-  t.dtype = DType::kF32;
-  t.global_shape = {rows, cols};
-  t.local_shape = by_columns ? Shape{rows, cols / 4} : Shape{rows / 4, cols};
-  t.global_offset = by_columns ? Shape{0, rank * cols / 4} : Shape{rank * rows / 4, 0};
-  t.axis_fragmentations = by_columns ? Shape{1, 4} : Shape{4, 1};
-  t.data = data ? Tensor::Zeros(DType::kF32, t.local_shape) : Tensor();
-  return t;
-}
-
 Case& Prepare(int which) {
   static std::map<int, Case> cases;
   Case& c = cases[which];
@@ -82,12 +69,12 @@ Case& Prepare(int which) {
     c.ranks = 4;
     RunRanks(4, [&](Communicator& comm) {
       Dict d;
-      d["w"] = Node(Block(comm.rank(), false, true));
+      d["w"] = Node(QuarterBlock(1024, 16384, comm.rank(), false));
       Save(Node(std::move(d)), ckpt, comm);
     });
     for (int r = 0; r < 4; ++r) {
       Dict d;
-      d["w"] = Node(Block(r, true, true));
+      d["w"] = Node(QuarterBlock(1024, 16384, r, true));
       c.requests.emplace_back(std::move(d));
     }
     c.largest_chunk = 16 << 20;

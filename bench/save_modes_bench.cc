@@ -79,18 +79,10 @@ void BM_ParallelSave(benchmark::State& state) {
   Dict base;
   int64_t total = 0;
   for (int i = 0; i < 32; ++i) {
-    const int64_t n = (1 + i % 7) * (256 << 10) / 4;
-    ShardedTensor t;
-    t.key = "t" + std::to_string(i);
-    t.dtype = DType::kF32;
-    t.local_shape = t.global_shape = {n};
-    t.global_offset = {0};
-    t.axis_fragmentations = Shape{1};
-    t.data = Tensor::Empty(DType::kF32, {n});
-    for (int64_t j = 0; j < n; ++j) t.data.data_as<float>()[j] = static_cast<float>(i + j);
-    total += n * 4;
-    std::string key = t.key;
-    base[key] = Node(std::move(t));
+    const int64_t bytes = (1 + i % 7) * (256 << 10);
+    std::string key = "t" + std::to_string(i);
+    base[key] = Node(RampTensor(key, bytes, static_cast<float>(i)));
+    total += bytes;
   }
   std::vector<Node> states;
   for (int r = 0; r < kRanks; ++r) {
