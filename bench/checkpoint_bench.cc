@@ -94,7 +94,7 @@ void BM_RawReadCold(benchmark::State& state) { RawReadBench(state, true); }
 void BM_RawReadWarm(benchmark::State& state) { RawReadBench(state, false); }
 
 // Paired with the raw read of the same bytes from one file (counter over_raw).
-void LoadBench(benchmark::State& state, bool cold) {
+void LoadBench(benchmark::State& state, bool cold, const LoadOptions& options = {}) {
   const int64_t bytes = state.range(0), count = state.range(1);
   const std::string& dir = SavedCheckpoint(bytes, count);
   Node request = RequestFor(MakeState(bytes, count, false));
@@ -109,7 +109,9 @@ void LoadBench(benchmark::State& state, bool cold) {
       [&] {
         if (cold) EvictFromPageCache(dir);
         auto start = Clock::now();
-        RunRanks(1, [&](Communicator& comm) { read = Load(request, dir, comm).summary.bytes_read; });
+        RunRanks(1, [&](Communicator& comm) {
+          read = Load(request, dir, comm, options).summary.bytes_read;
+        });
         return SecondsSince(start);
       },
       [&] {
@@ -123,6 +125,13 @@ void LoadBench(benchmark::State& state, bool cold) {
 }
 void BM_LoadCold(benchmark::State& state) { LoadBench(state, true); }
 void BM_LoadWarm(benchmark::State& state) { LoadBench(state, false); }
+// The warm load without checksum verification (VerifyPolicy::kNever): what
+// hashing every byte costs.
+void BM_LoadWarmUnverified(benchmark::State& state) {
+  LoadOptions options;
+  options.verify = VerifyPolicy::kNever;
+  LoadBench(state, false, options);
+}
 
 // A [rows, cols] f32 tensor saved as 4 row blocks (4 ranks), loaded cold by
 // 4 ranks as column blocks (resharded), paired with the same-layout load of
@@ -235,6 +244,7 @@ BENCHMARK(BM_RawReadCold)->Apply(IoSizes);
 BENCHMARK(BM_LoadCold)->Apply(IoSizes);
 BENCHMARK(BM_RawReadWarm)->Apply(IoSizes);
 BENCHMARK(BM_LoadWarm)->Apply(IoSizes);
+BENCHMARK(BM_LoadWarmUnverified)->Apply(IoSizes);
 BENCHMARK(BM_Reshard)->Arg(64 << 20)->UseManualTime()
     ->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_PlanChunks)->RangeMultiplier(10)->Range(10000, 1000000)->Unit(benchmark::kMillisecond);
