@@ -4,11 +4,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "comm/thread_world.h"
+#include "engine/save.h"
 
 namespace distckpt::bench {
 namespace {
@@ -81,6 +85,87 @@ void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffe
     offset += static_cast<off_t>(b.size());
   }
   ::close(fd);
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+ShardedTensor RampTensor(const std::string& key, int64_t bytes, float first, bool with_data) {
+  const int64_t n = bytes / 4;
+  ShardedTensor t;
+  t.key = key;
+  t.dtype = DType::kF32;
+  t.local_shape = t.global_shape = {n};
+  t.global_offset = {0};
+  t.axis_fragmentations = Shape{1};
+  if (with_data) {
+    t.data = Tensor::Empty(DType::kF32, {n});
+    float* p = t.data.data_as<float>();
+    for (int64_t j = 0; j < n; ++j) p[j] = first + static_cast<float>(j);
+  }
+  return t;
+}
+
+Node MakeState(int64_t bytes, int64_t count, bool with_data) {
+  Dict tensors;
+  for (int64_t i = 0; i < count; ++i) {
+    std::string key = "t" + std::to_string(i);
+    tensors[key] = Node(RampTensor(key, bytes, static_cast<float>(i), with_data));
+  }
+  return Node(std::move(tensors));
+}
+
+ShardedTensor QuarterBlock(int64_t rows, int64_t cols, int rank, bool by_columns) {
+  ShardedTensor t;
+  t.key = "w";
+  t.dtype = DType::kF32;
+  t.global_shape = {rows, cols};
+  t.local_shape = by_columns ? Shape{rows, cols / 4} : Shape{rows / 4, cols};
+  t.global_offset = by_columns ? Shape{0, rank * cols / 4} : Shape{rank * rows / 4, 0};
+  t.axis_fragmentations = by_columns ? Shape{1, 4} : Shape{4, 1};
+  t.data = Tensor::Zeros(DType::kF32, t.local_shape);
+  return t;
+}
+
+Node RequestFor(const Node& state, std::optional<DType> dtype) {
+  Node request = state;
+  for (auto& [key, node] : request.as<Dict>()) {
+    ShardedTensor& t = node.as<ShardedTensor>();
+    if (dtype) t.dtype = *dtype;
+    t.data = Tensor::Zeros(t.dtype, t.local_shape);
+  }
+  return request;
+}
+
+std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count) {
+  std::vector<std::vector<std::byte>> buffers(count, std::vector<std::byte>(bytes));
+  for (auto& b : buffers) std::memset(b.data(), 0x5a, b.size());
+  return buffers;
+}
+
+void SaveOnOneRank(const Node& state, const std::string& dir) {
+  RunRanks(1, [&](Communicator& comm) { Save(state, dir, comm); });
+}
+
+void RunPaired(benchmark::State& state, const std::string& name, const std::function<double()>& ours,
+               const std::function<double()>& reference) {
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    double mine, theirs;
+    if (ratios.size() % 2 == 0) {
+      mine = ours();
+      theirs = reference();
+    } else {
+      theirs = reference();
+      mine = ours();
+    }
+    state.SetIterationTime(mine);
+    ratios.push_back(theirs > 0 ? mine / theirs : 0);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  state.counters[name] = n == 0 ? 0 : n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
 }
 
 std::string SizeName(uint64_t bytes) {

@@ -1,16 +1,23 @@
-// Helpers shared by the benchmark binaries: scratch directories, page-cache
+// Helpers shared by the benchmark files: scratch directories, page-cache
 // eviction for cold reads, and the raw-I/O baselines every distckpt figure is
 // compared with (the same bytes written to one file with write + fsync, or
-// read back with pread).
+// read back with pread), and the states the benchmarks save and load.
 //
 // Thread-safety: functions are reentrant; ScratchDir is owned by one thread.
 #ifndef DISTCKPT_BENCH_BENCH_UTIL_H_
 #define DISTCKPT_BENCH_BENCH_UTIL_H_
 
+#include <benchmark/benchmark.h>
+
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "mapping/state_dict.h"
 
 namespace distckpt::bench {
 
@@ -35,6 +42,35 @@ void EvictFromPageCache(const std::string& path);
 void RawWriteFsync(const std::string& path, const std::vector<std::vector<std::byte>>& buffers);
 // Reads the file back with pread(2) into `buffers` (sizes must match the file).
 void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers);
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point start);
+
+// A whole 1-D f32 tensor `key` of `bytes` bytes on one rank, filled with the
+// ramp first, first + 1, ... (`with_data` false: metadata only).
+ShardedTensor RampTensor(const std::string& key, int64_t bytes, float first, bool with_data = true);
+// `count` RampTensors "t0".."t<count-1>" of `bytes` bytes each (ramp from i).
+Node MakeState(int64_t bytes, int64_t count, bool with_data = true);
+// Rank `rank`'s block of a [rows, cols] f32 tensor "w" split 4 ways into row
+// blocks, or column blocks when `by_columns`; data zeros (saved, or a
+// destination).
+ShardedTensor QuarterBlock(int64_t rows, int64_t cols, int rank, bool by_columns);
+// `state` with every ShardedTensor's data replaced by a fresh destination
+// buffer of `dtype` (nullopt: the tensor's own dtype), as a load request.
+Node RequestFor(const Node& state, std::optional<DType> dtype = std::nullopt);
+// `count` buffers of `bytes` bytes, filled (pages touched).
+std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count);
+// Save() of `state` by a world of one rank.
+void SaveOnOneRank(const Node& state, const std::string& dir);
+
+// Paired timing, for a shared, noisy machine: every iteration runs `ours`
+// and `reference` back to back, in alternating order; each returns the
+// seconds it measured (setup such as page eviction left out). The iteration
+// time is ours; counter `name` is the median over iterations of
+// ours / reference, so a burst of load from other processes slows both
+// sides of one ratio instead of one side of a ratio of separate runs.
+void RunPaired(benchmark::State& state, const std::string& name, const std::function<double()>& ours,
+               const std::function<double()>& reference);
 
 // Bytes in a human unit: "64KiB", "256MiB".
 std::string SizeName(uint64_t bytes);

@@ -24,53 +24,6 @@
 namespace distckpt::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// `count` 1-D f32 tensors of `bytes` bytes each, one rank, filled with a ramp.
-Node MakeState(int64_t bytes, int64_t count, bool with_data = true) {
-  Dict tensors;
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t n = bytes / 4;
-    ShardedTensor t;
-    t.key = "t" + std::to_string(i);
-    t.dtype = DType::kF32;
-    t.local_shape = t.global_shape = {n};
-    t.global_offset = {0};
-    t.axis_fragmentations = Shape{1};
-    if (with_data) {
-      t.data = Tensor::Empty(DType::kF32, {n});
-      float* p = t.data.data_as<float>();
-      for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(j + i);
-    }
-    std::string key = t.key;
-    tensors[key] = Node(std::move(t));
-  }
-  return Node(std::move(tensors));
-}
-
-Node RequestFor(const Node& state) {
-  Node request = state;
-  for (auto& [key, node] : request.as<Dict>()) {
-    ShardedTensor& t = node.as<ShardedTensor>();
-    t.data = Tensor::Empty(t.dtype, t.local_shape);
-  }
-  return request;
-}
-
-std::vector<std::vector<std::byte>> RawBuffers(int64_t bytes, int64_t count) {
-  std::vector<std::vector<std::byte>> buffers(count, std::vector<std::byte>(bytes));
-  for (auto& b : buffers) std::memset(b.data(), 0x5a, b.size());
-  return buffers;
-}
-
-void SaveOnOneRank(const Node& state, const std::string& dir) {
-  RunRanks(1, [&](Communicator& comm) { Save(state, dir, comm); });
-}
-
 // One saved checkpoint per (bytes, count), shared by the load benchmarks.
 const std::string& SavedCheckpoint(int64_t bytes, int64_t count) {
   static std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ScratchDir>> saved;
@@ -91,23 +44,35 @@ void BM_RawWrite(benchmark::State& state) {
   for (auto _ : state) {
     auto start = Clock::now();
     RawWriteFsync(dir.Sub("raw.bin"), buffers);
-    state.SetIterationTime(Seconds(start));
+    state.SetIterationTime(SecondsSince(start));
   }
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
 
+// Paired with the raw write of the same bytes (counter over_raw).
 void BM_Save(benchmark::State& state) {
   const int64_t bytes = state.range(0), count = state.range(1);
   ScratchDir dir("save");
   Node s = MakeState(bytes, count);
+  auto buffers = RawBuffers(bytes, count);
   int i = 0;
-  for (auto _ : state) {
-    std::string target = dir.Sub("ckpt" + std::to_string(i++));
-    auto start = Clock::now();
-    SaveOnOneRank(s, target);
-    state.SetIterationTime(Seconds(start));
-    std::filesystem::remove_all(target);
-  }
+  RunPaired(
+      state, "over_raw",
+      [&] {
+        std::string target = dir.Sub("ckpt" + std::to_string(i++));
+        auto start = Clock::now();
+        SaveOnOneRank(s, target);
+        double seconds = SecondsSince(start);
+        std::filesystem::remove_all(target);
+        return seconds;
+      },
+      [&] {
+        auto start = Clock::now();
+        RawWriteFsync(dir.Sub("raw.bin"), buffers);
+        double seconds = SecondsSince(start);
+        std::filesystem::remove(dir.Sub("raw.bin"));
+        return seconds;
+      });
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
 
@@ -121,71 +86,89 @@ void RawReadBench(benchmark::State& state, bool cold) {
     if (cold) EvictFromPageCache(dir.Sub("raw.bin"));
     auto start = Clock::now();
     RawRead(dir.Sub("raw.bin"), buffers);
-    state.SetIterationTime(Seconds(start));
+    state.SetIterationTime(SecondsSince(start));
   }
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
 void BM_RawReadCold(benchmark::State& state) { RawReadBench(state, true); }
 void BM_RawReadWarm(benchmark::State& state) { RawReadBench(state, false); }
 
-void LoadBench(benchmark::State& state, bool cold) {
+// Paired with the raw read of the same bytes from one file (counter over_raw).
+void LoadBench(benchmark::State& state, bool cold, const LoadOptions& options = {}) {
   const int64_t bytes = state.range(0), count = state.range(1);
   const std::string& dir = SavedCheckpoint(bytes, count);
   Node request = RequestFor(MakeState(bytes, count, false));
+  ScratchDir raw("raw-read");
+  auto buffers = RawBuffers(bytes, count);
+  RawWriteFsync(raw.Sub("raw.bin"), buffers);
   uint64_t read = 0;
   RunRanks(1, [&](Communicator& comm) { Load(request, dir, comm); });  // warm
-  for (auto _ : state) {
-    if (cold) EvictFromPageCache(dir);
-    auto start = Clock::now();
-    RunRanks(1, [&](Communicator& comm) { read = Load(request, dir, comm).summary.bytes_read; });
-    state.SetIterationTime(Seconds(start));
-  }
+  RawRead(raw.Sub("raw.bin"), buffers);
+  RunPaired(
+      state, "over_raw",
+      [&] {
+        if (cold) EvictFromPageCache(dir);
+        auto start = Clock::now();
+        RunRanks(1, [&](Communicator& comm) {
+          read = Load(request, dir, comm, options).summary.bytes_read;
+        });
+        return SecondsSince(start);
+      },
+      [&] {
+        if (cold) EvictFromPageCache(raw.Sub("raw.bin"));
+        auto start = Clock::now();
+        RawRead(raw.Sub("raw.bin"), buffers);
+        return SecondsSince(start);
+      });
   state.SetBytesProcessed(state.iterations() * bytes * count);
   state.counters["bytes_read"] = static_cast<double>(read);
 }
 void BM_LoadCold(benchmark::State& state) { LoadBench(state, true); }
 void BM_LoadWarm(benchmark::State& state) { LoadBench(state, false); }
+// The warm load without checksum verification (VerifyPolicy::kNever): what
+// hashing every byte costs.
+void BM_LoadWarmUnverified(benchmark::State& state) {
+  LoadOptions options;
+  options.verify = VerifyPolicy::kNever;
+  LoadBench(state, false, options);
+}
 
-// A [rows, cols] f32 tensor saved as 4 row blocks (4 ranks), loaded by 4
-// ranks as row blocks (range(1) == 0, same layout) or column blocks (1).
+// A [rows, cols] f32 tensor saved as 4 row blocks (4 ranks), loaded cold by
+// 4 ranks as column blocks (resharded), paired with the same-layout load of
+// row blocks (counter over_same_layout); read_over_needed from the resharded
+// load's summaries.
 void BM_Reshard(benchmark::State& state) {
   const int64_t rows = 1024, cols = state.range(0) / 4 / rows;
-  const bool columns = state.range(1) == 1;
-  static std::map<int64_t, std::unique_ptr<ScratchDir>> saved;
-  auto& dir = saved[cols];
-  auto shard = [&](int rank, bool by_columns, bool data) {
-    ShardedTensor t;
-    t.key = "w";
-    t.dtype = DType::kF32;
-    t.global_shape = {rows, cols};
-    t.local_shape = by_columns ? Shape{rows, cols / 4} : Shape{rows / 4, cols};
-    t.global_offset = by_columns ? Shape{0, rank * cols / 4} : Shape{rank * rows / 4, 0};
-    t.axis_fragmentations = by_columns ? Shape{1, 4} : Shape{4, 1};
-    t.data = data ? Tensor::Zeros(DType::kF32, t.local_shape) : Tensor::Empty(DType::kF32, t.local_shape);
+  ScratchDir dir("reshard");
+  auto shard = [&](int rank, bool by_columns) {
     Dict d;
-    d["w"] = Node(std::move(t));
+    d["w"] = Node(QuarterBlock(rows, cols, rank, by_columns));
     return Node(std::move(d));
   };
-  if (!dir) {
-    dir = std::make_unique<ScratchDir>("reshard");
-    RunRanks(4, [&](Communicator& comm) { Save(shard(comm.rank(), false, true), dir->Sub("ckpt"), comm); });
+  const std::string ckpt = dir.Sub("ckpt");
+  RunRanks(4, [&](Communicator& comm) { Save(shard(comm.rank(), false), ckpt, comm); });
+  std::vector<Node> resharded, same;
+  for (int r = 0; r < 4; ++r) {
+    resharded.push_back(shard(r, true));
+    same.push_back(shard(r, false));
   }
-  std::vector<Node> requests;
-  for (int r = 0; r < 4; ++r) requests.push_back(shard(r, columns, false));
   uint64_t read = 0, needed = 0;
-  for (auto _ : state) {
-    EvictFromPageCache(dir->Sub("ckpt"));
+  auto load = [&](const std::vector<Node>& requests, bool count) {
+    EvictFromPageCache(ckpt);
     std::atomic<uint64_t> r{0}, n{0};
     auto start = Clock::now();
     RunRanks(4, [&](Communicator& comm) {
-      LoadResult result = Load(requests[comm.rank()], dir->Sub("ckpt"), comm);
+      LoadResult result = Load(requests[comm.rank()], ckpt, comm);
       r += result.summary.bytes_read;
       n += result.summary.bytes_needed;
     });
-    state.SetIterationTime(Seconds(start));
-    read = r;
-    needed = n;
-  }
+    double seconds = SecondsSince(start);
+    if (count) read = r, needed = n;
+    return seconds;
+  };
+  RunPaired(
+      state, "over_same_layout", [&] { return load(resharded, true); },
+      [&] { return load(same, false); });
   state.SetBytesProcessed(state.iterations() * rows * cols * 4);
   state.counters["read_over_needed"] = needed ? double(read) / double(needed) : 0;
 }
@@ -261,7 +244,8 @@ BENCHMARK(BM_RawReadCold)->Apply(IoSizes);
 BENCHMARK(BM_LoadCold)->Apply(IoSizes);
 BENCHMARK(BM_RawReadWarm)->Apply(IoSizes);
 BENCHMARK(BM_LoadWarm)->Apply(IoSizes);
-BENCHMARK(BM_Reshard)->Args({64 << 20, 0})->Args({64 << 20, 1})->UseManualTime()
+BENCHMARK(BM_LoadWarmUnverified)->Apply(IoSizes);
+BENCHMARK(BM_Reshard)->Arg(64 << 20)->UseManualTime()
     ->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_PlanChunks)->RangeMultiplier(10)->Range(10000, 1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ValidateChunks)->Args({10000, 64})->Args({100000, 1024})->Args({1000000, 1024})

@@ -10,7 +10,6 @@ distckpt / DCP (below 1 = distckpt faster).
 Exits 0 with a clear message when torch is not importable (no peer installed).
 """
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -21,27 +20,12 @@ import time
 
 
 def allow_unhashable_dataclass_defaults():
-    """torch 1.13's torch.distributed._shard declares a dataclass field whose default
-    is a dataclass instance; Python 3.11 rejects that. Restore 3.10's behaviour."""
-    if sys.version_info < (3, 11) or getattr(dataclasses._get_field, "_distckpt", False):
-        return
-    original = dataclasses._get_field
-
-    def get_field(cls, name, type_, *rest):
-        default = cls.__dict__.get(name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            default = default.default
-        kind = type(default)
-        if default is not dataclasses.MISSING and kind.__hash__ is None and kind not in (list, dict, set):
-            kind.__hash__ = object.__hash__
-            try:
-                return original(cls, name, type_, *rest)
-            finally:
-                kind.__hash__ = None
-        return original(cls, name, type_, *rest)
-
-    get_field._distckpt = True
-    dataclasses._get_field = get_field
+    """torch 1.13 on Python 3.11: the shared shim reference/format/dcp/peer/dataclass_shim.py,
+    imported from beside this file (where bench/peer/run copies it) or from the source tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [here, os.path.join(here, "..", "..", "reference", "format", "dcp", "peer")]
+    from dataclass_shim import allow_unhashable_dataclass_defaults as shim
+    shim()
 
 
 def import_dcp():

@@ -4,16 +4,14 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/global_validation.h"
 #include "engine/read_state.h"
 #include "mapping/dict_utils.h"
-#include "mapping/validation.h"
 #include "strategy/fully_parallel.h"
 #include "strategy/two_stage.h"
 
 namespace distckpt {
 namespace {
-
-constexpr int kCoordinator = 0;
 
 std::set<std::string> RequestedKeys(const Node& sharded) {
   std::set<std::string> keys;
@@ -31,17 +29,6 @@ std::set<std::string> AllRanksKeys(const std::set<std::string>& mine, Communicat
     for (const auto& key : nlohmann::json::parse(s)) all.insert(key.get<std::string>());
   }
   return all;
-}
-
-void ValidateRequest(const Node& sharded, Communicator& comm) {
-  std::string mine = LocalMetadataToJson(CollectLocalMetadata(sharded)).dump();
-  std::vector<std::string> all = comm.Gather(mine, kCoordinator);
-  AgreeOnOutcome(comm, [&] {
-    if (comm.rank() != kCoordinator) return;
-    GlobalMetadata global;
-    for (const std::string& s : all) global.push_back(LocalMetadataFromJson(nlohmann::json::parse(s)));
-    ValidateShardingIntegrity(global);
-  });
 }
 
 }  // namespace
@@ -71,7 +58,7 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
       if (!log.empty()) result.summary.warnings.push_back(std::move(log));
     });
   }
-  if (options.validate_access_integrity) ValidateRequest(pieces.sharded, comm);
+  if (options.validate_access_integrity) ValidateGlobalSharding(pieces.sharded, comm);
 
   ReadShardsFn read = [&](const Node& sharded) {
     return ReadShardedState(*reader, sharded, options.verify, &result.summary);

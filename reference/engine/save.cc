@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "engine/common_state.h"
+#include "engine/global_validation.h"
 #include "engine/save_steps.h"
 #include "format/native/metadata_json.h"
 #include "io/checksum.h"
@@ -28,21 +29,6 @@ void CheckLocalShards(const Node& sharded) {
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
       o->ValidateMetadataIntegrity();
     }
-  });
-}
-
-// Gathers every rank's shard metadata and validates the global sharding on
-// the coordinator; every rank receives the verdict.
-void ValidateGlobalSharding(const Node& sharded, Communicator& comm) {
-  std::string mine = LocalMetadataToJson(CollectLocalMetadata(sharded)).dump();
-  std::vector<std::string> all = comm.Gather(mine, kCoordinator);
-  AgreeOnOutcome(comm, [&] {
-    if (comm.rank() != kCoordinator) return;
-    GlobalMetadata global;
-    global.reserve(all.size());
-    for (const std::string& s : all)
-      global.push_back(LocalMetadataFromJson(nlohmann::json::parse(s)));
-    ValidateShardingIntegrity(global);
   });
 }
 
@@ -150,19 +136,25 @@ void ForEachItemToWrite(
 void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
                 const std::string& dir, Communicator& comm, const SaveOptions& options) {
   SavePlanCache* cache = options.plan_cache;
-  // 'C' + checksums when this rank's written layout is the cached one, else 'M' + metadata.
+  // 'C' + checksums when this rank's written layout is the cached one, else 'M' + metadata;
+  // the coordinator sends nothing and takes its own metadata as it is.
+  const bool coordinator = comm.rank() == kCoordinator;
   std::string payload;
-  if (cache && prepared.reused_plan) {
+  if (cache && prepared.reused_plan && !coordinator) {
     if (auto checksums = ChecksumsIfSameLayout(local, cache->written)) {
       payload = "C" + nlohmann::json(*checksums).dump();
     }
   }
-  if (payload.empty()) payload = "M" + MetadataToJson(local).dump();
+  if (payload.empty() && !coordinator) payload = "M" + MetadataToJson(local).dump();
   std::vector<std::string> all = comm.Gather(payload, kCoordinator);
   std::vector<CheckpointMetadata> written;
   AgreeOnOutcome(comm, [&] {
-    if (comm.rank() != kCoordinator) return;
+    if (!coordinator) return;
     for (size_t r = 0; r < all.size(); ++r) {
+      if (static_cast<int>(r) == kCoordinator) {
+        written.push_back(local);
+        continue;
+      }
       nlohmann::json j = nlohmann::json::parse(std::string_view(all[r]).substr(1));
       if (all[r][0] == 'M') {
         written.push_back(MetadataFromJson(j, "rank metadata"));

@@ -16,25 +16,26 @@ using nlohmann::json;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 // A JSON value under parse, with its path ("tensors[\"w\"].chunks[0].file")
-// so that every error names the field.
+// so that every error names the field. The path is built only on failure,
+// from links to the parent Fields (which outlive their children: every
+// child is made and used within its parent's scope).
 class Field {
  public:
-  Field(const json& value, std::string path, const std::string& source)
-      : value_(value), path_(std::move(path)), source_(source) {}
+  Field(const json& value, const std::string& source) : value_(value), source_(source) {}
 
   const json& value() const { return value_; }
 
   [[noreturn]] void Fail(std::string_view problem) const {
+    std::string path = Path();
     distckpt::Fail(ErrorKind::kCorruption, "{}: {}: {}", source_,
-                   path_.empty() ? "top level" : path_, problem);
+                   path.empty() ? "top level" : path, problem);
   }
 
   Field Member(const char* name) const {
     Expect(value_.is_object(), "an object");
-    std::string path = path_.empty() ? name : path_ + "." + name;
     auto it = value_.find(name);
-    if (it == value_.end()) Field(value_, path, source_).Fail("missing");
-    return Field(*it, std::move(path), source_);
+    if (it == value_.end()) Field(value_, this, name).Fail("missing");
+    return Field(*it, this, name);
   }
   bool Has(const char* name) const { return value_.is_object() && value_.contains(name); }
 
@@ -52,14 +53,18 @@ class Field {
   void ForEachElement(Fn&& fn) const {
     Expect(value_.is_array(), "an array");
     for (size_t i = 0; i < value_.size(); ++i) {
-      fn(Field(value_[i], fmt::format("{}[{}]", path_, i), source_));
+      Field element(value_[i], this, nullptr);
+      element.index_ = i;
+      fn(element);
     }
   }
   template <typename Fn>  // fn(const std::string& key, Field value)
   void ForEachEntry(Fn&& fn) const {
     Expect(value_.is_object(), "an object");
     for (const auto& [key, member] : value_.items()) {
-      fn(key, Field(member, fmt::format("{}[{}]", path_, json(key).dump()), source_));
+      Field entry(member, this, nullptr);
+      entry.key_ = &key;
+      fn(key, entry);
     }
   }
 
@@ -87,9 +92,24 @@ class Field {
     if (!ok) Fail(fmt::format("expected {}, got {}", what, value_.type_name()));
   }
 
+  Field(const json& value, const Field* parent, const char* name)
+      : value_(value), source_(parent->source_), parent_(parent), name_(name) {}
+
+  std::string Path() const {
+    if (parent_ == nullptr) return "";
+    std::string path = parent_->Path();
+    if (name_) return path.empty() ? name_ : path + "." + name_;
+    if (key_) return fmt::format("{}[{}]", path, json(*key_).dump());
+    return fmt::format("{}[{}]", path, index_);
+  }
+
   const json& value_;
-  std::string path_;
   const std::string& source_;
+  // How this field hangs off its parent: member name_, entry *key_ or element index_.
+  const Field* parent_ = nullptr;
+  const char* name_ = nullptr;
+  const std::string* key_ = nullptr;
+  size_t index_ = 0;
 };
 
 std::optional<int64_t> CheckedVolume(const Shape& shape) {
@@ -275,7 +295,7 @@ json MetadataToJson(const CheckpointMetadata& metadata) {
 }
 
 CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
-  Field root(j, "", source);
+  Field root(j, source);
   CheckpointMetadata metadata;
   // The version first: a newer file may have fields this version does not know.
   metadata.format_version = static_cast<int>(root.Member("format_version").Int(1, INT_MAX));

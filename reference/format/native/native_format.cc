@@ -26,7 +26,7 @@ class NativeFormatImpl : public Format {
  public:
   std::string_view name() const override { return "native"; }
 
-  static constexpr uint64_t kLargestForeignMetadata = 64 << 10;
+  static constexpr uint64_t kLargestForeignMetadata = 4 << 10;
 
   bool Detect(Env* env, const std::string& dir) const override {
     const std::string path = JoinPath(dir, kMetadataFileName);

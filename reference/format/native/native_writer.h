@@ -9,6 +9,7 @@
 #ifndef DISTCKPT_FORMAT_NATIVE_NATIVE_WRITER_H_
 #define DISTCKPT_FORMAT_NATIVE_NATIVE_WRITER_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,7 @@ class NativeWriter : public DataFileWriter {
   void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                   std::span<const std::byte> bytes) override;
   void StoreObject(StoredObject& object, std::span<const std::byte> bytes) override;
+  uint64_t AppendChecksummed(std::span<const std::byte> bytes, std::optional<uint64_t>& checksum);
 };
 
 }  // namespace distckpt

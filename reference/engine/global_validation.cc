@@ -1,0 +1,25 @@
+#include "engine/global_validation.h"
+
+#include "mapping/validation.h"
+
+namespace distckpt {
+
+void ValidateGlobalSharding(const Node& sharded, Communicator& comm) {
+  constexpr int kCoordinator = 0;
+  LocalMetadata mine = CollectLocalMetadata(sharded);
+  const bool coordinator = comm.rank() == kCoordinator;
+  std::vector<std::string> all =
+      comm.Gather(coordinator ? std::string() : LocalMetadataToJson(mine).dump(), kCoordinator);
+  AgreeOnOutcome(comm, [&] {
+    if (!coordinator) return;
+    GlobalMetadata global;
+    global.reserve(all.size());
+    for (size_t r = 0; r < all.size(); ++r) {
+      global.push_back(static_cast<int>(r) == kCoordinator ? std::move(mine)
+                                         : LocalMetadataFromJson(nlohmann::json::parse(all[r])));
+    }
+    ValidateShardingIntegrity(global);
+  });
+}
+
+}  // namespace distckpt
