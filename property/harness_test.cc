@@ -17,6 +17,7 @@
 #include "io/testing.h"
 #include "property/generators.h"
 #include "property/harness.h"
+#include "scenario/expand.h"
 #include "scenario/spec.h"
 
 namespace distckpt {
@@ -102,6 +103,30 @@ TEST_F(PropertyHarness, AClassBelowItsMinimumPrintsTheSeedAndWritesAReport) {
   EXPECT_NE(message.find("seed: "), std::string::npos) << message;
   ASSERT_EQ(Written(".txt").size(), 1u) << message;
   EXPECT_NE(ReadFileToString(Env::Default(), Written(".txt")[0]).find("class 'never'"), std::string::npos);
+}
+
+// Seed 105 of the corruption property: Fit halved the padded axis 0 of a
+// tensor split over tp=6 down to 1, then dropped the padding, leaving an
+// axis of 1 split evenly into 6 parts; the generator's own ExpandTensor then
+// threw ("Exception while generating", before any scenario existed).
+TEST(Generators, FitKeepsEvenSplitsDividingWhenItDropsThePadding) {
+  TensorSpec t;
+  t.key = "t0";
+  t.shape = {250, 250};
+  t.shard[0] = {MeshDim::kTp};
+  t.pad_multiple = 8;
+  t.flatten = MeshDim::kDp;
+  GenLimits limits;
+  limits.max_elements = 4;
+  const std::vector<Topology> topos{Topology::Parse("tp=6"), Topology::Parse("tp=1,dp=2")};
+  Fit(t, topos, limits);
+  EXPECT_LE(Volume(t.shape), limits.max_elements);
+  for (const Topology& topo : topos) {
+    for (int r = 0; r < topo.world_size(); ++r) {
+      EXPECT_NO_THROW(ExpandTensor(t, topo, r)) << topo.ToString() << " rank " << r;
+    }
+  }
+  EXPECT_TRUE(FitsAsGenerated(t, topos, limits));
 }
 
 }  // namespace
