@@ -5,6 +5,7 @@
 #include <ostream>
 #include <set>
 
+#include "core/error.h"
 #include "property/scenario_json.h"
 #include "scenario/expand.h"
 
@@ -277,7 +278,11 @@ bool FitsAsGenerated(const TensorSpec& spec, const std::vector<Topology>& topos,
   if (spec.pad_multiple > 0 && spec.shape.empty()) return false;
   if (!limits.zero_volume && Volume(spec.shape) == 0) return false;
   TensorSpec fitted = spec;
-  Fit(fitted, topos, limits);
+  try {
+    Fit(fitted, topos, limits);
+  } catch (const CheckpointError&) {  // a shrunk spec Fit cannot even expand
+    return false;
+  }
   return TensorSpecToJson(fitted) == TensorSpecToJson(spec);
 }
 
