@@ -19,8 +19,11 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <typeinfo>
 
 #include <fmt/format.h>
@@ -90,7 +93,10 @@ std::string Apply(const Damage& d, const std::string& dir) {
     what = fmt::format("set byte {} of {} ({} bytes) from 0x{:02x} to 0x{:02x}", at, name,
                        bytes.size(), old, now);
   }
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  out.close();
+  if (!out) Fail(ErrorKind::kIo, "cannot write the damaged {}", path);
   return what;
 }
 
@@ -127,11 +133,9 @@ bool HasOverlappingChunks(const std::string& dir) {
 // What the forked load reports back: its verdict and a message.
 enum Verdict : int { kLoaded = 0, kRejected = 10, kWrongValues = 20, kOtherException = 30, kSplit = 40 };
 
-// Child: loads under the pair's load topology, checks every element.
-[[noreturn]] void LoadInChild(const Scenario& s, const std::string& dir, int fd) {
-  rlimit limit{4ull << 30, 4ull << 30};
-  setrlimit(RLIMIT_AS, &limit);
-  alarm(60);
+// Child: loads under the pair's load topology, checks every element; writes
+// "rank R: <message>" to `fd` and exits with the verdict.
+void LoadAndCheck(const Scenario& s, const std::string& dir, int fd) {
   const PairSpec& pair = s.pairs[0];
   const Topology saved = Topology::Parse(pair.save), topo = Topology::Parse(pair.load);
   std::vector<int> verdict(topo.world_size(), kLoaded);
@@ -171,6 +175,25 @@ enum Verdict : int { kLoaded = 0, kRejected = 10, kWrongValues = 20, kOtherExcep
   _exit(worst);
 }
 
+// The forked child's body: never returns into the parent's code (an exception
+// escaping here, e.g. a rank thread that cannot start under the address-space
+// cap, would otherwise run the rest of the property in the child).
+[[noreturn]] void LoadInChild(const Scenario& s, const std::string& dir, int fd) {
+  rlimit limit{4ull << 30, 4ull << 30};
+  setrlimit(RLIMIT_AS, &limit);
+  alarm(60);
+  std::string text;
+  try {
+    LoadAndCheck(s, dir, fd);
+  } catch (const std::exception& e) {
+    text = fmt::format("the load's process failed outside the ranks: {}: {}", typeid(e).name(), e.what());
+  } catch (...) {
+    text = "the load's process failed outside the ranks: unknown exception";
+  }
+  if (write(fd, text.data(), text.size()) < 0) _exit(99);
+  _exit(kOtherException);
+}
+
 // "rank R: <kind>\t<message>" -> "<kind>".
 std::string ErrorKindOf(const std::string& rejection) {
   const size_t from = rejection.find(": ") + 2;
@@ -181,7 +204,14 @@ std::string ErrorKindOf(const std::string& rejection) {
 std::pair<int, std::string> LoadForked(const Scenario& s, const std::string& dir) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return {-1, "pipe failed"};
+  std::cout.flush();  // the child must not write the parent's buffered output again
   const pid_t pid = fork();
+  if (pid < 0) {  // not a load that passed: waitpid(-1) would report some other process
+    const int error = errno;
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return {-1, fmt::format("could not fork the load: {}", strerror(error))};
+  }
   if (pid == 0) {
     close(pipe_fds[0]);
     LoadInChild(s, dir, pipe_fds[1]);
@@ -189,10 +219,16 @@ std::pair<int, std::string> LoadForked(const Scenario& s, const std::string& dir
   close(pipe_fds[1]);
   std::string text;
   char buffer[4096];
-  for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, n);
+  for (;;) {
+    const ssize_t n = read(pipe_fds[0], buffer, sizeof buffer);
+    if (n > 0) text.append(buffer, n);
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+  }
   close(pipe_fds[0]);
   int status = 0;
-  waitpid(pid, &status, 0);
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return {-1, fmt::format("waitpid failed: {}", strerror(errno))};
+  }
   if (WIFSIGNALED(status)) {
     const int signal = WTERMSIG(status);
     return {-1, signal == SIGALRM ? "the load hung (killed after 60 s)"
@@ -220,17 +256,19 @@ TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
                   d.value = static_cast<uint8_t>(Choose(256));
                   const std::string dir = (fs::path(work) / "ckpt").string();
                   fs::remove_all(dir);
+                  SetCase(s);
                   if (auto e = SaveScenario(s, s.pairs[0].save, dir)) FailCase(s, *e);
                   const std::string what = Apply(d, dir);
                   RC_PRE(!what.empty());
                   Tag({d.metadata ? "metadata.json" : "data-file",
                        d.truncate ? "truncate" : d.change == 2 && d.metadata ? "digit" : "byte"});
-                  const auto [verdict, message] = LoadForked(s, dir);
                   const std::string note = fmt::format(
                       "After `distckpt save FILE --topology '{}' --dir D`, {}; then `distckpt load FILE "
                       "--topology '{}' --dir D --verify always --strict raise_all` must load correctly or "
                       "fail with an error (exit 2).",
                       s.pairs[0].save, what, s.pairs[0].load);
+                  SetCase(s, note);
+                  const auto [verdict, message] = LoadForked(s, dir);
                   if (verdict == kLoaded) {
                     Tag({"loaded"});
                   } else if (verdict == kRejected) {
@@ -239,7 +277,7 @@ TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
                              HasOverlappingChunks(dir)) {
                     Tag({"finding-3"});
                   } else {
-                    FailCase(s, fmt::format("{}: {}", what, message), note);
+                    FailCase(s, fmt::format("{}: verdict {}: {}", what, verdict, message), note);
                   }
                 });
   fs::remove_all(work);

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <set>
 
+#include "core/error.h"
 #include "property/scenario_json.h"
 #include "scenario/expand.h"
 
@@ -76,58 +77,6 @@ int64_t EvenMultiple(const TensorSpec& t, int axis, const std::vector<Topology>&
   return lcm;
 }
 
-// Makes `t` valid under every topology and within `max_elements`: rounds
-// evenly split sizes up to a multiple of their parts, then halves the
-// largest shrinkable axis (dropping an axis's sharding or the padding when
-// nothing else can shrink), then drops flatten_jitter where its
-// constraints (Megatron's test_flattened_resharding ranges) do not hold, and
-// the flattening where a rank's range would be empty (unless allowed).
-void Fit(TensorSpec& t, const std::vector<Topology>& topos, const GenLimits& limits) {
-  const int rank = static_cast<int>(t.shape.size());
-  for (int a = 0; a < rank; ++a) {
-    const int64_t m = EvenMultiple(t, a, topos);
-    t.shape[a] = (t.shape[a] + m - 1) / m * m;
-  }
-  while (MaxVolume(t, topos) > limits.max_elements) {
-    int best = -1;
-    for (int a = 0; a < rank; ++a) {
-      const int64_t floor = Padded(t, a) ? 1 : EvenMultiple(t, a, topos);
-      if (t.shape[a] > floor && (best < 0 || t.shape[a] > t.shape[best])) best = a;
-    }
-    if (best >= 0) {
-      const int64_t m = Padded(t, best) ? 1 : EvenMultiple(t, best, topos);
-      t.shape[best] = std::max(m, t.shape[best] / 2 / m * m);
-    } else if (t.pad_multiple > 0) {
-      t.pad_multiple = 0;
-    } else {  // every axis sits at its split's minimum: unshard the widest
-      int widest = 0;
-      for (int a = 1; a < rank; ++a) {
-        if (EvenMultiple(t, a, topos) > EvenMultiple(t, widest, topos)) widest = a;
-      }
-      t.shard.erase(widest);
-    }
-  }
-  if (t.flatten_jitter) {
-    for (const Topology& topo : topos) {
-      int64_t numel = 1;
-      for (int a = 0; a < rank; ++a) numel *= PaddedSize(t, a, topo) / AxisParts(t, a, topo);
-      const int64_t parts = topo.Size(*t.flatten);
-      if (numel % parts != 0 || numel / parts < parts - 1) t.flatten_jitter = false;
-    }
-  }
-  if (t.flatten && !limits.empty_flat_ranges) {
-    for (const Topology& topo : topos) {
-      for (int r = 0; r < topo.world_size(); ++r) {
-        if (ExpandTensor(t, topo, r).front().LocalNumel() == 0) {
-          t.flatten.reset();
-          t.flatten_jitter = false;
-          return;
-        }
-      }
-    }
-  }
-}
-
 // Inside rc::gen::exec: an axis size, small ones most often.
 int64_t AxisSize(bool zero) {
   static const std::vector<int64_t> odd{3, 5, 6, 7};
@@ -159,6 +108,64 @@ std::vector<std::vector<MeshDim>> AllOrders() {
 }
 
 }  // namespace
+
+// Makes `t` valid under every topology and within `max_elements`: rounds
+// evenly split sizes up to a multiple of their parts, then halves the
+// largest shrinkable axis (dropping an axis's sharding or the padding when
+// nothing else can shrink), then drops flatten_jitter where its
+// constraints (Megatron's test_flattened_resharding ranges) do not hold, and
+// the flattening where a rank's range would be empty (unless allowed).
+void Fit(TensorSpec& t, const std::vector<Topology>& topos, const GenLimits& limits) {
+  const int rank = static_cast<int>(t.shape.size());
+  auto round_up = [&] {  // even splits divide their axes
+    for (int a = 0; a < rank; ++a) {
+      const int64_t m = EvenMultiple(t, a, topos);
+      t.shape[a] = (t.shape[a] + m - 1) / m * m;
+    }
+  };
+  round_up();
+  while (MaxVolume(t, topos) > limits.max_elements) {
+    int best = -1;
+    for (int a = 0; a < rank; ++a) {
+      const int64_t floor = Padded(t, a) ? 1 : EvenMultiple(t, a, topos);
+      if (t.shape[a] > floor && (best < 0 || t.shape[a] > t.shape[best])) best = a;
+    }
+    if (best >= 0) {
+      const int64_t m = Padded(t, best) ? 1 : EvenMultiple(t, best, topos);
+      t.shape[best] = std::max(m, t.shape[best] / 2 / m * m);
+    } else if (t.pad_multiple > 0) {
+      // Padded axes may have been halved below their split's multiple: without
+      // the padding they must divide again (an axis of 1 split over tp=6 did not).
+      t.pad_multiple = 0;
+      round_up();
+    } else {  // every axis sits at its split's minimum: unshard the widest
+      int widest = 0;
+      for (int a = 1; a < rank; ++a) {
+        if (EvenMultiple(t, a, topos) > EvenMultiple(t, widest, topos)) widest = a;
+      }
+      t.shard.erase(widest);
+    }
+  }
+  if (t.flatten_jitter) {
+    for (const Topology& topo : topos) {
+      int64_t numel = 1;
+      for (int a = 0; a < rank; ++a) numel *= PaddedSize(t, a, topo) / AxisParts(t, a, topo);
+      const int64_t parts = topo.Size(*t.flatten);
+      if (numel % parts != 0 || numel / parts < parts - 1) t.flatten_jitter = false;
+    }
+  }
+  if (t.flatten && !limits.empty_flat_ranges) {
+    for (const Topology& topo : topos) {
+      for (int r = 0; r < topo.world_size(); ++r) {
+        if (ExpandTensor(t, topo, r).front().LocalNumel() == 0) {
+          t.flatten.reset();
+          t.flatten_jitter = false;
+          return;
+        }
+      }
+    }
+  }
+}
 
 rc::Gen<uint64_t> Uniform(uint64_t n) {
   return rc::Gen<uint64_t>([n](const rc::Random& random, int) {
@@ -271,7 +278,11 @@ bool FitsAsGenerated(const TensorSpec& spec, const std::vector<Topology>& topos,
   if (spec.pad_multiple > 0 && spec.shape.empty()) return false;
   if (!limits.zero_volume && Volume(spec.shape) == 0) return false;
   TensorSpec fitted = spec;
-  Fit(fitted, topos, limits);
+  try {
+    Fit(fitted, topos, limits);
+  } catch (const CheckpointError&) {  // a shrunk spec Fit cannot even expand
+    return false;
+  }
   return TensorSpecToJson(fitted) == TensorSpecToJson(spec);
 }
 

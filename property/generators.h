@@ -67,6 +67,10 @@ PairSpec MakePair(const std::string& save, const std::string& load);
 // GenScenario with one pair: topologies[0] saves, topologies[1] loads.
 rc::Gen<Scenario> GenReshardScenario(const GenLimits& limits);
 
+// Makes `spec` valid under every topology and within limits.max_elements
+// (even splits divide their axes, jitter constraints hold); GenTensorSpec's last step.
+void Fit(TensorSpec& spec, const std::vector<Topology>& topologies, const GenLimits& limits);
+
 // True if `spec` is a tensor GenTensorSpec could have produced for these
 // topologies and limits (valid under each of them: even splits divide, the
 // jitter constraints hold, no excluded case); used to keep shrunk scenarios valid.

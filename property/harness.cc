@@ -1,5 +1,6 @@
 #include "property/harness.h"
 
+#include <cxxabi.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 
@@ -32,6 +34,8 @@ struct Recorded {
 };
 std::mutex recorded_mu;
 std::optional<Recorded> recorded;
+std::optional<Recorded> pending;  // SetCase: the current case's scenario
+bool recorded_this_case = false;  // FailCase / CheckScenario ran in the current case
 
 bool ParamsSet(const char* key) {
   const char* params = std::getenv("RC_PARAMS");
@@ -63,8 +67,10 @@ std::map<std::string, int> CountTags(const rc::detail::Distribution& distributio
   return counts;
 }
 
-void ReportClasses(const std::string& id, int cases, const rc::detail::Distribution& distribution,
-                   const std::vector<ClassMinimum>& minimums, bool print) {
+// Prints the classes; returns one message per class below its minimum.
+std::vector<std::string> ReportClasses(const std::string& id, int cases,
+                                       const rc::detail::Distribution& distribution,
+                                       const std::vector<ClassMinimum>& minimums, bool print) {
   std::map<std::string, int> counts = CountTags(distribution);
   if (print) {
     std::cout << fmt::format("[property] {}: {} cases passed; classes:\n", id, cases);
@@ -72,26 +78,50 @@ void ReportClasses(const std::string& id, int cases, const rc::detail::Distribut
       std::cout << fmt::format("  {:<26} {:>6}  {:5.1f}%\n", tag, n, 100.0 * n / cases);
     }
   }
+  std::vector<std::string> below;
   for (const ClassMinimum& m : minimums) {
     const int want = static_cast<int>(m.fraction * cases);
     const int got = counts.count(m.tag) ? counts.at(m.tag) : 0;
-    EXPECT_GE(got, want) << fmt::format(
-        "class '{}' ran {} of {} cases, below its minimum of {:.0f}%: the generator no longer "
-        "produces it often enough",
-        m.tag, got, cases, 100 * m.fraction);
+    if (got < want) {
+      below.push_back(fmt::format("class '{}' ran {} of {} cases, below its minimum of {:.0f}%: the "
+                                  "generator no longer produces it often enough",
+                                  m.tag, got, cases, 100 * m.fraction));
+    }
   }
+  return below;
 }
 
-std::string WriteCounterexample(const Recorded& rec, const std::string& id, uint64_t seed) {
+// "<Suite>.<Test>-seed<S>.<extension>" under CounterexampleDir().
+std::string OutputPath(const std::string& id, uint64_t seed, const std::string& extension) {
   std::string name = id;
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '.';
   }
-  std::string path = (fs::path(CounterexampleDir()) / fmt::format("{}-seed{}.json", name, seed)).string();
+  return (fs::path(CounterexampleDir()) / fmt::format("{}-seed{}.{}", name, seed, extension)).string();
+}
+
+std::string TypeName(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
+                                              std::free);
+  return status == 0 && name ? name.get() : type.name();
+}
+
+std::string WriteCounterexample(const Recorded& rec, const std::string& id, uint64_t seed) {
+  const std::string path = OutputPath(id, seed, "json");
   std::ofstream out(path);
   out << ScenarioToJson(rec.scenario, rec.note).dump(2) << "\n";
-  if (!out) return "";
-  return path;
+  out.close();
+  return out ? path : "";
+}
+
+// The failure report beside the scenario file: seed, rerun command, message.
+std::string WriteReport(const std::string& id, uint64_t seed, const std::string& report) {
+  const std::string path = OutputPath(id, seed, "txt");
+  std::ofstream out(path);
+  out << report << "\n";
+  out.close();
+  return out ? path : "";
 }
 
 }  // namespace
@@ -119,34 +149,90 @@ void RunProperty(const rc::detail::Property& property, const PropertyOptions& op
     recorded.reset();
   }
   const rc::detail::TestResult result = rc::detail::checkProperty(property, metadata, own);
-  if (result.is<rc::detail::SuccessResult>()) {
-    const auto& success = result.get<rc::detail::SuccessResult>();
-    ReportClasses(test, success.numSuccess, success.distribution, options.minimums, print);
-    return;
+  const std::string rerun =
+      fmt::format("seed: {} (rerun: RC_PARAMS=\"seed={}\" --gtest_filter={})", params.seed, params.seed, test);
+  std::string report;  // empty: the property holds
+  try {
+    if (result.is<rc::detail::SuccessResult>()) {
+      const auto& success = result.get<rc::detail::SuccessResult>();
+      for (const std::string& below :
+           ReportClasses(test, success.numSuccess, success.distribution, options.minimums, print)) {
+        report += below + "\n";
+      }
+      if (!report.empty()) report += rerun;
+    } else {
+      std::ostringstream message;
+      rc::detail::printResultMessage(result, message);
+      report = message.str() + "\n" + rerun;
+      std::optional<Recorded> rec;
+      {
+        std::lock_guard<std::mutex> lock(recorded_mu);
+        rec.swap(recorded);
+      }
+      if (rec && rec->check) {  // every rank shrinks: under MPI the check is collective
+        ShrinkResult shrunk = ShrinkScenario(rec->scenario, rec->why, rec->limits, rec->check);
+        rec->scenario = shrunk.scenario;
+        report += fmt::format("\nscenario shrinking: {} checks, {} simplifications kept; the written "
+                              "scenario fails with: {}",
+                              shrunk.runs, shrunk.steps, shrunk.failure);
+      }
+      if (result.is<rc::detail::FailureResult>() && print) {
+        const std::string path = rec ? WriteCounterexample(*rec, test, params.seed) : "";
+        report += path.empty() ? "\n(no scenario reproduces this case: the counterexample above is all)"
+                               : fmt::format("\nshrunk counterexample: {}\nreplay: distckpt run {}", path, path);
+      }
+    }
+  } catch (const std::exception& e) {  // still report the seed
+    report += fmt::format("\n{}\nthe harness failed while reporting: {}", rerun, e.what());
   }
-  std::ostringstream message;
-  rc::detail::printResultMessage(result, message);
-  std::optional<Recorded> rec;
+  if (report.empty()) return;
+  if (print) {
+    try {
+      const std::string path = WriteReport(test, params.seed, report);
+      report += path.empty() ? "\n(the failure report could not be written)" : "\nfailure report: " + path;
+    } catch (const std::exception& e) {
+      report += fmt::format("\n(the failure report could not be written: {})", e.what());
+    }
+  }
+  ADD_FAILURE() << report;
+}
+
+void RunCase(const std::function<void()>& body) {
   {
     std::lock_guard<std::mutex> lock(recorded_mu);
-    rec.swap(recorded);
+    pending.reset();
+    recorded_this_case = false;
   }
-  std::string replay;
-  if (rec && rec->check) {  // every rank shrinks: under MPI the check is collective
-    ShrinkResult shrunk = ShrinkScenario(rec->scenario, rec->why, rec->limits, rec->check);
-    rec->scenario = shrunk.scenario;
-    replay = fmt::format("\nscenario shrinking: {} checks, {} simplifications kept; the written scenario "
-                         "fails with: {}",
-                         shrunk.runs, shrunk.steps, shrunk.failure);
+  std::string why;
+  try {
+    body();
+    return;
+  } catch (const rc::detail::CaseResult& result) {
+    if (result.type == rc::detail::CaseResult::Type::Failure) {
+      std::lock_guard<std::mutex> lock(recorded_mu);
+      if (!recorded_this_case) recorded.reset();  // an earlier case's scenario, not this failure's
+    }
+    throw;
+  } catch (const rc::GenerationFailure&) {
+    throw;  // a discard
+  } catch (const std::exception& e) {
+    why = fmt::format("unexpected exception {}: {}", TypeName(typeid(e)), e.what());
+  } catch (...) {
+    why = "unexpected exception of an unknown type";
   }
-  if (result.is<rc::detail::FailureResult>() && print) {
-    std::string path = rec ? WriteCounterexample(*rec, test, params.seed) : "";
-    replay += path.empty() ? "\n(this property's cases are not scenarios: the counterexample above is all)"
-                           : fmt::format("\nshrunk counterexample: {}\nreplay: distckpt run {}", path, path);
+  std::optional<Recorded> scenario;
+  {
+    std::lock_guard<std::mutex> lock(recorded_mu);
+    scenario = pending;
+    if (!scenario) recorded.reset();
   }
-  ADD_FAILURE() << message.str() << fmt::format("\nseed: {} (rerun: RC_PARAMS=\"seed={}\" --gtest_filter={})",
-                                                params.seed, params.seed, test)
-                << replay;
+  if (scenario) FailCase(scenario->scenario, why, scenario->note);
+  RC_FAIL(why);
+}
+
+void SetCase(const Scenario& scenario, const std::string& note) {
+  std::lock_guard<std::mutex> lock(recorded_mu);
+  pending = Recorded{scenario, "", note, nullptr, GenLimits{}};
 }
 
 void Tag(const std::vector<std::string>& tags) {
@@ -157,16 +243,22 @@ void FailCase(const Scenario& scenario, const std::string& why, const std::strin
   {
     std::lock_guard<std::mutex> lock(recorded_mu);
     recorded = Recorded{scenario, why, note, nullptr, GenLimits{}};
+    recorded_this_case = true;
   }
   RC_FAIL(why);
 }
 
 void CheckScenario(const Scenario& scenario, const GenLimits& limits, const ScenarioCheck& check) {
+  {
+    std::lock_guard<std::mutex> lock(recorded_mu);
+    if (!pending) pending = Recorded{scenario, "", "", nullptr, limits};  // should `check` throw
+  }
   std::optional<std::string> why = check(scenario);
   if (!why) return;
   {
     std::lock_guard<std::mutex> lock(recorded_mu);
     recorded = Recorded{scenario, *why, "", check, limits};
+    recorded_this_case = true;
   }
   RC_FAIL(*why);
 }

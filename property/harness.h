@@ -13,6 +13,11 @@
 //    RapidCheck's shrinking, the minimal one; with CheckScenario, shrunk
 //    further by ShrinkScenario) is written to $DISTCKPT_PROPERTY_OUT (default
 //    <tmp>/distckpt-property) and the `distckpt run` command is printed;
+//    a case that ends in an exception instead is recorded with the scenario
+//    SetCase named for it; and every failure (a case, a give-up, a class
+//    below its minimum, an error in the harness itself) prints the seed and
+//    writes <Suite>.<Test>-seed<S>.txt there with the whole report, so that a
+//    failure seen only as "Failed" in a ctest summary can still be replayed;
 //  - MPI: with `world` set, every rank runs the same cases (rank 0's seed);
 //    the property must return the same verdict on every rank (RunReshardOn
 //    does), so that RapidCheck shrinks identically everywhere; rank 0 writes.
@@ -21,8 +26,10 @@
 #ifndef DISTCKPT_PROPERTY_HARNESS_H_
 #define DISTCKPT_PROPERTY_HARNESS_H_
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -50,13 +57,25 @@ struct PropertyOptions {
 // Runs `property` and reports through GoogleTest (ADD_FAILURE on failure).
 void RunProperty(const rc::detail::Property& property, const PropertyOptions& options);
 
+// Runs one case's body: turns an exception escaping it into a failure of the
+// scenario SetCase named (else it fails as RapidCheck reports it, with no
+// scenario), and forgets a scenario recorded by an earlier case when this one
+// fails without FailCase.
+void RunCase(const std::function<void()>& body);
+
+// `testable` takes no arguments: cases draw their values with `*gen` inside.
 template <typename Testable>
 void CheckProperty(const PropertyOptions& options, Testable&& testable) {
-  RunProperty(rc::detail::toProperty(std::forward<Testable>(testable)), options);
+  static_assert(std::is_invocable_v<Testable&>, "a property draws its values inside: no arguments");
+  RunProperty(rc::detail::toProperty([&testable] { RunCase([&] { testable(); }); }), options);
 }
 
 // Adds tags to the current case (counted by RunProperty).
 void Tag(const std::vector<std::string>& tags);
+
+// Names the scenario (and `note`, as FailCase) that reproduces the current
+// case, should it end in an exception rather than in FailCase.
+void SetCase(const Scenario& scenario, const std::string& note = "");
 
 // Records `scenario` (with `note` as its description: what the scenario file
 // cannot express, e.g. the byte flipped) as the current counterexample and

@@ -187,6 +187,7 @@ TEST(StrictProperty, LoadReportsTheSetDifferences) {
       pair.expect_missing = Joined(want.returned.missing);
       pair.expect_unexpected = Joined(want.returned.unexpected);
     }
+    SetCase(s);
     ExpectNoFailure(RunReshard(s, work), s);
   });
   std::filesystem::remove_all(work);

@@ -126,6 +126,7 @@ TEST(ValidationProperty, SaveRefusesExactlyTheGapsAndOverlaps) {
                   s.pairs = {pair};
                   RunOptions options;
                   options.work_dir = work;
+                  SetCase(s);
                   const PairResult r = RunScenario(s, options).at(0);
                   if (!r.ok) FailCase(s, r.reason);
                   if (broken.empty()) return;
@@ -175,6 +176,7 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
       victim->dtype = to;
     }
     Tag({shift ? "shift" : "dtype-flip"});
+    SetCase(s, note);
     GlobalMetadata global(ranks.size());
     for (size_t r = 0; r < ranks.size(); ++r) {
       for (const ShardedTensor& t : ranks[r]) global[r].push_back(t);
