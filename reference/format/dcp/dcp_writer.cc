@@ -76,9 +76,10 @@ StoredChunk DcpWriter::WriteTensorChunk(const std::string& key, DType dtype,
          DTypeName(it->second.dtype), ShapeToString(it->second.global_shape), DTypeName(dtype),
          ShapeToString(global_shape));
   }
-  // Megatron reads a flattened piece as a tensor of shape (1, ..., 1, n).
+  // Megatron reads a flattened piece as a tensor of shape (1, ..., 1, n); a
+  // tensor of no elements is not reformulated (DcpFromMetadata).
   Shape shape = box.shape;
-  if (flat) {
+  if (flat && Volume(global_shape) > 0) {
     shape.assign(box.rank(), 1);
     shape.push_back(flat->size());
   }
