@@ -12,7 +12,8 @@ peer_test.sh drives it; checkpoints are exchanged through /tmp.
   torch_peer.py save CKPT EXPECTED       torch writes a checkpoint (2.x: 3 processes with
                                          DTensor Shard(0) uneven and empty, Shard(1);
                                          1.13: 2 processes with ShardedTensor rows and
-                                         columns; both: a transposed tensor, bytes items)
+                                         columns; both: a transposed tensor, a tensor of
+                                         no elements, bytes items)
                                          and EXPECTED/<key>.bin (global bytes) plus
                                          EXPECTED/common.json (the bytes items' values)
   torch_peer.py check-common INSPECT_JSON EXPECTED_COMMON
@@ -223,7 +224,7 @@ COMMON = {"step": 7, "meta": {"lr": 0.5, "name": "peer", "list": [1, 2, 3]}}
 
 def _globals():
     t = {"uneven": make((5, 4), "f32"), "cols": make((3, 5), "bf16"), "rows_i64": make((3, 3), "i64"),
-         "scalar": torch.tensor(2.5)}
+         "scalar": torch.tensor(2.5), "no_elements": make((0, 4), "f32")}
     if TORCH2:
         t["empty_shard"] = make((2, 3), "i64")
     t["transposed"] = make((3, 4), "f32").t()  # saved with strides (1, 4)
@@ -240,7 +241,8 @@ def _save_worker(rank, world, ckpt):
         state = {"uneven": distribute_tensor(g["uneven"], mesh, [Shard(0)]),        # rows 2, 2, 1
                  "empty_shard": distribute_tensor(g["empty_shard"], mesh, [Shard(0)]),  # rows 1, 1, 0
                  "cols": distribute_tensor(g["cols"], mesh, [Shard(1)]),            # columns 2, 2, 1
-                 "rows_i64": distribute_tensor(g["rows_i64"], mesh, [Shard(0)])}
+                 "rows_i64": distribute_tensor(g["rows_i64"], mesh, [Shard(0)]),
+                 "no_elements": distribute_tensor(g["no_elements"], mesh, [Shard(1)])}  # (0, 2) x 2, (0, 0)
     else:
         from torch.distributed._shard.sharded_tensor import Shard, init_from_local_shards
 
@@ -253,7 +255,8 @@ def _save_worker(rank, world, ckpt):
 
         state = {"uneven": sharded(g["uneven"], 0, [(0, 3), (3, 2)]),
                  "cols": sharded(g["cols"], 1, [(0, 2), (2, 3)]),
-                 "rows_i64": sharded(g["rows_i64"], 0, [(0, 2), (2, 1)])}
+                 "rows_i64": sharded(g["rows_i64"], 0, [(0, 2), (2, 1)]),
+                 "no_elements": g["no_elements"]}
     state.update(scalar=g["scalar"], transposed=g["transposed"], **json.loads(json.dumps(COMMON)))
     save_state(state, ckpt)
 
