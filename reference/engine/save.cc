@@ -141,12 +141,13 @@ void ForEachItemToWrite(
     const std::function<void(const ShardedObject&, const std::string&)>& object) {
   ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
-      if (!IsMainReplica(t->replica_id)) return;
-      // An empty chunk is written only to record a tensor of no elements
-      // (its dtype and global shape; PyTorch DCP keeps such tensors too).
       if (t->LocalNumel() > 0) {
-        tensor(*t, t->data.bytes());
+        if (IsMainReplica(t->replica_id)) tensor(*t, t->data.bytes());
       } else if (Volume(t->global_shape) == 0) {
+        // A tensor of no elements is recorded (dtype, global shape; PyTorch
+        // DCP keeps such tensors too) by every rank holding any replica of
+        // it, as DCP plans replicated items: a layout without a main replica
+        // is still valid, and MergeFrom keeps one chunk per offset.
         tensor(*t, {});
       }
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {

@@ -165,11 +165,13 @@ TEST(SaveLoadTest, ShiftedChunkOffsetInMetadataIsRefusedOnOpen) {
 }
 
 // Tensors with a 0 axis are recorded (dtype, global shape, empty chunks) and
-// load under another sharding, in both formats.
+// load under another sharding, in both formats; even one that only a
+// non-main replica holds (a valid layout: no element lacks a main replica).
 TEST(SaveLoadTest, TensorsOfNoElementsComeBack) {
-  auto empty = [](const std::string& key, Shape local, int axis, int part, int parts) {
+  auto empty = [](const std::string& key, Shape local, int axis, int part, int parts,
+                  ReplicaId replica = {0}) {
     return Node(ShardedTensor::FromRankOffsets(key, Tensor::Empty(DType::kBF16, std::move(local)),
-                                               {{axis, part, parts}}));
+                                               {{axis, part, parts}}, replica));
   };
   for (const Format* format : {&NativeFormat(), &FormatByName("dcp")}) {
     ScopedTempDir tmp;
@@ -177,12 +179,14 @@ TEST(SaveLoadTest, TensorsOfNoElementsComeBack) {
       SaveOptions options;
       options.format = format;
       const int r = comm.rank();
-      Save(StateOf({{"e", empty("e", {0}, 0, r, 2)},  // both ranks: the empty shard at offset 0
-                    {"rows", empty("rows", {2, 0}, 0, r, 2)},
-                    {"w", Node(Shard("w", {4, 2}, 0, r, 2))}}),
-           tmp.path(), comm, options);
+      Node state = StateOf({{"e", empty("e", {0}, 0, r, 2)},  // both: the empty shard at offset 0
+                            {"rows", empty("rows", {2, 0}, 0, r, 2)},
+                            {"w", Node(Shard("w", {4, 2}, 0, r, 2))}});
+      if (r == 1) state.as<Dict>()["replica"] = empty("replica", {3, 0}, 0, 0, 1, {1});
+      Save(state, tmp.path(), comm, options);
     });
     const Node stored = LoadTensorsMetadata(tmp.path());
+    EXPECT_EQ(stored.at("replica").as<ShardedTensor>().global_shape, (Shape{3, 0}));
     EXPECT_EQ(stored.at("e").as<ShardedTensor>().global_shape, (Shape{0})) << format->name();
     EXPECT_EQ(stored.at("rows").as<ShardedTensor>().global_shape, (Shape{4, 0}));
     EXPECT_EQ(stored.at("rows").as<ShardedTensor>().dtype, DType::kBF16);
@@ -191,11 +195,13 @@ TEST(SaveLoadTest, TensorsOfNoElementsComeBack) {
       options.strict = StrictHandling::kRaiseAll;
       const int r = comm.rank();
       LoadResult result = Load(StateOf({{"e", empty("e", {0}, 0, r, 3)},
+                                        {"replica", empty("replica", {3, 0}, 1, r, 3)},
                                         {"rows", empty("rows", {4, 0}, 1, r, 3)},
                                         {"w", Node(Shard("w", {4, 2}, 1, r % 2, 2, {r / 2}))}}),
                                tmp.path(), comm, options);
       EXPECT_EQ(result.state_dict.at("e").as<Tensor>().shape(), (Shape{0}));
       EXPECT_EQ(result.state_dict.at("rows").as<Tensor>().shape(), (Shape{4, 0}));
+      EXPECT_EQ(result.state_dict.at("replica").as<Tensor>().shape(), (Shape{3, 0}));
       ExpectArange(result.state_dict.at("w").as<Tensor>(), {4, 2}, Box{{0, r % 2}, {4, 1}});
     });
   }

@@ -37,8 +37,9 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
                          const SaveOptions& options, SaveSummary& summary);
 
 // Calls `tensor` for every non-empty main-replica ShardedTensor (with its
-// bytes), and with no bytes for every main replica of a tensor of no
-// elements (so the checkpoint records its key, dtype and global shape), and
+// bytes), and with no bytes for every shard, main replica or not, of a
+// tensor of no elements (so the checkpoint records its key, dtype and global
+// shape; the commit keeps one chunk per offset), and
 // `object` for every main-replica ShardedObject (with its serialized payload)
 // of a prepared tree: exactly what this rank writes, in tree order. Other
 // empty shards are skipped.
