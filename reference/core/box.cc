@@ -83,7 +83,46 @@ struct Side {
   }
 };
 
+// FlatRangeBoxes below axis `axis`: `box` has extent 1 on the axes before it.
+void AppendFlatRangeBoxes(const Box& box, size_t axis, int64_t start, int64_t stop,
+                          std::vector<Box>& out) {
+  if (start >= stop) return;
+  int64_t inner = 1;  // elements per index of `axis`
+  for (size_t a = axis + 1; a < box.rank(); ++a) inner *= box.shape[a];
+  if (axis == box.rank() || (start == 0 && stop == box.shape[axis] * inner)) {
+    out.push_back(box);
+    return;
+  }
+  auto slab = [&](int64_t from, int64_t to) {  // indices [from, to) of `axis`
+    Box b = box;
+    b.offset[axis] += from;
+    b.shape[axis] = to - from;
+    return b;
+  };
+  int64_t first = start / inner;
+  const int64_t last = stop / inner;  // the partial slab at the end, if any
+  if (start % inner != 0) {  // the partial slab at the start
+    const int64_t end = std::min(stop, (first + 1) * inner);
+    AppendFlatRangeBoxes(slab(first, first + 1), axis + 1, start - first * inner,
+                         end - first * inner, out);
+    if (end == stop) return;
+    ++first;
+  }
+  if (first < last) out.push_back(slab(first, last));
+  if (stop % inner != 0) {
+    AppendFlatRangeBoxes(slab(last, last + 1), axis + 1, 0, stop - last * inner, out);
+  }
+}
+
 }  // namespace
+
+std::vector<Box> FlatRangeBoxes(const Box& box, const FlatRange& range) {
+  CheckBox(box);
+  CheckFlatRange(box, range);
+  std::vector<Box> boxes;
+  AppendFlatRangeBoxes(box, 0, range.start, range.stop, boxes);
+  return boxes;
+}
 
 int64_t Volume(const Shape& shape) {
   int64_t volume = 1;

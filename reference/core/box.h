@@ -45,6 +45,12 @@ struct FlatRange {
   friend bool operator==(const FlatRange&, const FlatRange&) = default;
 };
 
+// The boxes, at most 2 * rank - 1 of them and in row-major order, whose
+// union is exactly the elements [range.start, range.stop) of `box`'s
+// row-major flattening (none for an empty range). Throws
+// CheckpointError(kInvalidArgument) for a range outside the box.
+std::vector<Box> FlatRangeBoxes(const Box& box, const FlatRange& range);
+
 struct ByteRun {
   uint64_t offset = 0;  // from the start of the chunk
   uint64_t length = 0;

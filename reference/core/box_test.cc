@@ -219,5 +219,60 @@ TEST(BoxTest, SubBoxRunsMatchPerElementReference) {
   }
 }
 
+TEST(BoxTest, FlatRangeBoxesHandComputed) {
+  using Boxes = std::vector<Box>;
+  EXPECT_EQ(FlatRangeBoxes(Box{{0, 0}, {4, 3}}, FlatRange{5, 9}),
+            (Boxes{Box{{1, 2}, {1, 1}}, Box{{2, 0}, {1, 3}}}));
+  // Offsets carry over; 4 boxes for a 3-d range (at most 2 * 3 - 1).
+  EXPECT_EQ(FlatRangeBoxes(Box{{10, 0, 0}, {2, 3, 4}}, FlatRange{5, 19}),
+            (Boxes{Box{{10, 1, 1}, {1, 1, 3}}, Box{{10, 2, 0}, {1, 1, 4}},
+                   Box{{11, 0, 0}, {1, 1, 4}}, Box{{11, 1, 0}, {1, 1, 3}}}));
+  EXPECT_EQ(FlatRangeBoxes(Box{{0, 2}, {4, 3}}, FlatRange{0, 12}), (Boxes{Box{{0, 2}, {4, 3}}}));
+  EXPECT_EQ(FlatRangeBoxes(Box{{0, 0}, {4, 3}}, FlatRange{3, 9}), (Boxes{Box{{1, 0}, {2, 3}}}));
+  EXPECT_EQ(FlatRangeBoxes(Box{{}, {}}, FlatRange{0, 1}), (Boxes{Box{{}, {}}}));
+  EXPECT_EQ(FlatRangeBoxes(Box{{0}, {4}}, FlatRange{2, 2}), Boxes{});
+  EXPECT_THAT([] { FlatRangeBoxes(Box{{0}, {4}}, FlatRange{2, 5}); }, kThrowsInvalidArgument);
+}
+
+TEST(BoxTest, FlatRangeBoxesMatchPerElementReference) {
+  std::mt19937 rng(99);
+  int multi_box = 0;
+  for (int iteration = 0; iteration < 5000; ++iteration) {
+    const size_t rank = rng() % 5;
+    const Box box = RandomBox(rng, rank);
+    const int64_t volume = box.volume();
+    const int64_t start = std::uniform_int_distribution<int64_t>(0, volume)(rng);
+    const FlatRange range{start, std::uniform_int_distribution<int64_t>(start, volume)(rng)};
+    const std::vector<Box> boxes = FlatRangeBoxes(box, range);
+    ASSERT_LE(boxes.size(), std::max<size_t>(1, 2 * rank - 1));
+    multi_box += boxes.size() > 1;
+    // Every element of `box`: in exactly one returned box iff its index is in the range, and the
+    // boxes come in row-major order.
+    std::vector<int> owner(static_cast<size_t>(volume), -1);
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      ASSERT_FALSE(boxes[i].empty());
+      ASSERT_TRUE(Contains(box, boxes[i])) << boxes[i].ToString() << " in " << box.ToString();
+      for (const CopyRun& run : ReferenceCopyRuns(box, std::nullopt, boxes[i], std::nullopt,
+                                                  boxes[i])) {
+        for (int64_t e = run.a_index; e < run.a_index + run.count; ++e) {
+          ASSERT_EQ(owner[e], -1) << "element " << e << " in two boxes";
+          owner[e] = static_cast<int>(i);
+        }
+      }
+    }
+    int last = 0;
+    for (int64_t e = 0; e < volume; ++e) {
+      const bool in_range = e >= range.start && e < range.stop;
+      ASSERT_EQ(owner[e] >= 0, in_range) << "element " << e << " of " << box.ToString()
+                                         << " range [" << range.start << ", " << range.stop << ")";
+      if (in_range) {
+        ASSERT_GE(owner[e], last);
+        last = owner[e];
+      }
+    }
+  }
+  EXPECT_GT(multi_box, 1000);  // the ranges are not degenerate
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -47,9 +47,9 @@ CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, Sav
       prepared.format->NewWriter(prepared.env, prepared.write_dir, rank);
   ForEachItemToWrite(
       prepared.sharded,
-      [&](const ShardedTensor& t) {
+      [&](const ShardedTensor& t, std::span<const std::byte> bytes) {
         writer->WriteTensorChunk(t.key, t.dtype, t.global_shape, t.GlobalBox(), t.flattened_range,
-                                 t.data.bytes());
+                                 bytes);
         ++summary.chunks_written;
       },
       [&](const ShardedObject& o, const std::string& payload) {
@@ -122,11 +122,20 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
 }
 
 void ForEachItemToWrite(
-    const Node& sharded, const std::function<void(const ShardedTensor&)>& tensor,
+    const Node& sharded,
+    const std::function<void(const ShardedTensor&, std::span<const std::byte>)>& tensor,
     const std::function<void(const ShardedObject&, const std::string&)>& object) {
   ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
-      if (IsMainReplica(t->replica_id) && t->LocalNumel() > 0) tensor(*t);
+      if (t->LocalNumel() > 0) {
+        if (IsMainReplica(t->replica_id)) tensor(*t, t->data.bytes());
+      } else if (Volume(t->global_shape) == 0) {
+        // A tensor of no elements is recorded (dtype, global shape; PyTorch
+        // DCP keeps such tensors too) by every rank holding any replica of
+        // it, as DCP plans replicated items: a layout without a main replica
+        // is still valid, and MergeFrom keeps one chunk per offset.
+        tensor(*t, {});
+      }
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
       if (IsMainReplica(o->replica_id)) object(*o, o->data.dump());
     }

@@ -29,14 +29,14 @@ std::shared_ptr<WriterJob> StageAndStartWriters(const PreparedSave& prepared, in
   std::vector<Pending> pending;
   ForEachItemToWrite(
       prepared.sharded,
-      [&](const ShardedTensor& t) {
+      [&](const ShardedTensor& t, std::span<const std::byte> bytes) {
         Pending& p = pending.emplace_back();
         p.item.key = t.key;
         p.item.dtype = t.dtype;
         p.item.global_shape = t.global_shape;
         p.item.box = t.GlobalBox();
         p.item.flat = t.flattened_range;
-        p.tensor_bytes = t.data.bytes();
+        p.tensor_bytes = bytes;
         ++summary.chunks_written;
       },
       [&](const ShardedObject& o, const std::string& payload) {

@@ -30,7 +30,8 @@ using ::testing::HasSubstr;
 
 // TestAsyncSave's state (8 ranks there), with values: keyA (2, 4)
 // replicated with replica = rank, keyB (3, 5, 7) replicated with replica =
-// world - 1 - rank, each rank's 2-element slice of keyC, an object per rank.
+// world - 1 - rank, each rank's 2-element slice of keyC, an object per rank;
+// and keyE (2 * world, 0), which has no elements.
 Node AsyncState(const Communicator& comm, float bias = 0) {
   const int rank = comm.rank(), world = comm.size();
   auto filled = [&](Shape shape, float base) {
@@ -45,6 +46,8 @@ Node AsyncState(const Communicator& comm, float bias = 0) {
       Node(ShardedTensor::FromRankOffsets("keyB", filled({3, 5, 7}, 100), {}, {world - 1 - rank}));
   d["keyC"] = Node(
       ShardedTensor::FromRankOffsets("keyC", filled({2}, 1000 + 2 * rank), {{0, rank, world}}));
+  d["keyE"] = Node(  // no elements: each rank's (2, 0) rows
+      ShardedTensor::FromRankOffsets("keyE", Tensor::Empty(DType::kF32, {2, 0}), {{0, rank, world}}));
   d["obj"] = Node(ShardedObject{"obj", nlohmann::json{{"rank", rank}}, {world}, {rank}, {0}});
   d["step"] = Node(nlohmann::json(7));
   return Node(std::move(d));
@@ -73,7 +76,7 @@ TEST(SaveAsyncTest, AsyncIsEquivalentToSync) {
   });
   CheckpointDiff diff = DiffCheckpoints(sync_dir, async_dir);
   EXPECT_TRUE(diff.identical()) << ::testing::PrintToString(diff.mismatches);
-  EXPECT_EQ(diff.tensors_compared, 3u);
+  EXPECT_EQ(diff.tensors_compared, 4u);
   EXPECT_EQ(diff.objects_compared, 8u);
   // Rank 0 wrote keyA (and keyB? no: its replica is 7) over several files.
   EXPECT_TRUE(fs::exists(fs::path(async_dir) / "__0_1.bin"));

@@ -136,6 +136,77 @@ TEST(SaveLoadTest, FlippedByteIsCorruptionNamingFileAndKey) {
   });
 }
 
+// One edited digit of metadata.json (it has no checksum): chunk 0's offset
+// [0, 0] -> [1, 0] overlaps chunk 1 by one row and uncovers row 0, as many
+// elements as the overlap, so counting covered elements cannot tell.
+TEST(SaveLoadTest, ShiftedChunkOffsetInMetadataIsRefusedOnOpen) {
+  ScopedTempDir tmp;
+  SaveRows(tmp.path(), 2, {4, 4});
+  const std::string path = (fs::path(tmp.path()) / "metadata.json").string();
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = text.find("\"offset\":[0,0]");
+  ASSERT_NE(at, std::string::npos);
+  text[at + 10] = '1';
+  std::ofstream(path, std::ios::trunc) << text;
+  for (int world : {1, 2}) {
+    RunRanks(world, [&](Communicator& comm) {
+      Node request = StateOf({{"w", Node(Shard("w", {4, 4}, 0, comm.rank(), world))}});
+      EXPECT_THAT([&] { Load(request, tmp.path(), comm); },
+                  ThrowsError(ErrorKind::kCorruption,
+                              path + ": tensor 'w': stored chunks[0] [1:3, 0:4] (file __0_0.bin, "
+                                     "rank 0) and chunks[1] [2:4, 0:4] (file __1_0.bin, rank 1) "
+                                     "overlap in [2:3, 0:4]"));
+    });
+  }
+}
+
+// Tensors with a 0 axis are recorded (dtype, global shape, empty chunks) and
+// load under another sharding, in both formats; even one that only a
+// non-main replica holds (a valid layout: no element lacks a main replica).
+TEST(SaveLoadTest, TensorsOfNoElementsComeBack) {
+  auto empty = [](const std::string& key, Shape local, int axis, int part, int parts,
+                  ReplicaId replica = {0}) {
+    return Node(ShardedTensor::FromRankOffsets(key, Tensor::Empty(DType::kBF16, std::move(local)),
+                                               {{axis, part, parts}}, replica));
+  };
+  for (const Format* format : {&NativeFormat(), &FormatByName("dcp")}) {
+    ScopedTempDir tmp;
+    RunRanks(2, [&](Communicator& comm) {
+      SaveOptions options;
+      options.format = format;
+      const int r = comm.rank();
+      Node state = StateOf({{"e", empty("e", {0}, 0, r, 2)},  // both: the empty shard at offset 0
+                            {"rows", empty("rows", {2, 0}, 0, r, 2)},
+                            {"w", Node(Shard("w", {4, 2}, 0, r, 2))}});
+      if (r == 1) state.as<Dict>()["replica"] = empty("replica", {3, 0}, 0, 0, 1, {1});
+      Save(state, tmp.path(), comm, options);
+    });
+    const Node stored = LoadTensorsMetadata(tmp.path());
+    EXPECT_EQ(stored.at("replica").as<ShardedTensor>().global_shape, (Shape{3, 0}));
+    EXPECT_EQ(stored.at("e").as<ShardedTensor>().global_shape, (Shape{0})) << format->name();
+    EXPECT_EQ(stored.at("rows").as<ShardedTensor>().global_shape, (Shape{4, 0}));
+    EXPECT_EQ(stored.at("rows").as<ShardedTensor>().dtype, DType::kBF16);
+    RunRanks(3, [&](Communicator& comm) {
+      LoadOptions options;
+      options.strict = StrictHandling::kRaiseAll;
+      const int r = comm.rank();
+      LoadResult result = Load(StateOf({{"e", empty("e", {0}, 0, r, 3)},
+                                        {"replica", empty("replica", {3, 0}, 1, r, 3)},
+                                        {"rows", empty("rows", {4, 0}, 1, r, 3)},
+                                        {"w", Node(Shard("w", {4, 2}, 1, r % 2, 2, {r / 2}))}}),
+                               tmp.path(), comm, options);
+      EXPECT_EQ(result.state_dict.at("e").as<Tensor>().shape(), (Shape{0}));
+      EXPECT_EQ(result.state_dict.at("rows").as<Tensor>().shape(), (Shape{4, 0}));
+      EXPECT_EQ(result.state_dict.at("replica").as<Tensor>().shape(), (Shape{3, 0}));
+      ExpectArange(result.state_dict.at("w").as<Tensor>(), {4, 2}, Box{{0, r % 2}, {4, 1}});
+    });
+  }
+}
+
 TEST(SaveLoadTest, DirectoryWithoutMetadataIsRefusedAsIncomplete) {
   ScopedTempDir tmp;
   SaveRows(tmp.path(), 2, {4, 4});

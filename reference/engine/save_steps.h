@@ -8,7 +8,9 @@
 #ifndef DISTCKPT_ENGINE_SAVE_STEPS_H_
 #define DISTCKPT_ENGINE_SAVE_STEPS_H_
 
+#include <cstddef>
 #include <functional>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -34,11 +36,16 @@ struct PreparedSave {
 PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communicator& comm,
                          const SaveOptions& options, SaveSummary& summary);
 
-// Calls `tensor` for every non-empty main-replica ShardedTensor and `object`
-// for every main-replica ShardedObject (with its serialized payload) of a
-// prepared tree: exactly what this rank writes, in tree order.
+// Calls `tensor` for every non-empty main-replica ShardedTensor (with its
+// bytes), and with no bytes for every shard, main replica or not, of a
+// tensor of no elements (so the checkpoint records its key, dtype and global
+// shape; the commit keeps one chunk per offset), and
+// `object` for every main-replica ShardedObject (with its serialized payload)
+// of a prepared tree: exactly what this rank writes, in tree order. Other
+// empty shards are skipped.
 void ForEachItemToWrite(
-    const Node& sharded, const std::function<void(const ShardedTensor&)>& tensor,
+    const Node& sharded,
+    const std::function<void(const ShardedTensor&, std::span<const std::byte>)>& tensor,
     const std::function<void(const ShardedObject&, const std::string&)>& object);
 
 // Gathers `local` (what this rank wrote, fsync'd) from every rank; the

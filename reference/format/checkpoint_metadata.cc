@@ -3,11 +3,70 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "mapping/tiling.h"
 
 namespace distckpt {
 namespace {
 
 bool IsEmptyJson(const nlohmann::json& j) { return j.is_null() || (j.is_object() && j.empty()); }
+
+std::string DescribeChunk(const StoredTensor& tensor, size_t index) {
+  const StoredChunk& chunk = tensor.chunks[index];
+  std::string text = fmt::format("chunks[{}] {}", index, chunk.box.ToString());
+  if (chunk.flat) text += fmt::format(" flat [{}, {})", chunk.flat->start, chunk.flat->stop);
+  return text + fmt::format(" (file {}, rank {})", chunk.file, chunk.writer_rank);
+}
+
+void CheckTensorTiling(const StoredTensor& tensor, const std::string& source) {
+  const Shape& global = tensor.global_shape;
+  if (tensor.chunks.size() == 1) {  // the common unsharded case
+    const StoredChunk& only = tensor.chunks[0];
+    if (!only.flat && only.box.shape == global &&
+        std::all_of(only.box.offset.begin(), only.box.offset.end(),
+                    [](int64_t o) { return o == 0; })) {
+      return;
+    }
+  }
+  // A flat chunk is the few boxes its range covers; `owner` maps each box back.
+  std::vector<Box> boxes;
+  std::vector<size_t> owner;
+  boxes.reserve(tensor.chunks.size());
+  owner.reserve(tensor.chunks.size());
+  for (size_t i = 0; i < tensor.chunks.size(); ++i) {
+    const StoredChunk& chunk = tensor.chunks[i];
+    if (chunk.box.rank() != global.size() || chunk.box.offset.size() != global.size()) {
+      Fail(ErrorKind::kCorruption, "{}: tensor '{}': {} has {} dims, the tensor has {}", source,
+           tensor.key, DescribeChunk(tensor, i), chunk.box.rank(), global.size());
+    }
+    if (!chunk.flat) {
+      boxes.push_back(chunk.box);
+      owner.push_back(i);
+      continue;
+    }
+    for (Box& box : FlatRangeBoxes(chunk.box, *chunk.flat)) {
+      boxes.push_back(std::move(box));
+      owner.push_back(i);
+    }
+  }
+  const TilingCheck check = CheckTiling(global, boxes, 1);
+  if (!check.outside.empty()) {
+    Fail(ErrorKind::kCorruption, "{}: tensor '{}': {} lies outside the global shape {}", source,
+         tensor.key, DescribeChunk(tensor, owner[check.outside[0]]), ShapeToString(global));
+  }
+  if (!check.overlaps.empty()) {
+    const auto [a, b] = check.overlaps[0];
+    Fail(ErrorKind::kCorruption, "{}: tensor '{}': stored {} and {} overlap in {}", source,
+         tensor.key, DescribeChunk(tensor, std::min(owner[a], owner[b])),
+         DescribeChunk(tensor, std::max(owner[a], owner[b])), Intersect(boxes[a], boxes[b])->ToString());
+  }
+  if (check.gap) {
+    Fail(ErrorKind::kIncomplete,
+         "{}: tensor '{}': elements {} of global shape {} are in no stored chunk ({} of {} "
+         "elements stored in {} chunks)",
+         source, tensor.key, check.gap->ToString(), ShapeToString(global), check.covered,
+         Volume(global), tensor.chunks.size());
+  }
+}
 
 }  // namespace
 
@@ -27,7 +86,18 @@ void CheckpointMetadata::MergeFrom(const CheckpointMetadata& other) {
            key, DTypeName(ours.dtype), ShapeToString(ours.global_shape), DTypeName(theirs.dtype),
            ShapeToString(theirs.global_shape));
     }
-    ours.chunks.insert(ours.chunks.end(), theirs.chunks.begin(), theirs.chunks.end());
+    for (const StoredChunk& chunk : theirs.chunks) {
+      // Ranks holding equal shards of a tensor of no elements each record an
+      // empty chunk; one is kept (DCP keys chunks by offset, and torch's
+      // dedup_save_plans keeps one too).
+      if (chunk.numel() == 0 &&
+          std::any_of(ours.chunks.begin(), ours.chunks.end(), [&](const StoredChunk& c) {
+            return c.numel() == 0 && c.box.offset == chunk.box.offset && c.flat == chunk.flat;
+          })) {
+        continue;
+      }
+      ours.chunks.push_back(chunk);
+    }
   }
   for (const auto& [unique_key, theirs] : other.objects) {
     auto [it, inserted] = objects.try_emplace(unique_key, theirs);
@@ -36,6 +106,10 @@ void CheckpointMetadata::MergeFrom(const CheckpointMetadata& other) {
            unique_key, it->second.writer_rank, theirs.writer_rank);
     }
   }
+}
+
+void CheckChunkTiling(const CheckpointMetadata& metadata, const std::string& source) {
+  for (const auto& [key, tensor] : metadata.tensors) CheckTensorTiling(tensor, source);
 }
 
 std::vector<std::string> CheckpointMetadata::Keys() const {

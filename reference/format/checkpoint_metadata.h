@@ -68,7 +68,8 @@ struct CheckpointMetadata {
   nlohmann::json content = nlohmann::json::object(); // free-form (content_metadata)
 
   // Adds another rank's pieces (tensors merged by key; dtype and global shape
-  // must agree, else CheckpointError(kShapeMismatch) naming the key; an object
+  // must agree, else CheckpointError(kShapeMismatch) naming the key; an empty
+  // chunk at the offset of an empty chunk already held is dropped; an object
   // unique key stored twice is CheckpointError(kInvalidSharding)). Empty
   // writer/topology/common/content are taken from `other`.
   void MergeFrom(const CheckpointMetadata& other);
@@ -76,6 +77,17 @@ struct CheckpointMetadata {
   std::vector<std::string> Keys() const;
   friend bool operator==(const CheckpointMetadata&, const CheckpointMetadata&) = default;
 };
+
+// Checks that every stored tensor's chunks tile its global shape exactly:
+// each chunk inside it, no element stored twice (a chunk with `flat` stores
+// only that range of its box), none missing. Readers call it on open, so a
+// damaged chunk offset is refused before any byte is planned. Throws
+// CheckpointError naming `source` (the metadata file), the key, the chunks
+// (their index in the key's chunk list, file and writer rank) and the region:
+// kCorruption for a chunk outside the shape or two chunks sharing elements,
+// kIncomplete for elements no chunk stores. About O(n log n) for n chunks
+// (mapping/tiling.h); one whole chunk is a constant-time check.
+void CheckChunkTiling(const CheckpointMetadata& metadata, const std::string& source);
 
 }  // namespace distckpt
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "io/testing.h"
+#include "io/testing.h"  // ThrowsError
 
 namespace distckpt {
 namespace {
@@ -80,6 +80,105 @@ TEST(CheckpointMetadataTest, MergeRejectsAnObjectStoredTwice) {
   EXPECT_THAT([&] { merged.MergeFrom(again); },
               ThrowsError(ErrorKind::kInvalidSharding,
                           "object 'rng/shard_0_2' was stored twice, by rank 0 and rank 3"));
+}
+
+TEST(CheckpointMetadataTest, MergeKeepsOneOfEqualEmptyChunks) {
+  // [0] over dp=2 gives both ranks the empty shard at offset 0; [4, 0] over
+  // tp=2 two empty shards at distinct offsets.
+  auto rank_metadata = [](int rank) {
+    CheckpointMetadata md;
+    StoredTensor& e = md.tensors["e"];
+    e.key = "e";
+    e.global_shape = {0};
+    e.chunks.push_back(Chunk({0}, {0}, rank));
+    StoredTensor& rows = md.tensors["rows"];
+    rows.key = "rows";
+    rows.global_shape = {4, 0};
+    rows.chunks.push_back(Chunk({2 * rank, 0}, {2, 0}, rank));
+    return md;
+  };
+  CheckpointMetadata merged;
+  merged.MergeFrom(rank_metadata(0));
+  merged.MergeFrom(rank_metadata(1));
+  ASSERT_EQ(merged.tensors.at("e").chunks.size(), 1u);
+  EXPECT_EQ(merged.tensors.at("e").chunks[0].writer_rank, 0);
+  EXPECT_EQ(merged.tensors.at("rows").chunks.size(), 2u);
+  EXPECT_NO_THROW(CheckChunkTiling(merged, "m"));
+}
+
+StoredTensor Tiled(Shape global, std::vector<StoredChunk> chunks) {
+  return StoredTensor{"w", DType::kF32, std::move(global), std::move(chunks)};
+}
+
+void CheckOne(const StoredTensor& tensor) {
+  CheckpointMetadata md;
+  md.tensors[tensor.key] = tensor;
+  CheckChunkTiling(md, "ck/metadata.json");
+}
+
+StoredChunk Flat(StoredChunk chunk, int64_t start, int64_t stop) {
+  chunk.flat = FlatRange{start, stop};
+  chunk.length = static_cast<uint64_t>(stop - start) * 4;
+  return chunk;
+}
+
+TEST(CheckChunkTilingTest, AcceptsExactTilings) {
+  EXPECT_NO_THROW(CheckOne(Tiled({4, 2}, {Chunk({0, 0}, {4, 2}, 0)})));
+  EXPECT_NO_THROW(CheckOne(Tiled({}, {Chunk({}, {}, 0)})));  // a scalar
+  EXPECT_NO_THROW(CheckOne(Tiled({4, 2}, {Chunk({2, 0}, {2, 2}, 1), Chunk({0, 0}, {2, 2}, 0)})));
+  // Flattened pieces of two chunks (distributed optimizer), and an empty trailing shard.
+  EXPECT_NO_THROW(CheckOne(Tiled({4, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4),
+                                          Flat(Chunk({0, 0}, {2, 3}, 1), 4, 6),
+                                          Flat(Chunk({2, 0}, {2, 3}, 0), 0, 1),
+                                          Flat(Chunk({2, 0}, {2, 3}, 1), 1, 6),
+                                          Chunk({4, 0}, {0, 3}, 2)})));
+  // Tensors of no elements: any empty chunks, or none.
+  EXPECT_NO_THROW(CheckOne(Tiled({4, 0}, {Chunk({0, 0}, {2, 0}, 0), Chunk({2, 0}, {2, 0}, 1)})));
+  EXPECT_NO_THROW(CheckOne(Tiled({0}, {})));
+}
+
+TEST(CheckChunkTilingTest, OverlapNamesSourceKeyChunksAndRegion) {
+  // metadata.json with one digit changed: chunk offset [0] -> [1] of 102 elements in two
+  // chunks of 51 overlaps [51:52] and leaves [0:1] uncovered; counting elements passes it.
+  EXPECT_THAT([] { CheckOne(Tiled({102}, {Chunk({1}, {51}, 0), Chunk({51}, {51}, 2)})); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "ck/metadata.json: tensor 'w': stored chunks[0] [1:52] (file __0_0.bin, "
+                          "rank 0) and chunks[1] [51:102] (file __2_0.bin, rank 2) overlap in "
+                          "[51:52]"));
+  StoredTensor twice = Tiled({4, 2}, {Chunk({0, 0}, {2, 2}, 0), Chunk({2, 0}, {2, 2}, 1)});
+  twice.chunks.push_back(twice.chunks[0]);
+  EXPECT_THAT([&] { CheckOne(twice); },
+              ThrowsError(ErrorKind::kCorruption, "chunks[0] [0:2, 0:2] (file __0_0.bin, rank 0) "
+                                                  "and chunks[2] [0:2, 0:2]"));
+  EXPECT_THAT(
+      [] {
+        CheckOne(Tiled({2, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4),
+                                Flat(Chunk({0, 0}, {2, 3}, 1), 3, 6)}));
+      },
+      ThrowsError(ErrorKind::kCorruption,
+                  "chunks[0] [0:2, 0:3] flat [0, 4) (file __0_0.bin, rank 0) and chunks[1] "
+                  "[0:2, 0:3] flat [3, 6) (file __1_0.bin, rank 1) overlap in [1:2, 0:1]"));
+}
+
+TEST(CheckChunkTilingTest, GapIsIncompleteNamingTheRegion) {
+  EXPECT_THAT([] { CheckOne(Tiled({6, 4}, {Chunk({0, 0}, {2, 4}, 0), Chunk({4, 0}, {2, 4}, 2)})); },
+              ThrowsError(ErrorKind::kIncomplete,
+                          "ck/metadata.json: tensor 'w': elements [2:4, 0:4] of global shape "
+                          "(6, 4) are in no stored chunk (16 of 24 elements stored in 2 chunks)"));
+  EXPECT_THAT([] { CheckOne(Tiled({2, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4)})); },
+              ThrowsError(ErrorKind::kIncomplete, "elements [1:2, 1:3] of global shape (2, 3)"));
+  EXPECT_THAT([] { CheckOne(Tiled({3}, {})); },
+              ThrowsError(ErrorKind::kIncomplete, "elements [0:3] of global shape (3,) are in no "
+                                                  "stored chunk (0 of 3 elements stored in 0 chunks)"));
+}
+
+TEST(CheckChunkTilingTest, ChunkOutsideTheShapeOrOfAnotherRankIsCorruption) {
+  EXPECT_THAT([] { CheckOne(Tiled({4}, {Chunk({0}, {2}, 0), Chunk({2}, {3}, 1)})); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "tensor 'w': chunks[1] [2:5] (file __1_0.bin, rank 1) lies outside the "
+                          "global shape (4,)"));
+  EXPECT_THAT([] { CheckOne(Tiled({4}, {Chunk({0, 0}, {4, 1}, 0)})); },
+              ThrowsError(ErrorKind::kCorruption, "has 2 dims, the tensor has 1"));
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 // A directory is a checkpoint iff Commit completed.
 //
 // Load: r = OpenReader(dir) (throws kIncomplete for an uncommitted or missing
-// directory); r->metadata(); r->ReadChunk(...) reads exactly the requested
+// directory; refuses stored chunks that do not tile their tensor exactly,
+// CheckChunkTiling); r->metadata(); r->ReadChunk(...) reads exactly the requested
 // byte runs (formats whose items are not raw row-major bytes read the whole
 // item and say so in ReadStats).
 //

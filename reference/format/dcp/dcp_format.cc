@@ -127,6 +127,7 @@ class DcpFormatImpl : public Format {
       }
     }
     DcpLayout layout = LayoutFromDcp(DecodeDcpMetadata(ReadFileToString(env, path), path), path);
+    CheckChunkTiling(layout.metadata, path);
     return std::make_unique<DcpReader>(env, dir, std::move(layout));
   }
 

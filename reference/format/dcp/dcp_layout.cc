@@ -157,8 +157,11 @@ DcpMetadata DcpFromMetadata(const CheckpointMetadata& md, DcpTarget target,
   dcp.planner_data.emplace();
   for (const auto& [key, t] : md.tensors) {
     DcpEntry e{key, false, t.dtype, t.global_shape, {}};
+    // A tensor of no elements has no N-D flattened layout (a local extent is
+    // 0): its empty chunks are stored as plain boxes.
     bool flattened = false;
     for (const StoredChunk& c : t.chunks) flattened |= c.flat.has_value();
+    flattened &= Volume(t.global_shape) > 0;
     // Megatron's N-D flattened layout: fragments per axis + (volume of a chunk,).
     Shape local = flattened ? t.chunks.front().box.shape : Shape();
     if (flattened) {

@@ -11,7 +11,9 @@
 //   and chunks (chunk index..., flat start) of size (1, ..., 1, flat
 //   length); it maps to the original global shape with chunk boxes
 //   (index * local shape) and flat ranges. Writing reformulates every tensor
-//   that has a flat chunk; its chunks must lie on a regular grid;
+//   that has a flat chunk and elements; its chunks must lie on a regular grid;
+// - a tensor of no elements keeps its (empty) chunks, each a chunk of size
+//   0 on some axis with a storage item, as torch writes one;
 // - a BytesStorageMetadata whose fqn parses as a ShardedObject unique key
 //   ("<key>/shard_<offset>_<shape>") is a StoredObject (its item a
 //   torch.save of the list [value]); any other bytes item is common state

@@ -3,6 +3,8 @@
 // file; nothing is executed.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -92,6 +94,41 @@ TEST(DcpRobustnessTest, FlippedBytesAreCaughtOrHarmless) {
     WriteFileBytes(path, good);
     EXPECT_GT(caught, good.size() / 4) << file;
   }
+}
+
+// .metadata whose chunks overlap or leave a gap is refused on open, naming
+// it (PyTorch's planner deduplicates chunks before writing them).
+TEST(DcpRobustnessTest, ChunksThatDoNotTileTheirTensorAreRefusedOnOpen) {
+  ScopedTempDir tmp;
+  const std::string dir = tmp.path() + "/ck";
+  CopyDir(DcpFixture(kFixture), dir);
+  const DcpMetadata good = DecodeDcpMetadata(ReadFileBytes(dir + "/.metadata"), "md");
+  DcpMetadata md = good;
+  auto entry = std::find_if(md.entries.begin(), md.entries.end(),
+                            [](const DcpEntry& e) { return e.fqn == "row_f32"; });
+  ASSERT_NE(entry, md.entries.end());
+  ASSERT_EQ(entry->chunks.size(), 2u);
+  // Rows [0:3] and [3:5] of (5, 4); chunk 1 moved up a row, with its storage key.
+  ASSERT_EQ(entry->chunks[1].offsets, (Shape{3, 0}));
+  for (DcpStorage& s : md.storage) {
+    if (s.fqn == "row_f32" && s.offset == entry->chunks[1].offsets) s.offset = Shape{2, 0};
+  }
+  entry->chunks[1].offsets = {2, 0};
+  WriteFileBytes(dir + "/.metadata", EncodeDcpMetadata(md));
+  EXPECT_THAT([&] { DcpFormat().OpenReader(Env::Default(), dir); },
+              ThrowsError(ErrorKind::kCorruption,
+                          dir + "/.metadata: tensor 'row_f32': stored chunks[0] [0:3, 0:4] (file "
+                                "__0_0.distcp, rank 0) and chunks[1] [2:4, 0:4] (file "
+                                "__1_0.distcp, rank 1) overlap in [2:3, 0:4]"));
+  md = good;
+  entry = std::find_if(md.entries.begin(), md.entries.end(),
+                       [](const DcpEntry& e) { return e.fqn == "row_f32"; });
+  entry->chunks.pop_back();
+  WriteFileBytes(dir + "/.metadata", EncodeDcpMetadata(md));
+  EXPECT_THAT([&] { DcpFormat().OpenReader(Env::Default(), dir); },
+              ThrowsError(ErrorKind::kIncomplete,
+                          dir + "/.metadata: tensor 'row_f32': elements [3:5, 0:4] of global shape "
+                                "(5, 4) are in no stored chunk"));
 }
 
 TEST(DcpRobustnessTest, StreamTransformsAreUnsupported) {

@@ -26,9 +26,10 @@ DcpWriter::DcpWriter(Env* env, std::string dir, int rank, int stream, std::strin
 
 void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                            std::span<const std::byte> bytes) {
-  // Megatron reads a flattened piece as a tensor of shape (1, ..., 1, n).
+  // Megatron reads a flattened piece as a tensor of shape (1, ..., 1, n); a
+  // tensor of no elements is not reformulated (DcpFromMetadata).
   Shape shape = chunk.box.shape;
-  if (chunk.flat) {
+  if (chunk.flat && Volume(tensor.global_shape) > 0) {
     shape.assign(chunk.box.rank(), 1);
     shape.push_back(chunk.flat->size());
   }

@@ -80,6 +80,7 @@ class NativeFormatImpl : public Format {
       Fail(ErrorKind::kCorruption, "{}: format: expected \"native\", got \"{}\"", path,
            metadata.format);
     }
+    CheckChunkTiling(metadata, path);
     return std::make_unique<NativeReader>(env, dir, std::move(metadata));
   }
 };

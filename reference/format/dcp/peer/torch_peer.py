@@ -262,7 +262,7 @@ COMMON = {"step": 7, "meta": {"lr": 0.5, "name": "peer", "list": [1, 2, 3]}}
 
 def _globals():
     t = {"uneven": make((5, 4), "f32"), "cols": make((3, 5), "bf16"), "rows_i64": make((3, 3), "i64"),
-         "scalar": torch.tensor(2.5)}
+         "scalar": torch.tensor(2.5), "no_elements": make((0, 4), "f32")}
     if TORCH2:
         t["empty_shard"] = make((2, 3), "i64")
     t["transposed"] = make((3, 4), "f32").t()  # saved with strides (1, 4)
