@@ -13,7 +13,8 @@ peer_test.sh drives it; checkpoints are exchanged through /tmp.
                                          DTensor Shard(0) uneven and empty, Shard(1), bf16
                                          3-D Shard(1); 1.13: 2 processes with ShardedTensor
                                          rows and columns; both: a transposed tensor, a view
-                                         with a storage offset, bytes items)
+                                         with a storage offset, a tensor of no elements,
+                                         bytes items)
                                          and EXPECTED/<key>.bin (global bytes) plus
                                          EXPECTED/common.json (the bytes items' values)
   torch_peer.py check-common INSPECT_JSON EXPECTED_COMMON
@@ -282,7 +283,8 @@ def _save_worker(rank, world, ckpt):
                  "empty_shard": distribute_tensor(g["empty_shard"], mesh, [Shard(0)]),  # rows 1, 1, 0
                  "cols": distribute_tensor(g["cols"], mesh, [Shard(1)]),            # columns 2, 2, 1
                  "rows_i64": distribute_tensor(g["rows_i64"], mesh, [Shard(0)]),
-                 "bf16_3d": distribute_tensor(g["bf16_3d"], mesh, [Shard(1)])}     # columns 3, 3, 1
+                 "bf16_3d": distribute_tensor(g["bf16_3d"], mesh, [Shard(1)]),     # columns 3, 3, 1
+                 "no_elements": distribute_tensor(g["no_elements"], mesh, [Shard(1)])}  # (0, 2) x 2, (0, 0)
     else:
         from torch.distributed._shard.sharded_tensor import Shard, init_from_local_shards
 
@@ -296,7 +298,8 @@ def _save_worker(rank, world, ckpt):
         state = {"uneven": sharded(g["uneven"], 0, [(0, 3), (3, 2)]),
                  "cols": sharded(g["cols"], 1, [(0, 2), (2, 3)]),
                  "rows_i64": sharded(g["rows_i64"], 0, [(0, 2), (2, 1)]),
-                 "bf16_3d": sharded(g["bf16_3d"], 1, [(0, 4), (4, 3)])}
+                 "bf16_3d": sharded(g["bf16_3d"], 1, [(0, 4), (4, 3)]),
+                 "no_elements": g["no_elements"]}
     state.update(scalar=g["scalar"], transposed=g["transposed"], view=g["view"],
                  **json.loads(json.dumps(COMMON)))
     save_state(state, ckpt)
