@@ -14,7 +14,6 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "property/scenario_json.h"
 #include "scenario/values.h"
 
 namespace distckpt {
@@ -89,7 +88,7 @@ std::string WriteCounterexample(const Recorded& rec, const std::string& id, uint
   }
   std::string path = (fs::path(CounterexampleDir()) / fmt::format("{}-seed{}.json", name, seed)).string();
   std::ofstream out(path);
-  out << ScenarioToJson(rec.scenario, rec.note).dump(2) << "\n";
+  out << rec.scenario.ToJson(rec.note).dump(2) << "\n";
   if (!out) return "";
   return path;
 }
