@@ -261,7 +261,7 @@ rc::Gen<Scenario> GenScenario(const GenLimits& limits) {
     for (int i = 0; i < tensors; ++i) {
       s.tensors.push_back(*GenTensorSpec("t" + std::to_string(i), topos, limits));
     }
-    if (limits.fsdp && OneIn(4)) s.fsdp = PickFsdpLayout(false);
+    if (limits.fsdp && OneIn(3)) s.fsdp = PickFsdpLayout(false);
     const int objects = limits.objects ? Pick<int>({{4, 0}, {2, 1}, {1, 2}}) : 0;
     for (int i = 0; i < objects; ++i) {
       ObjectSpec o{"o" + std::to_string(i), {}};
@@ -309,7 +309,7 @@ rc::Gen<Scenario> GenReshardScenario(const GenLimits& limits) {
   return rc::gen::exec([limits] {
     Scenario s = *GenScenario(limits);
     s.pairs = {MakePair(s.topologies[0], s.topologies[1])};
-    if (limits.fsdp && OneIn(4)) {
+    if (limits.fsdp && OneIn(3)) {
       const FsdpLayout load = PickFsdpLayout(true);
       if (load != s.fsdp) s.pairs[0].load_fsdp = load;
     }

@@ -13,7 +13,7 @@
 //    topology has ep > 1. Every tensor is valid under every given topology:
 //    even splits divide, flatten_jitter's constraints hold, and the padded
 //    volume stays within `max_elements`.
-//  - GenScenario: tensors, objects and, one case in four, an FSDP layout
+//  - GenScenario: tensors, objects and, one case in three, an FSDP layout
 //    (Megatron-FSDP buckets or FSDP2 torch.chunk rows over DP x CP) that
 //    re-shards the eligible tensors (scenario/rank_state.h FsdpEligible).
 //  - ReshardClasses: the classes of a case, for RC_TAG and class minimums.
@@ -42,7 +42,7 @@ struct GenLimits {
   bool objects = true;
   bool padding = true;
   bool load_dtype = true;
-  bool fsdp = true;  // an FSDP layout (megatron, fsdp2) on save and/or load, one case in four each
+  bool fsdp = true;  // an FSDP layout (megatron, fsdp2) on save and/or load, one case in three each
   // Cases that fail today because of open findings (property/README.md);
   // turn them on once the findings are fixed.
   bool zero_volume = false;       // finding 2: save records no trace of an empty tensor
@@ -69,7 +69,7 @@ rc::Gen<Scenario> GenScenario(const GenLimits& limits);
 // A pair that saves under `save` and loads under `load`, expecting success.
 PairSpec MakePair(const std::string& save, const std::string& load);
 // GenScenario with one pair: topologies[0] saves, topologies[1] loads; with
-// `limits.fsdp`, one pair in four loads under another FSDP layout (load_fsdp).
+// `limits.fsdp`, one pair in three loads under another FSDP layout (load_fsdp).
 rc::Gen<Scenario> GenReshardScenario(const GenLimits& limits);
 
 // True if `spec` is a tensor GenTensorSpec could have produced for these

@@ -3,7 +3,8 @@
 # scenarios/dp4-replicated.json: async + fully parallel saves equal a plain
 # synchronous one (`distckpt diff`), fully parallel and two-stage loads
 # check every element, and a replicated local checkpoint survives the loss
-# of one rank's files but not of a whole clique.
+# of one rank's files but not of a whole clique; the same with FSDP's empty
+# shards (scenarios/fsdp2-n-to-m.json).
 # Usage: cli_strategies_test.sh DISTCKPT SCENARIO_DIR
 set -euo pipefail
 distckpt=$1
@@ -26,4 +27,15 @@ if "$distckpt" load "$scenario" -t tp=2,dp=4 --local "$work/local" --replication
   exit 1
 fi
 grep -q "no replicas available for rank 1" "$work/err"
+# FSDP ranks without rows hold empty shards whose ShardId (key, offset) is a
+# non-empty shard's: a fully parallel save must not let them "write" it, a
+# fully parallel or two-stage load must not wait for data for them.
+fsdp=$2/fsdp2-n-to-m.json
+"$distckpt" save "$fsdp" -t dp=8 -d "$work/fsdp-sync"
+"$distckpt" save "$fsdp" -t dp=8 -d "$work/fsdp-fp" --fully-parallel
+"$distckpt" diff "$work/fsdp-sync" "$work/fsdp-fp"
+"$distckpt" load "$fsdp" -t dp=5 --saved-topology dp=8 -d "$work/fsdp-fp"
+"$distckpt" load "$fsdp" -t dp=8 --saved-topology dp=8 -d "$work/fsdp-fp" --fully-parallel
+"$distckpt" load "$fsdp" -t dp=5 --saved-topology dp=8 -d "$work/fsdp-sync" --fully-parallel --exchange gather_rounds
+"$distckpt" load "$fsdp" -t dp=8 --saved-topology dp=8 -d "$work/fsdp-sync" --two-stage
 echo "cli strategies: ok"
