@@ -1,6 +1,7 @@
 // Property 2: for random topologies A, B, C, loading A's checkpoint under B
-// and saving the loaded state again under B gives a checkpoint that holds
-// exactly A's global tensors (checkpoint diff), and loading that under C
+// and saving the loaded state (tensors and common state) again under B gives
+// a checkpoint `distckpt diff`-identical to A's (DiffCheckpoints: tensors,
+// objects, common state), and loading that under C
 // gives, element for element, what loading A's checkpoint under C gives.
 //
 // The counterexample file lists the pairs A->B, A->C and B->C; the resave of
@@ -12,9 +13,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "engine/checkpoint_diff.h"
 #include "engine/load.h"
 #include "engine/save.h"
-#include "property/tensor_diff.h"
 #include "property/generators.h"
 #include "property/harness.h"
 #include "property/steps.h"
@@ -24,6 +25,14 @@ namespace distckpt {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The loaded "tensors" dict; load drops requests with an empty flattened
+// range (megatron-semantics §1.8), and with them an emptied dict.
+Dict LoadedTensors(const LoadResult& r) {
+  const Dict& root = r.state_dict.as<Dict>();
+  auto it = root.find("tensors");
+  return it == root.end() ? Dict{} : it->second.as<Dict>();
+}
 
 // Loads `dir` (saved under `saved`) under `topo`; per rank, the loaded
 // tensors dict and the check of every element against the generator.
@@ -39,7 +48,7 @@ Loaded LoadUnder(const Scenario& s, const Topology& saved, const Topology& topo,
   out.failure = OnThreads(topo.world_size(), [&](Communicator& comm) {
     LoadResult r = Load(BuildLoadRequest(s, nullptr, saved, topo, comm.rank()), dir, comm);
     bad[comm.rank()] = CheckLoaded(s, nullptr, saved, topo, comm.rank(), r);
-    out.tensors[comm.rank()] = r.state_dict.at("tensors").as<Dict>();
+    out.tensors[comm.rank()] = LoadedTensors(r);
   });
   for (int rank = 0; rank < topo.world_size() && !out.failure; ++rank) {
     if (bad[rank]) out.failure = fmt::format("rank {}: {}", rank, *bad[rank]);
@@ -53,15 +62,19 @@ std::optional<std::string> Resave(const Scenario& s, const Topology& a, const To
   return OnThreads(b.world_size(), [&](Communicator& comm) {
     Node request = BuildLoadRequest(s, nullptr, a, b, comm.rank());
     LoadResult r = Load(request, from, comm);
-    const Dict& loaded = r.state_dict.at("tensors").as<Dict>();
+    const Dict loaded = LoadedTensors(r);
     Dict tensors;
     for (const auto& [path, node] : request.at("tensors").as<Dict>()) {
       ShardedTensor t = node.as<ShardedTensor>();
-      t.data = loaded.at(path).as<Tensor>();
+      // An empty flattened range that load dropped is saved (and dropped) as A's save did.
+      const bool dropped = !loaded.count(path) && t.flattened_range && t.flattened_range->size() == 0;
+      t.data = dropped ? Tensor::Empty(t.dtype, {0}) : loaded.at(path).as<Tensor>();
       tensors[path] = Node(std::move(t));
     }
     Dict root;
     root["tensors"] = Node(std::move(tensors));
+    root["objects"] = Node(Dict{});  // as BuildSaveState lays the state out (no objects here)
+    if (const Dict* d = r.state_dict.get_if<Dict>(); d && d->count("common")) root["common"] = d->at("common");
     SaveOptions options;
     options.topology = b.ToString();
     Save(Node(std::move(root)), to, comm, options);
@@ -98,9 +111,14 @@ std::optional<std::string> RunChain(const Scenario& s, const std::string& work) 
   } cleanup{dir_a, dir_b};
   if (auto e = SaveScenario(s, a.ToString(), dir_a)) return *e;
   if (auto e = Resave(s, a, b, dir_a, dir_b)) return "load under B and resave: " + *e;
-  std::vector<std::string> diff = DiffGlobalTensors(dir_a, dir_b);
-  if (!diff.empty()) {
-    return fmt::format("the checkpoint resaved under B differs from A's: {}", fmt::join(diff, "; "));
+  const CheckpointDiff diff = DiffCheckpoints(dir_a, dir_b);  // `distckpt diff A B`
+  if (!diff.identical()) {
+    return fmt::format("the checkpoint resaved under B differs from A's: only in A: [{}]; only in B: [{}]; {}",
+                       fmt::join(diff.only_a, ", "), fmt::join(diff.only_b, ", "),
+                       fmt::join(diff.mismatches, "; "));
+  }
+  if (diff.tensors_compared != s.tensors.size()) {
+    return fmt::format("distckpt diff compared {} tensors of {}", diff.tensors_compared, s.tensors.size());
   }
   Loaded direct = LoadUnder(s, a, c, dir_a);
   if (direct.failure) return "A -> C: " + *direct.failure;

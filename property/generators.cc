@@ -6,8 +6,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "property/scenario_json.h"
 #include "scenario/expand.h"
+#include "scenario/rank_state.h"
 
 namespace distckpt {
 namespace {
@@ -96,6 +96,12 @@ DType PickDType() {
                       {2, DType::kF8E4M3FN}, {2, DType::kF8E5M2}, {1, DType::kI8},
                       {1, DType::kI16}, {1, DType::kI32}, {1, DType::kI64}, {1, DType::kU8},
                       {1, DType::kBool}});
+}
+
+// Inside rc::gen::exec: an FSDP layout (kNone only when `none`).
+FsdpLayout PickFsdpLayout(bool none) {
+  return Pick<FsdpLayout>({{none ? 1u : 0u, FsdpLayout::kNone}, {1, FsdpLayout::kMegatron},
+                           {1, FsdpLayout::kFsdp2}});
 }
 
 std::vector<std::vector<MeshDim>> AllOrders() {
@@ -236,6 +242,7 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
     if (limits.padding && rank >= 1 && OneIn(6)) {
       t.pad_multiple = Pick<int64_t>({{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}, {1, 8}});
     }
+    if (OneIn(6)) t.replica = Pick<ReplicaKind>({{1, ReplicaKind::kReversed}, {1, ReplicaKind::kFlat}});
     t.dtype = PickDType();
     if (limits.load_dtype && OneIn(6)) {
       DType other = PickDType();
@@ -261,6 +268,7 @@ rc::Gen<Scenario> GenScenario(const GenLimits& limits) {
     for (int i = 0; i < tensors; ++i) {
       s.tensors.push_back(*GenTensorSpec("t" + std::to_string(i), topos, limits));
     }
+    if (limits.fsdp && OneIn(3)) s.fsdp = PickFsdpLayout(false);
     const int objects = limits.objects ? Pick<int>({{4, 0}, {2, 1}, {1, 2}}) : 0;
     for (int i = 0; i < objects; ++i) {
       ObjectSpec o{"o" + std::to_string(i), {}};
@@ -309,8 +317,13 @@ PairSpec MakePair(const std::string& save, const std::string& load) {
 }
 
 rc::Gen<Scenario> GenReshardScenario(const GenLimits& limits) {
-  return rc::gen::map(GenScenario(limits), [](Scenario s) {
+  return rc::gen::exec([limits] {
+    Scenario s = *GenScenario(limits);
     s.pairs = {MakePair(s.topologies[0], s.topologies[1])};
+    if (limits.fsdp && OneIn(3)) {
+      const FsdpLayout load = PickFsdpLayout(true);
+      if (load != s.fsdp) s.pairs[0].load_fsdp = load;
+    }
     return s;
   });
 }
@@ -333,12 +346,34 @@ std::vector<std::string> ReshardClasses(const Scenario& s) {
   if (a.vpp > 1 || b.vpp > 1) tags.insert("vpp>1");
   if (a.order != Topology().order || b.order != Topology().order) tags.insert("rank-order");
   if (!s.objects.empty()) tags.insert("objects");
+  const FsdpLayout save_fsdp = s.fsdp;
+  const FsdpLayout load_fsdp = s.pairs[0].load_fsdp.value_or(s.fsdp);
+  const bool any_eligible = std::any_of(s.tensors.begin(), s.tensors.end(),
+                                        [](const TensorSpec& t) { return FsdpEligible(t); });
+  if (any_eligible) {
+    for (FsdpLayout layout : {save_fsdp, load_fsdp}) {
+      if (layout == FsdpLayout::kMegatron) tags.insert("fsdp-megatron");
+      if (layout == FsdpLayout::kFsdp2) tags.insert("fsdp2");
+    }
+    if (save_fsdp != FsdpLayout::kNone || load_fsdp != FsdpLayout::kNone) tags.insert("fsdp");
+    if (save_fsdp != load_fsdp) tags.insert("fsdp-layout-changing");
+    // FSDP2 over more DP x CP ranks than a shard has rows: trailing ranks hold none.
+    for (const auto& [topo, layout] : {std::pair{a, save_fsdp}, std::pair{b, load_fsdp}}) {
+      if (layout == FsdpLayout::kNone) continue;
+      for (const TensorSpec& t : s.tensors) {
+        if (FsdpEligible(t) && ExpandTensor(t, topo, 0).front().local_shape[0] < topo.dp * topo.cp) {
+          tags.insert(layout == FsdpLayout::kFsdp2 ? "fsdp2-more-ranks-than-rows" : "fsdp-megatron-few-rows");
+        }
+      }
+    }
+  }
   for (const TensorSpec& t : s.tensors) {
     tags.insert("rank-" + std::to_string(t.shape.size()));
     if (t.flatten) tags.insert("flattened");
     if (t.flatten_jitter) tags.insert("flatten-jitter");
     if (t.pad_multiple > 0) tags.insert("padded");
     if (t.load_dtype) tags.insert("dtype-converting");
+    if (t.replica != ReplicaKind::kMegatron) tags.insert("replica-" + std::string(ReplicaKindName(t.replica)));
     for (DType d : {t.dtype, t.load_dtype.value_or(t.dtype)}) {
       if (d == DType::kF8E4M3FN || d == DType::kF8E5M2) tags.insert("fp8");
     }
@@ -369,6 +404,6 @@ std::vector<std::string> ReshardClasses(const Scenario& s) {
   return {tags.begin(), tags.end()};
 }
 
-void showValue(const Scenario& scenario, std::ostream& os) { os << ScenarioToJson(scenario).dump(); }
+void showValue(const Scenario& scenario, std::ostream& os) { os << scenario.ToJson().dump(); }
 
 }  // namespace distckpt

@@ -13,6 +13,9 @@
 //    topology has ep > 1. Every tensor is valid under every given topology:
 //    even splits divide, flatten_jitter's constraints hold, and the padded
 //    volume stays within `max_elements`.
+//  - GenScenario: tensors, objects and, one case in three, an FSDP layout
+//    (Megatron-FSDP buckets or FSDP2 torch.chunk rows over DP x CP) that
+//    re-shards the eligible tensors (scenario/rank_state.h FsdpEligible).
 //  - ReshardClasses: the classes of a case, for RC_TAG and class minimums.
 //
 // Thread-safety: generators are values; use them from one thread.
@@ -39,10 +42,11 @@ struct GenLimits {
   bool objects = true;
   bool padding = true;
   bool load_dtype = true;
+  bool fsdp = true;  // an FSDP layout (megatron, fsdp2) on save and/or load, one case in three each
   // Cases that fail today because of open findings (property/README.md);
   // turn them on once the findings are fixed.
-  bool zero_volume = true;         // axes of size 0 (finding 2, fixed)
-  bool empty_flat_ranges = false;  // finding 1: CheckLoaded expects dropped empty ranges
+  bool zero_volume = true;        // axes of size 0 (finding 2, fixed)
+  bool empty_flat_ranges = true;  // flattened ranges that are empty on some rank (finding 1, fixed)
 };
 
 // Uniform in [0, n) whatever RapidCheck's size (rc::gen::inRange starts near
@@ -64,7 +68,8 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
 rc::Gen<Scenario> GenScenario(const GenLimits& limits);
 // A pair that saves under `save` and loads under `load`, expecting success.
 PairSpec MakePair(const std::string& save, const std::string& load);
-// GenScenario with one pair: topologies[0] saves, topologies[1] loads.
+// GenScenario with one pair: topologies[0] saves, topologies[1] loads; with
+// `limits.fsdp`, one pair in three loads under another FSDP layout (load_fsdp).
 rc::Gen<Scenario> GenReshardScenario(const GenLimits& limits);
 
 // Makes `spec` valid under every topology and within limits.max_elements

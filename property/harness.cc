@@ -16,7 +16,6 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "property/scenario_json.h"
 #include "scenario/values.h"
 
 namespace distckpt {
@@ -110,7 +109,7 @@ std::string TypeName(const std::type_info& type) {
 std::string WriteCounterexample(const Recorded& rec, const std::string& id, uint64_t seed) {
   const std::string path = OutputPath(id, seed, "json");
   std::ofstream out(path);
-  out << ScenarioToJson(rec.scenario, rec.note).dump(2) << "\n";
+  out << rec.scenario.ToJson(rec.note).dump(2) << "\n";
   out.close();
   return out ? path : "";
 }

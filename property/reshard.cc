@@ -66,7 +66,9 @@ std::optional<std::string> RunReshardOn(Communicator& world, const Scenario& sce
 std::vector<ClassMinimum> ReshardMinimums() {
   return {{"uneven", 0.05},  {"empty-shard", 0.03},         {"flattened", 0.10},
           {"padded", 0.05},  {"dtype-converting", 0.05},    {"fp8", 0.10},
-          {"odd-size", 0.20}, {"world-size-changing", 0.30}, {"ep>1", 0.05}};
+          {"odd-size", 0.20}, {"world-size-changing", 0.30}, {"ep>1", 0.05},
+          {"fsdp", 0.04},    {"fsdp-layout-changing", 0.02}, {"fsdp2-more-ranks-than-rows", 0.005},
+          {"replica-reversed", 0.05}, {"replica-flat", 0.05}};
 }
 
 }  // namespace distckpt

@@ -68,6 +68,7 @@ std::vector<TensorSpec> SimplerTensors(const TensorSpec& t) {
     out.push_back(std::move(c));
   };
   if (t.load_dtype) variant([](TensorSpec& c) { c.load_dtype.reset(); });
+  if (t.replica != ReplicaKind::kMegatron) variant([](TensorSpec& c) { c.replica = ReplicaKind::kMegatron; });
   if (t.pad_multiple > 0) variant([](TensorSpec& c) { c.pad_multiple = 0; });
   if (t.flatten_jitter) variant([](TensorSpec& c) { c.flatten_jitter = false; });
   if (t.flatten) {
@@ -121,6 +122,17 @@ std::vector<Scenario> Candidates(const Scenario& s) {
       c.tensors[i] = std::move(t);
       out.push_back(std::move(c));
     }
+  }
+  if (s.fsdp != FsdpLayout::kNone) {
+    Scenario c = s;
+    c.fsdp = FsdpLayout::kNone;
+    out.push_back(std::move(c));
+  }
+  for (size_t i = 0; i < s.pairs.size(); ++i) {
+    if (!s.pairs[i].load_fsdp) continue;
+    Scenario c = s;
+    c.pairs[i].load_fsdp.reset();
+    out.push_back(std::move(c));
   }
   if (s.seed != 1) {
     Scenario c = s;

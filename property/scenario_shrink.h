@@ -4,9 +4,10 @@
 // still fits every topology as the generator would make it (GenLimits) and
 // the check still fails. Simplifications, in order: drop a tensor or an
 // object; each topology to tp=1, each parallel size to 1, ep / vpp to 1, the
-// default rank order; per tensor: no load dtype, padding, jitter,
-// flattening or chunk split, f32, one axis less sharded, smaller axes, the
-// last unsharded axis removed; seed 1. Pairs are kept.
+// default rank order; per tensor: no load dtype, Megatron replica ids, no
+// padding, jitter, flattening or chunk split, f32, one axis less sharded,
+// smaller axes, the last unsharded axis removed; no FSDP layout (scenario,
+// then each pair's load_fsdp); seed 1. Pairs are kept otherwise.
 //
 // Thread-safety: reentrant if `check` is.
 #ifndef DISTCKPT_PROPERTY_SCENARIO_SHRINK_H_

@@ -9,9 +9,9 @@
 //    save must fail naming exactly the broken key iff the oracle says invalid
 //    (a key no rank saves any more is no sharding error: the checkpoint just
 //    lacks it, and the load must say so);
-//  - shift a main replica's offset by one / flip one shard's dtype (not
-//    expressible in scenario files): ValidateShardingIntegrity on the
-//    metadata must reject naming exactly that key.
+//  - shift a main replica's offset by one / flip one shard's dtype (the
+//    schema's `break` shift / dtype): ValidateShardingIntegrity on the
+//    metadata of the broken save must reject naming exactly that key.
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -146,37 +146,39 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
   limits.topologies = 1;
   limits.objects = false;
   CheckProperty({500, {{"shift", 0.2}, {"dtype-flip", 0.2}}}, [&] {
-    const Scenario s = *GenScenario(limits);
+    Scenario s = *GenScenario(limits);
     const Topology topo = Topology::Parse(s.topologies[0]);
-    auto ranks = SavedShards(s, nullptr, topo);
-    std::vector<ShardedTensor*> mains, all;
-    for (auto& shards : ranks) {
-      for (ShardedTensor& t : shards) {
-        all.push_back(&t);
-        if (IsMainReplica(t.replica_id) && t.LocalNumel() > 0 && !t.global_shape.empty()) mains.push_back(&t);
+    const auto intact = SavedShards(s, nullptr, topo);
+    std::vector<std::pair<int, const ShardedTensor*>> mains, all;
+    for (int r = 0; r < topo.world_size(); ++r) {
+      for (const ShardedTensor& t : intact[r]) {
+        all.emplace_back(r, &t);
+        if (IsMainReplica(t.replica_id) && t.LocalNumel() > 0 && !t.global_shape.empty()) mains.emplace_back(r, &t);
       }
     }
+    // The mutation, as the scenario schema's `break` (shift / dtype).
     const bool shift = OneIn(2);
-    ShardedTensor* victim = nullptr;
-    std::string note;
+    BreakSpec damage;
     if (shift) {
       RC_PRE(!mains.empty());
-      victim = mains[Choose(mains.size())];
-      const size_t axis = Choose(victim->global_shape.size());
-      const int64_t by = *rc::gen::element<int64_t>(-1, 1);
-      victim->global_offset[axis] += by;
-      note = fmt::format("metadata mutation: the main replica of '{}' at {} shifted by {} on axis {}",
-                         victim->key, victim->GlobalBox().ToString(), by, axis);
+      const auto [rank, victim] = mains[Choose(mains.size())];
+      damage = {victim->key, "shift", rank, static_cast<int>(Choose(victim->global_shape.size())),
+                *rc::gen::element<int64_t>(-1, 1)};
     } else {
-      victim = all[Choose(all.size())];
-      RC_PRE(std::count_if(all.begin(), all.end(), [&](auto* t) { return t->key == victim->key; }) > 1);
-      const DType to = victim->dtype == DType::kF32 ? DType::kBF16 : DType::kF32;
-      note = fmt::format("metadata mutation: one shard of '{}' ({}) flipped from {} to {}", victim->key,
-                         victim->GlobalBox().ToString(), DTypeName(victim->dtype), DTypeName(to));
-      victim->dtype = to;
+      const auto [rank, victim] = all[Choose(all.size())];
+      RC_PRE(std::count_if(all.begin(), all.end(), [&](auto& t) { return t.second->key == victim->key; }) > 1);
+      damage = {victim->key, "dtype", rank};
+      damage.dtype = victim->dtype == DType::kF32 ? DType::kBF16 : DType::kF32;
     }
     Tag({shift ? "shift" : "dtype-flip"});
+    PairSpec pair = MakePair(s.topologies[0], s.topologies[0]);
+    pair.break_save = damage;
+    pair.expect_error = PyRepr(damage.key);
+    s.pairs = {pair};
+    const std::string note = "property 3: ValidateShardingIntegrity on the metadata of the save with this break "
+                             "must reject naming exactly the key";
     SetCase(s, note);
+    const auto ranks = SavedShards(s, &pair, topo);
     GlobalMetadata global(ranks.size());
     for (size_t r = 0; r < ranks.size(); ++r) {
       for (const ShardedTensor& t : ranks[r]) global[r].push_back(t);
@@ -186,10 +188,10 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
     } catch (const CheckpointError& e) {
       const std::string message = e.what();
       if (e.kind() != ErrorKind::kInvalidSharding) FailCase(s, "wrong error kind: " + message, note);
-      if (message.find(PyRepr(victim->key)) == std::string::npos) {
+      if (message.find(PyRepr(damage.key)) == std::string::npos) {
         FailCase(s, "the refusal does not name the key: " + message, note);
       }
-      const std::string others = OtherKeysNamed(s, victim->key, message);
+      const std::string others = OtherKeysNamed(s, damage.key, message);
       if (!others.empty()) FailCase(s, "the refusal also names valid keys " + others + ": " + message, note);
       return;
     }

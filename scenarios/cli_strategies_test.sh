@@ -3,8 +3,9 @@
 # scenarios/dp4-replicated.json: async + fully parallel saves equal a plain
 # synchronous one (`distckpt diff`), fully parallel and two-stage loads
 # check every element, and a replicated local checkpoint survives the loss
-# of one rank's files but not of a whole clique; the FP8 scenario under the
-# fully parallel strategies.
+# of one rank's files but not of a whole clique; the same with FSDP's empty
+# shards (scenarios/fsdp2-n-to-m.json); the FP8 scenario under the fully
+# parallel strategies.
 # Usage: cli_strategies_test.sh DISTCKPT SCENARIO_DIR
 set -euo pipefail
 distckpt=$1
@@ -36,4 +37,15 @@ fp8=$2/megatron-fp8.json
 "$distckpt" save "$fp8" -t tp=2,dp=4 -d "$work/fp8dp" --fully-parallel
 "$distckpt" load "$fp8" -t tp=1,dp=8 -d "$work/fp8dp" --fully-parallel --exchange gather_rounds > "$work/out"
 grep -q "fp8 'all_codes': 16 values saturated" "$work/out"
+# FSDP ranks without rows hold empty shards whose ShardId (key, offset) is a
+# non-empty shard's: a fully parallel save must not let them "write" it, a
+# fully parallel or two-stage load must not wait for data for them.
+fsdp=$2/fsdp2-n-to-m.json
+"$distckpt" save "$fsdp" -t dp=8 -d "$work/fsdp-sync"
+"$distckpt" save "$fsdp" -t dp=8 -d "$work/fsdp-fp" --fully-parallel
+"$distckpt" diff "$work/fsdp-sync" "$work/fsdp-fp"
+"$distckpt" load "$fsdp" -t dp=5 --saved-topology dp=8 -d "$work/fsdp-fp"
+"$distckpt" load "$fsdp" -t dp=8 --saved-topology dp=8 -d "$work/fsdp-fp" --fully-parallel
+"$distckpt" load "$fsdp" -t dp=5 --saved-topology dp=8 -d "$work/fsdp-sync" --fully-parallel --exchange gather_rounds
+"$distckpt" load "$fsdp" -t dp=8 --saved-topology dp=8 -d "$work/fsdp-sync" --two-stage
 echo "cli strategies: ok"

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
+#include "scenario/rank_state.h"
 #include "scenario/runner.h"
 
 namespace distckpt {
@@ -30,6 +32,49 @@ TEST_P(ScenarioFileTest, EveryPairMeetsItsExpectation) {
   ASSERT_FALSE(results.empty()) << GetParam() << " ran no pair";
   for (const PairResult& r : results) {
     EXPECT_TRUE(r.ok) << r.save << " -> " << r.load << ": " << r.reason;
+  }
+}
+
+// Every parameter and object of every rank, with its metadata.
+std::string Expanded(const RankState& state) {
+  std::string out;
+  for (const Param& p : state.params) {
+    out += p.path + ":";
+    for (const ShardedTensor& t : p.pieces) out += " " + t.ToString();
+    out += "\n";
+  }
+  for (const ObjectParam& o : state.objects) out += o.path + ": " + o.object.ToString() + "\n";
+  return out;
+}
+
+// Scenario::ToJson writes every field FromJson read: the written file
+// expands, on both sides of the first pair, to the same state on every rank.
+TEST_P(ScenarioFileTest, ToJsonWritesAFileThatExpandsTheSame) {
+  const Scenario s = Scenario::FromFile(GetParam());
+  const nlohmann::json written = s.ToJson("written");
+  const Scenario back = Scenario::FromJson(written, "written");
+  EXPECT_EQ(back.ToJson("written"), written);
+  ASSERT_EQ(back.pairs.size(), s.pairs.size());
+  EXPECT_EQ(back.topologies, s.topologies);
+  if (s.pairs.empty()) return;
+  const PairSpec &pair = s.pairs[0], &back_pair = back.pairs[0];
+  EXPECT_EQ(back_pair.strict, pair.strict);
+  EXPECT_EQ(back_pair.expect_error, pair.expect_error);
+  EXPECT_EQ(back_pair.load_drop, pair.load_drop);
+  for (const bool save : {true, false}) {
+    const Topology topo = Topology::Parse(save ? pair.save : pair.load);
+    for (int r = 0; r < topo.world_size(); ++r) {
+      auto expand = [&](const Scenario& sc, const PairSpec& p) {
+        try {
+          return save ? Expanded(ExpandRank(sc, topo, r))
+                      : Expanded(ExpandRank(sc, topo, r, p.load_model, p.load_optimizer, p.load_fsdp));
+        } catch (const CheckpointError& e) {
+          return std::string("refused: ") + e.what();
+        }
+      };
+      ASSERT_EQ(expand(back, back_pair), expand(s, pair)) << (save ? "save " : "load ") << topo.ToString()
+                                                          << " rank " << r;
+    }
   }
 }
 

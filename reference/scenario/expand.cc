@@ -12,240 +12,6 @@
 namespace distckpt {
 namespace {
 
-bool UsesExpertDims(const TensorSpec& spec) {
-  for (const auto& [axis, dims] : spec.shard) {
-    for (MeshDim d : dims) {
-      if (d == MeshDim::kEp || d == MeshDim::kEdp) return true;
-    }
-  }
-  return spec.flatten == MeshDim::kEp || spec.flatten == MeshDim::kEdp;
-}
-
-std::string DimsProduct(const std::vector<MeshDim>& dims, const Topology& topo) {
-  std::string names, sizes;
-  int64_t parts = 1;
-  for (MeshDim d : dims) {
-    names += fmt::format("{}{}", names.empty() ? "" : "*", MeshDimName(d));
-    parts *= topo.Size(d);
-  }
-  return fmt::format("{}={}", names, parts);
-}
-
-// Index of `coords` over `dims`, first dim most significant (nested split order).
-int64_t MixedRadix(const std::vector<MeshDim>& dims, const Topology& topo, const RankCoords& c) {
-  int64_t index = 0;
-  for (MeshDim d : dims) index = index * topo.Size(d) + c.Get(d);
-  return index;
-}
-
-int64_t Parts(const std::vector<MeshDim>& dims, const Topology& topo) {
-  int64_t parts = 1;
-  for (MeshDim d : dims) parts *= topo.Size(d);
-  return parts;
-}
-
-Shape PaddedShape(const TensorSpec& spec, const Topology& topo) {
-  Shape shape = spec.shape;
-  if (spec.pad_multiple > 0) {
-    auto it = spec.shard.find(0);
-    int64_t multiple = spec.pad_multiple * (it == spec.shard.end() ? 1 : Parts(it->second, topo));
-    shape[0] = (shape[0] + multiple - 1) / multiple * multiple;
-  }
-  return shape;
-}
-
-ReplicaId ReplicaOf(const TensorSpec& spec, const Topology& topo, const RankCoords& c) {
-  auto used = [&](MeshDim dim) {
-    if (spec.flatten == dim) return true;
-    for (const auto& [axis, dims] : spec.shard) {
-      if (std::find(dims.begin(), dims.end(), dim) != dims.end()) return true;
-    }
-    return false;
-  };
-  int64_t data = 0;
-  std::vector<MeshDim> plane = UsesExpertDims(spec)
-                                   ? std::vector<MeshDim>{MeshDim::kEdp, MeshDim::kEp}
-                                   : std::vector<MeshDim>{MeshDim::kDp, MeshDim::kCp};
-  for (MeshDim d : plane) {
-    if (!used(d)) data = data * topo.Size(d) + c.Get(d);
-  }
-  return {used(MeshDim::kPp) ? 0 : c.pp, used(MeshDim::kTp) ? 0 : c.tp, data};
-}
-
-FlatRange FlatRangeOf(const TensorSpec& spec, int64_t numel, int64_t parts, int64_t part) {
-  int64_t n = numel / parts;
-  if (!spec.flatten_jitter) {
-    return {part * n, part == parts - 1 ? numel : (part + 1) * n};
-  }
-  // Megatron test_flattened_resharding: start = n*dp + dp, stop = n*(dp+1) + (dp+1 if dp+1 < DP else 0).
-  if (numel % parts != 0 || n < parts - 1) {
-    Fail(ErrorKind::kInvalidArgument,
-         "tensor '{}': flatten_jitter needs a local chunk of a multiple of {} elements of at "
-         "least {}, got {}",
-         spec.key, parts, parts * (parts - 1), numel);
-  }
-  return {n * part + part, n * (part + 1) + (part + 1 < parts ? part + 1 : 0)};
-}
-
-}  // namespace
-
-std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topo, int rank) {
-  RankCoords c = topo.Coords(rank);
-  ShardedTensor t;
-  t.key = spec.key;
-  t.dtype = spec.dtype;
-  t.global_shape = PaddedShape(spec, topo);
-  t.local_shape = t.global_shape;
-  t.global_offset = Shape(t.global_shape.size(), 0);
-  Shape fragments(t.global_shape.size(), 1);
-  for (const auto& [axis, dims] : spec.shard) {
-    int64_t size = t.global_shape[axis];
-    int64_t parts = Parts(dims, topo);
-    int64_t part = MixedRadix(dims, topo, c);
-    if (spec.split == SplitKind::kEven) {
-      if (size % parts != 0) {
-        Fail(ErrorKind::kInvalidArgument,
-             "tensor '{}' axis {} of size {} cannot be split evenly into {} parts (topology {})",
-             spec.key, axis, size, DimsProduct(dims, topo), topo.ToString());
-      }
-      t.local_shape[axis] = size / parts;
-      t.global_offset[axis] = part * (size / parts);
-      fragments[axis] = parts;
-    } else {  // torch.chunk: ceil-sized chunks, trailing ones short or empty
-      int64_t chunk = (size + parts - 1) / parts;
-      int64_t offset = std::min(part * chunk, size);
-      t.global_offset[axis] = offset;
-      t.local_shape[axis] = std::max<int64_t>(0, std::min(chunk, size - offset));
-    }
-  }
-  if (spec.split == SplitKind::kEven) t.axis_fragmentations = fragments;
-  t.replica_id = ReplicaOf(spec, topo, c);
-  t.allow_shape_mismatch = spec.pad_multiple > 0;  // padding depends on the topology
-  if (spec.flatten) {
-    int64_t parts = topo.Size(*spec.flatten);
-    t.flattened_range = FlatRangeOf(spec, Volume(t.local_shape), parts, c.Get(*spec.flatten));
-  }
-  return {t};
-}
-
-ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology& topo, int rank) {
-  RankCoords c = topo.Coords(rank);
-  ShardedObject o;
-  o.key = spec.key;
-  for (MeshDim d : spec.per) {
-    o.global_shape.push_back(topo.Size(d));
-    o.global_offset.push_back(c.Get(d));
-  }
-  if (spec.per.empty()) {
-    o.global_shape = {1};
-    o.global_offset = {0};
-  }
-  int64_t replica = 0;
-  for (MeshDim d : {MeshDim::kPp, MeshDim::kDp, MeshDim::kCp, MeshDim::kTp}) {
-    if (std::find(spec.per.begin(), spec.per.end(), d) == spec.per.end()) {
-      replica = replica * topo.Size(d) + c.Get(d);
-    }
-  }
-  o.replica_id = {replica};
-  o.data = ObjectValue(spec.key, seed, o.global_offset);
-  return o;
-}
-
-ShardLocation LocationOf(const Shape& logical_shape, const ShardedTensor& shard) {
-  return {logical_shape, shard.GlobalBox(), shard.flattened_range};
-}
-
-namespace {
-
-// The Adam state of the model generators' parameters (state.params so far
-// minus the tensor specs'), each factory piece as its own parameter.
-void AddOptimizer(const OptimizerConfig& config, size_t first_model_param, const Topology& topo,
-                  int rank, RankState& state) {
-  std::vector<OptimTensor> model;
-  std::vector<const Param*> owner;
-  for (size_t i = first_model_param; i < state.params.size(); ++i) {
-    const Param& p = state.params[i];
-    for (size_t k = 0; k < p.pieces.size(); ++k) {
-      // The GPT generator's SequentialMLP experts are Megatron's expert-parallel parameters.
-      bool expert = p.path.find(".mlp.experts.") != std::string::npos;
-      model.push_back({p.is_factory() ? fmt::format("{}#{}", p.path, k) : p.path, p.pieces[k], -1, expert});
-      owner.push_back(&p);
-    }
-  }
-  OptimizerState opt = ExpandOptimizer(config, model, topo, rank);
-  std::vector<Param> params;
-  for (OptimTensor& t : opt.tensors) {
-    Shape logical = t.source >= 0 ? owner[t.source]->logical_shape : t.tensor.global_shape;
-    params.push_back({t.path, {std::move(t.tensor)}, std::move(logical), std::nullopt});
-  }
-  for (Param& p : params) state.params.push_back(std::move(p));
-  for (OptimObject& o : opt.objects) state.objects.push_back({o.path, std::move(o.object)});
-  state.optimizer = std::move(opt.common);
-}
-
-bool FsdpEligible(const TensorSpec& spec) {
-  if (spec.flatten || spec.pad_multiple > 0 || spec.split != SplitKind::kEven || spec.shape.empty()) {
-    return false;
-  }
-  for (const auto& [axis, dims] : spec.shard) {
-    for (MeshDim d : dims) {
-      if (d != MeshDim::kTp && d != MeshDim::kPp) return false;
-    }
-  }
-  return true;
-}
-
-// Re-shards the FSDP-eligible tensor specs' shards (all in state.params) by `layout`.
-void ApplyFsdp(const Scenario& s, FsdpLayout layout, const Topology& topo, int rank, RankState& state) {
-  std::vector<size_t> members;
-  std::vector<ShardedTensor> shards;
-  for (size_t i = 0; i < s.tensors.size(); ++i) {
-    if (!FsdpEligible(s.tensors[i])) continue;
-    members.push_back(i);
-    shards.push_back(state.params[i].pieces.front());
-  }
-  RankCoords c = topo.Coords(rank);
-  std::vector<ShardedTensor> out = ShardForFsdp(layout, shards, static_cast<int64_t>(topo.dp) * topo.cp,
-                                                static_cast<int64_t>(c.dp) * topo.cp + c.cp);
-  for (size_t k = 0; k < members.size(); ++k) state.params[members[k]].pieces = {std::move(out[k])};
-}
-
-}  // namespace
-
-RankState ExpandRank(const Scenario& s, const Topology& topo, int rank,
-                     const nlohmann::json& model_overrides, const nlohmann::json& optimizer_overrides,
-                     std::optional<FsdpLayout> fsdp_override) {
-  RankState state;
-  for (const TensorSpec& spec : s.tensors) {
-    for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-      state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
-    }
-  }
-  FsdpLayout fsdp = fsdp_override.value_or(s.fsdp);
-  if (fsdp != FsdpLayout::kNone) ApplyFsdp(s, fsdp, topo, rank, state);
-  const size_t first_model_param = state.params.size();
-  for (const GptConfig& model : s.models) {
-    GptConfig config = model_overrides.is_null()
-                           ? model
-                           : ApplyGptOverrides(model, model_overrides, "load_model");
-    for (Param& p : ExpandGptParams(config, topo, rank)) state.params.push_back(std::move(p));
-    for (ObjectParam& o : ExpandGptObjects(config, s.seed, topo, rank)) state.objects.push_back(std::move(o));
-  }
-  if (s.optimizer) {
-    OptimizerConfig config = optimizer_overrides.is_null()
-                                 ? *s.optimizer
-                                 : ParseOptimizerConfig(optimizer_overrides, "load_optimizer",
-                                                        *s.optimizer, false);
-    AddOptimizer(config, first_model_param, topo, rank, state);
-  }
-  for (const ObjectSpec& spec : s.objects) {
-    state.objects.push_back({spec.key, ExpandObject(spec, s.seed, topo, rank)});
-  }
-  return state;
-}
-
-namespace {
-
 Shape LocalShape(const ShardedTensor& t) {
   return t.flattened_range ? Shape{t.flattened_range->size()} : t.local_shape;
 }
@@ -298,6 +64,27 @@ Shape DataShape(const Param& param) {
   Shape shape = LocalShape(param.pieces.front());
   for (size_t i = 1; i < param.pieces.size(); ++i) shape[0] += LocalShape(param.pieces[i])[0];
   return shape;
+}
+
+// A plain ShardedTensor leaf with an empty flattened range: load drops it
+// before anything else, as Megatron's load_preprocess does (megatron-semantics
+// §1.8), so it is not in the loaded state. Factory leaves are not dropped.
+bool DroppedByLoad(const Param& param) {
+  const ShardedTensor& t = param.pieces.front();
+  return !param.is_factory() && t.flattened_range && t.flattened_range->size() == 0;
+}
+
+// A "shift" break moves the pieces' metadata after their values were
+// generated where they belong (metadata only, as a corrupted layout would).
+Param BreakShard(Param param, const BreakSpec& damage) {
+  if (damage.kind != "shift") return param;
+  for (ShardedTensor& piece : param.pieces) {
+    if (damage.axis >= static_cast<int>(piece.global_offset.size())) {
+      Fail(ErrorKind::kInvalidArgument, "break: key '{}' has no axis {} to shift", damage.key, damage.axis);
+    }
+    piece.global_offset[damage.axis] += damage.by;
+  }
+  return param;
 }
 
 // The keys a checkpoint saved under `saved` holds: dtype and logical shape
@@ -401,15 +188,19 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
           extra.push_back(std::move(other));
         }
         ++it;
-      } else {
-        it = state.params.erase(it);  // gap
+      } else if (damage->kind == "gap") {
+        it = state.params.erase(it);
+      } else {  // shift, dtype: applied by BreakShard
+        ++it;
       }
     }
     for (Param& p : extra) state.params.push_back(std::move(p));
   }
   Dict tensors;
   for (const Param& param : state.params) {
-    Tensor data = Tensor::Empty(param.pieces.front().dtype, DataShape(param));
+    const bool broken = damage && damage->rank == rank && param.key() == damage->key;
+    const DType dtype = broken && damage->kind == "dtype" ? damage->dtype : param.pieces.front().dtype;
+    Tensor data = Tensor::Empty(dtype, DataShape(param));
     int64_t offset = 0;
     for (const ShardedTensor& piece : param.pieces) {
       int64_t n = Volume(LocalShape(piece));
@@ -417,7 +208,7 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
       FillShard(s.seed, piece.key, LocationOf(param.logical_shape, piece), part);
       offset += n;
     }
-    tensors[param.path] = LeafFor(param, std::move(data));
+    tensors[param.path] = LeafFor(broken ? BreakShard(param, *damage) : param, std::move(data));
   }
   Dict objects;
   for (ObjectParam& o : state.objects) objects[o.path] = Node(std::move(o.object));
@@ -482,6 +273,14 @@ std::optional<std::string> CheckLoaded(const Scenario& s, const PairSpec* pair,
     if (stored == index.tensors.end() || loaded.mismatch.unexpected.count(param.key())) {
       if (got) return fmt::format("key '{}' is not in the checkpoint but was loaded", param.key());
       continue;  // an unexpected key removed by the strict mode
+    }
+    if (DroppedByLoad(param)) {
+      if (got) {
+        return fmt::format("key '{}' (at '{}') has an empty flattened range, which load drops, but "
+                           "it was loaded",
+                           param.key(), param.path);
+      }
+      continue;
     }
     if (!got || !got->is<Tensor>()) {
       return fmt::format("key '{}' (at '{}') missing from the loaded state", param.key(), param.path);

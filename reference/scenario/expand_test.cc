@@ -86,6 +86,26 @@ TEST(ExpandTest, JitteredFlatRangesAreMegatrons) {
   EXPECT_EQ(ExpandTensor(spec, topo, 2).front().flattened_range, (FlatRange{201, 400}));
 }
 
+TEST(ExpandTest, CheckLoadedExpectsEmptyFlattenedRangesDroppedByLoad) {
+  // One element flattened over tp=2: rank 0's range is [0, 0), which load
+  // drops (megatron-semantics §1.8); rank 1's is [0, 1).
+  Scenario s = Scenario::FromJson(nlohmann::json::parse(R"({"tensors": [
+      {"key": "t0", "shape": [], "dtype": "f32", "flatten": "tp"}]})"), "$");
+  Topology topo = Topology::Parse("tp=2");
+  ASSERT_EQ(ExpandTensor(s.tensors[0], topo, 0).front().flattened_range, (FlatRange{0, 0}));
+  LoadResult dropped;
+  dropped.state_dict = Node(Dict{{"tensors", Node(Dict{})}, {"objects", Node(Dict{})}});
+  EXPECT_EQ(CheckLoaded(s, nullptr, topo, topo, 0, dropped), std::nullopt);
+  LoadResult kept;
+  kept.state_dict = Node(Dict{{"tensors", Node(Dict{{"t0", Node(Tensor::Zeros(DType::kF32, {0}))}})},
+                              {"objects", Node(Dict{})}});
+  EXPECT_THAT(CheckLoaded(s, nullptr, topo, topo, 0, kept).value_or(""),
+              ::testing::HasSubstr("key 't0' (at 't0') has an empty flattened range"));
+  // Rank 1's non-empty range is still required.
+  EXPECT_THAT(CheckLoaded(s, nullptr, topo, topo, 1, dropped).value_or(""),
+              ::testing::HasSubstr("missing from the loaded state"));
+}
+
 TEST(ExpandTest, ObjectsHaveOneMainReplicaPerGridCell) {
   Scenario s;
   s.objects = {{"rng", {MeshDim::kPp, MeshDim::kTp}}};

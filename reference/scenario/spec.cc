@@ -107,6 +107,38 @@ FsdpLayout ParseFsdpSection(const json& v, const std::string& path) {
   return AtPath(f.at("layout"), [&] { return ParseFsdpLayout(f.str("layout")); });
 }
 
+// A pair's deliberate damage: {"key", "kind", "rank", "axis", "by", "dtype"}.
+BreakSpec ParseBreak(const json& v, const std::string& path) {
+  Fields f(v, path, {"key", "kind", "rank", "axis", "by", "dtype"});
+  BreakSpec b;
+  b.key = f.str("key");
+  b.kind = f.str("kind");
+  b.rank = static_cast<int>(f.integer("rank", 0));
+  static const std::set<std::string> kKinds{"gap", "overlap", "shift", "dtype"};
+  if (!kKinds.count(b.kind)) {
+    Fail(ErrorKind::kInvalidArgument, "{}: kind must be \"gap\", \"overlap\", \"shift\" or \"dtype\"",
+         f.at("kind"));
+  }
+  const bool shift = b.kind == "shift", dtype = b.kind == "dtype";
+  for (const char* k : {"axis", "by"}) {
+    if (f.has(k) && !shift) Fail(ErrorKind::kInvalidArgument, "{}: only for kind \"shift\"", f.at(k));
+  }
+  if (f.has("dtype") && !dtype) Fail(ErrorKind::kInvalidArgument, "{}: only for kind \"dtype\"", f.at("dtype"));
+  b.axis = static_cast<int>(f.integer("axis", 0));
+  b.by = f.integer("by", 1);
+  if (b.axis < 0) Fail(ErrorKind::kInvalidArgument, "{}: must be >= 0", f.at("axis"));
+  if (dtype) b.dtype = AtPath(f.at("dtype"), [&] { return DTypeFromName(f.str("dtype")); });
+  return b;
+}
+
+ReplicaKind ParseReplicaKind(const Fields& f, const std::string& k) {
+  const std::string name = f.str(k, "megatron");
+  for (ReplicaKind kind : {ReplicaKind::kMegatron, ReplicaKind::kReversed, ReplicaKind::kFlat}) {
+    if (name == ReplicaKindName(kind)) return kind;
+  }
+  Fail(ErrorKind::kInvalidArgument, "{}: expected \"megatron\", \"reversed\" or \"flat\"", f.at(k));
+}
+
 PairSpec ParsePair(const json& v, const std::string& path) {
   Fields f(v, path, {"save", "load", "strict", "expect", "load_extra", "load_drop", "break", "load_optimizer", "load_fsdp",
                      "expect_missing", "expect_unexpected", "load_model"});
@@ -133,14 +165,7 @@ PairSpec ParsePair(const json& v, const std::string& path) {
       pair.load_drop.push_back(k.get<std::string>());
     }
   }
-  if (f.has("break")) {
-    Fields bf(f.get("break"), f.at("break"), {"key", "kind", "rank"});
-    BreakSpec b{bf.str("key"), bf.str("kind"), static_cast<int>(bf.integer("rank", 0))};
-    if (b.kind != "gap" && b.kind != "overlap") {
-      Fail(ErrorKind::kInvalidArgument, "{}: kind must be \"gap\" or \"overlap\"", bf.at("kind"));
-    }
-    pair.break_save = b;
-  }
+  if (f.has("break")) pair.break_save = ParseBreak(f.get("break"), f.at("break"));
   if (f.has("load_model")) {
     pair.load_model = f.get("load_model");
     ApplyGptOverrides(GptConfig{}, pair.load_model, f.at("load_model"));  // reject bad fields early
@@ -156,6 +181,14 @@ PairSpec ParsePair(const json& v, const std::string& path) {
 }
 
 }  // namespace
+
+std::string_view ReplicaKindName(ReplicaKind kind) {
+  switch (kind) {
+    case ReplicaKind::kReversed: return "reversed";
+    case ReplicaKind::kFlat: return "flat";
+    default: return "megatron";
+  }
+}
 
 OptimizerConfig ParseOptimizerConfig(const json& v, const std::string& path, OptimizerConfig base,
                                      bool full) {
@@ -180,7 +213,7 @@ OptimizerConfig ParseOptimizerConfig(const json& v, const std::string& path, Opt
 
 TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   Fields f(v, path, {"key", "shape", "dtype", "shard", "split", "flatten", "flatten_jitter",
-                     "pad_multiple", "load_dtype"});
+                     "pad_multiple", "load_dtype", "replica"});
   TensorSpec t;
   t.key = f.str("key");
   if (t.key.empty()) Fail(ErrorKind::kInvalidArgument, "{}: empty key", f.at("key"));
@@ -236,6 +269,7 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
     t.flatten = dims[0];
   }
   t.flatten_jitter = f.boolean("flatten_jitter", false);
+  t.replica = ParseReplicaKind(f, "replica");
   t.pad_multiple = f.integer("pad_multiple", 0);
   if (t.pad_multiple < 0 || (t.pad_multiple > 0 && t.shape.empty())) {
     Fail(ErrorKind::kInvalidArgument, "{}: must be positive and the tensor at least 1-d",

@@ -27,6 +27,15 @@ namespace distckpt {
 
 enum class SplitKind { kEven, kChunk };
 
+// Which holder of each chunk is its main replica (replica id all zeros):
+// kMegatron: (PP, TP, DP) components, each the rank's coordinate along the
+// mesh dims that do not split the tensor (the first holder is main);
+// kReversed: the same with every coordinate mirrored (the last holder);
+// kFlat: one integer, the (PP, TP, DP) components in mixed radix (Megatron's
+// int replica ids).
+enum class ReplicaKind { kMegatron, kReversed, kFlat };
+std::string_view ReplicaKindName(ReplicaKind kind);
+
 struct TensorSpec {
   std::string key;
   Shape shape;  // logical (unpadded) global shape
@@ -38,6 +47,7 @@ struct TensorSpec {
   bool flatten_jitter = false;     // Megatron test_flattened_resharding's uneven ranges
   int64_t pad_multiple = 0;        // pad axis 0 to a multiple of pad_multiple * parts(axis 0)
   std::optional<DType> load_dtype; // request dtype on load, when it differs
+  ReplicaKind replica = ReplicaKind::kMegatron;
 };
 
 // A tensor of the "fp8" section: `tensor.dtype` is the nominal dtype.
@@ -52,10 +62,16 @@ struct ObjectSpec {
 };
 
 // Deliberate damage to a save, to test that validation refuses it.
+// kind "gap": drop the rank's shard; "overlap": also save rank+1's shard as
+// a main replica; "shift": move the rank's shard by `by` elements along
+// `axis` (metadata only); "dtype": save the rank's shard as `dtype`.
 struct BreakSpec {
   std::string key;
-  std::string kind;  // "gap" (drop the rank's shard) or "overlap" (also save rank+1's shard)
+  std::string kind;
   int rank = 0;
+  int axis = 0;                // shift
+  int64_t by = 1;              // shift
+  DType dtype = DType::kF32;   // dtype
 };
 
 struct PairSpec {
@@ -89,9 +105,13 @@ struct Scenario {
   // Throws CheckpointError(kInvalidArgument) naming `source` and the field.
   static Scenario FromJson(const nlohmann::json& json, const std::string& source);
   static Scenario FromFile(const std::string& path);
+  // The scenario file (spec_json.cc): FromJson(ToJson()) gives this scenario
+  // back. `description` (optional) goes into the file's "description".
+  nlohmann::json ToJson(const std::string& description = "") const;
 };
 
 TensorSpec ParseTensorSpec(const nlohmann::json& json, const std::string& path);
+nlohmann::json TensorSpecToJson(const TensorSpec& spec);
 // An "optimizer" section (`full`) or a pair's load_optimizer overrides of
 // `base` (pad_divisor, bucket_numel only).
 OptimizerConfig ParseOptimizerConfig(const nlohmann::json& json, const std::string& path,

@@ -45,6 +45,8 @@ uint64_t ShardBytes(const ShardedTensor& tensor) {
   return static_cast<uint64_t>(numel) * DTypeSize(tensor.dtype);
 }
 
+bool HasNoElements(const ShardedTensor& tensor) { return ShardBytes(tensor) == 0; }
+
 int ShardDistribution::MainRank(const ShardId& id) const {
   auto it = main_rank_for_shard.find(id);
   return it == main_rank_for_shard.end() ? -1 : it->second;
@@ -98,6 +100,7 @@ std::optional<ShardDistribution> ComputeDistribution(
   std::set<ShardId> has_main, has_non_main;
   for (int rank = 0; rank < num_ranks; ++rank) {
     for (const ShardedTensor& t : shards_by_group_rank[rank]) {
+      if (HasNoElements(t)) continue;
       ShardId id = ShardIdOf(t);
       std::vector<int>& ranks = dist.all_ranks_for_shard[id];
       // A rank holding one shard twice counts once (Megatron lists it twice).

@@ -9,7 +9,10 @@
 // group ranks holding the shard, -size in bytes, ShardId) and gives each to
 // the least loaded of its holders (ties: lowest group rank). The result is a
 // pure function of every group rank's shard metadata, so all ranks compute
-// the same one. ShardedObjects are not distributed.
+// the same one. ShardedObjects are not distributed, nor are shards with no
+// elements (an FSDP rank without rows, a trailing torch.chunk): they have
+// nothing to write or read, and their ShardId can be a non-empty shard's
+// (same key and offset), whose holder they must not become.
 //
 // Thread-safety: pure functions and value types, except the collective
 // DetermineMainReplicaUniformDistribution (one call per rank of the group).
@@ -44,6 +47,8 @@ struct ShardId {
 ShardId ShardIdOf(const ShardedTensor& tensor);
 // Bytes of the shard's local data (flattened range or chunk) in its dtype.
 uint64_t ShardBytes(const ShardedTensor& tensor);
+// True for a shard without elements (never distributed, nothing to exchange).
+bool HasNoElements(const ShardedTensor& tensor);
 
 struct ShardDistribution {
   // Group rank that writes / reads each shard, in assignment order (the

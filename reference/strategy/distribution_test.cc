@@ -106,6 +106,31 @@ TEST(DistributionTest, MegatronSaveDistributionAlongDp) {
             (KeyToRanks{{"keyB", {0, 1, 2, 3}}, {"key_TP_repl1", {0}}, {"key_TP_repl2", {1}}}));
 }
 
+// An FSDP rank without rows holds an empty shard at the offset where the
+// next rows start: same ShardId as the rank holding them. It must not be a
+// holder (found by property 6: the save wrote nothing for those rows).
+TEST(DistributionTest, EmptyShardsAreNotDistributed) {
+  ShardedTensor rows;
+  rows.key = "w";
+  rows.dtype = DType::kF32;
+  rows.global_shape = {2, 3};
+  rows.local_shape = {2, 3};
+  rows.global_offset = {0, 0};
+  ShardedTensor none = rows;
+  none.local_shape = {0, 3};
+  for (bool ignore_groups : {false, true}) {
+    auto dist = ComputeDistribution({{none}, {rows}, {none}}, ignore_groups);
+    ASSERT_TRUE(dist);
+    const ShardId id = ShardIdOf(rows);
+    EXPECT_EQ(ShardIdOf(none), id);
+    EXPECT_THAT(dist->assignment, ElementsAre(std::make_pair(id, 1)));
+    EXPECT_EQ(dist->all_ranks_for_shard.at(id), (std::vector<int>{1}));
+  }
+  auto only_empty = ComputeDistribution({{none}, {none}}, false);
+  ASSERT_TRUE(only_empty);
+  EXPECT_TRUE(only_empty->assignment.empty());
+}
+
 // The replica ids a fully parallel save writes with: int(not saved_by_me).
 TEST(DistributionTest, RewritesReplicaIdsToSavedByThisRank) {
   auto dist = ComputeDistribution(ShardsOfGroup(World(), MegatronStateDict), false);

@@ -198,6 +198,11 @@ Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& 
   Node out = sharded;
   ForEachLeaf(out, [&](const NodePath&, Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
+      if (HasNoElements(*t)) {  // never read nor exchanged
+        leaf = Node(t->data.defined() ? t->data
+                                      : Tensor::Empty(t->dtype, t->flattened_range ? Shape{0} : t->local_shape));
+        return;
+      }
       const Tensor& source = tensors.at(ShardIdOf(*t));
       if (!t->data.defined() || t->data.data() == source.data()) {
         leaf = Node(source);

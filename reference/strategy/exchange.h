@@ -80,7 +80,8 @@ std::map<ShardId, Tensor> GatherRoundsShards(const std::vector<ShardRoute>& rout
 
 // `sharded` with every ShardedTensor leaf replaced by tensors[its ShardId]
 // (copied into the leaf's own buffer when it has one the tensor does not
-// share) and every ShardedObject by objects[its unique key]. Rank-local.
+// share), except leaves with no elements (their own empty data), and every
+// ShardedObject by objects[its unique key]. Rank-local.
 Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& tensors,
                           const std::map<std::string, nlohmann::json>& objects);
 

@@ -32,6 +32,7 @@ LoadSplit SplitRequest(const Node& sharded, const ShardDistribution& dist, int g
   LoadSplit split;
   ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
+      if (HasNoElements(*t)) return;  // nothing to read or receive; ReplaceShardedLeaves fills it
       ShardId id = ShardIdOf(*t);
       (dist.MainRank(id) == group_rank ? split.to_read : split.wanted).try_emplace(id, *t);
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {

@@ -12,6 +12,7 @@ std::optional<ShardDistribution> LowestHolderDistribution(
   ShardDistribution dist;
   for (size_t rank = 0; rank < shards_by_group_rank.size(); ++rank) {
     for (const ShardedTensor& t : shards_by_group_rank[rank]) {
+      if (HasNoElements(t)) continue;  // nothing to read; its id may be a non-empty shard's
       ShardId id = ShardIdOf(t);
       std::vector<int>& ranks = dist.all_ranks_for_shard[id];
       if (ranks.empty() || ranks.back() != static_cast<int>(rank))
@@ -45,6 +46,7 @@ Node TwoStageLoad(const Node& sharded, const ReadShardsFn& read, Communicator& c
   std::map<std::string, ShardedObject> objects_to_read;
   ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
+      if (HasNoElements(*t)) return;  // ReplaceShardedLeaves fills it
       ShardId id = ShardIdOf(*t);
       if (!routed.contains(id) || dist->MainRank(id) == group.rank()) own.try_emplace(id, *t);
       if (routed.contains(id) && dist->MainRank(id) != group.rank()) wanted.try_emplace(id, *t);

@@ -1,0 +1,33 @@
+// Expands one tensor spec or object spec of a scenario into the shard a
+// rank holds under a topology (metadata only, no data).
+//
+// Replica ids follow Megatron's (PP, TP, DP) convention: each component is
+// the rank's coordinate along mesh dims that do not split the tensor (the DP
+// component covers cp and dp, or ep and edp for expert-sharded tensors).
+//
+// Thread-safety: pure functions.
+#ifndef DISTCKPT_SCENARIO_EXPAND_TENSOR_H_
+#define DISTCKPT_SCENARIO_EXPAND_TENSOR_H_
+
+#include <vector>
+
+#include "mapping/sharded_object.h"
+#include "mapping/sharded_tensor.h"
+#include "scenario/spec.h"
+#include "scenario/values.h"
+#include "topology/topology.h"
+
+namespace distckpt {
+
+// The shards of `spec` that `rank` holds (metadata only, no data). Throws
+// CheckpointError(kInvalidArgument) when the topology cannot split the
+// tensor ("tensor 'w' axis 0 of size 10 cannot be split evenly into
+// tp*dp=4 parts"), before anything is written.
+std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topology, int rank);
+ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology& topology, int rank);
+// Where a shard's elements are in a logical tensor.
+ShardLocation LocationOf(const Shape& logical_shape, const ShardedTensor& shard);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_SCENARIO_EXPAND_TENSOR_H_
