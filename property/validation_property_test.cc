@@ -165,6 +165,7 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
       damage = {victim->key, "shift", rank, static_cast<int>(Choose(victim->global_shape.size())),
                 *rc::gen::element<int64_t>(-1, 1)};
     } else {
+      RC_PRE(!all.empty());  // a scenario of no tensors has nothing to flip (Choose(0) divides by 0)
       const auto [rank, victim] = all[Choose(all.size())];
       RC_PRE(std::count_if(all.begin(), all.end(), [&](auto& t) { return t.second->key == victim->key; }) > 1);
       damage = {victim->key, "dtype", rank};
