@@ -96,6 +96,19 @@ void Deliver(const std::string& payload, const ShardRoute& route,
   }
 }
 
+// Adds one exchange's `local` figures to `stats` (if any), then throws the
+// first failure every rank saw or returns the received shards.
+std::map<ShardId, Tensor> Finish(std::map<ShardId, Tensor> out, const ExchangeStats& local,
+                                 const std::optional<CheckpointError>& failure, ExchangeStats* stats) {
+  if (stats) {
+    stats->collectives += local.collectives;
+    stats->bytes_received += local.bytes_received;
+    stats->peak_buffer_bytes = std::max(stats->peak_buffer_bytes, local.peak_buffer_bytes);
+  }
+  if (failure) throw *failure;
+  return out;
+}
+
 }  // namespace
 
 ExchangeAlgorithm ParseExchangeAlgorithm(std::string_view name) {
@@ -134,13 +147,7 @@ std::map<ShardId, Tensor> BroadcastShards(const std::vector<ShardRoute>& routes,
     local.peak_buffer_bytes = std::max<uint64_t>(local.peak_buffer_bytes, payload.size());
     Deliver(payload, route, wanted, out, failure, local);
   }
-  if (stats) {
-    stats->collectives += local.collectives;
-    stats->bytes_received += local.bytes_received;
-    stats->peak_buffer_bytes = std::max(stats->peak_buffer_bytes, local.peak_buffer_bytes);
-  }
-  if (failure) throw *failure;
-  return out;
+  return Finish(std::move(out), local, failure, stats);
 }
 
 std::map<ShardId, Tensor> GatherRoundsShards(const std::vector<ShardRoute>& routes,
@@ -184,13 +191,7 @@ std::map<ShardId, Tensor> GatherRoundsShards(const std::vector<ShardRoute>& rout
       }
     }
   }
-  if (stats) {
-    stats->collectives += local.collectives;
-    stats->bytes_received += local.bytes_received;
-    stats->peak_buffer_bytes = std::max(stats->peak_buffer_bytes, local.peak_buffer_bytes);
-  }
-  if (failure) throw *failure;
-  return out;
+  return Finish(std::move(out), local, failure, stats);
 }
 
 Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& tensors,
