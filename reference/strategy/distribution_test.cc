@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
+#include <utility>
 
 #include "strategy/testing.h"
 #include "topology/topology.h"
@@ -87,20 +89,24 @@ TEST(DistributionTest, MegatronSaveDistributionOverWorld) {
                                       {"keyE", {6}}}));
 }
 
+// test_*_distribution along DP on tp=2,dp=4: the distributions of the DP
+// groups of TP rank 0 and 1.
+std::pair<std::optional<ShardDistribution>, std::optional<ShardDistribution>> DistributionsAlongDp(
+    bool is_loading) {
+  Topology topo = Topology::Parse("tp=2,dp=4");
+  return {ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict), is_loading),
+          ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict), is_loading)};
+}
+
+// TP rank 0's group holds every main replica: the same for save and load.
+const KeyToRanks kTpRank0AlongDp = {{"keyB", {0, 1, 2, 3}}, {"keyD", {0}},         {"keyC", {1}},
+                                    {"keyE", {2}},          {"key_TP_repl1", {3}}, {"key_TP_repl2", {3}}};
+
 // test_save_distribution[parallelization_along_dp=True]: DP groups of TP2.
 TEST(DistributionTest, MegatronSaveDistributionAlongDp) {
-  Topology topo = Topology::Parse("tp=2,dp=4");
-  auto tp0 =
-      ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict), false);
-  auto tp1 =
-      ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict), false);
+  auto [tp0, tp1] = DistributionsAlongDp(false);
   ASSERT_TRUE(tp0 && tp1);
-  EXPECT_EQ(ByKey(*tp0), (KeyToRanks{{"keyB", {0, 1, 2, 3}},
-                                     {"keyD", {0}},
-                                     {"keyC", {1}},
-                                     {"keyE", {2}},
-                                     {"key_TP_repl1", {3}},
-                                     {"key_TP_repl2", {3}}}));
+  EXPECT_EQ(ByKey(*tp0), kTpRank0AlongDp);
   // C, D, E have their main replica in the other group.
   EXPECT_EQ(ByKey(*tp1),
             (KeyToRanks{{"keyB", {0, 1, 2, 3}}, {"key_TP_repl1", {0}}, {"key_TP_repl2", {1}}}));
@@ -155,18 +161,9 @@ TEST(DistributionTest, RewritesReplicaIdsToSavedByThisRank) {
 // test_load_distribution[parallelize_within_dp=True]: the TP-rank-1 group
 // loads C, D, E across groups, assigned after its own shards.
 TEST(DistributionTest, MegatronLoadDistributionAlongDp) {
-  Topology topo = Topology::Parse("tp=2,dp=4");
-  auto tp0 =
-      ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict), true);
-  auto tp1 =
-      ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict), true);
+  auto [tp0, tp1] = DistributionsAlongDp(true);
   ASSERT_TRUE(tp0 && tp1);
-  EXPECT_EQ(ByKey(*tp0), (KeyToRanks{{"keyB", {0, 1, 2, 3}},
-                                     {"keyD", {0}},
-                                     {"keyC", {1}},
-                                     {"keyE", {2}},
-                                     {"key_TP_repl1", {3}},
-                                     {"key_TP_repl2", {3}}}));
+  EXPECT_EQ(ByKey(*tp0), kTpRank0AlongDp);
   EXPECT_EQ(ByKey(*tp1), (KeyToRanks{{"keyB", {0, 1, 2, 3}},
                                      {"key_TP_repl1", {0}},
                                      {"key_TP_repl2", {1}},

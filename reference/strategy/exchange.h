@@ -37,7 +37,7 @@ namespace distckpt {
 
 enum class ExchangeAlgorithm { kBroadcast, kGatherRounds };
 // "broadcast" | "gather_rounds"; else CheckpointError(kInvalidArgument)
-// "Unrecognized gather algorithm: <name>" (Megatron's NotImplementedError).
+// "Unrecognized gather algorithm: <name>" (Megatron's message for an unknown algorithm).
 ExchangeAlgorithm ParseExchangeAlgorithm(std::string_view name);
 std::string_view ExchangeAlgorithmName(ExchangeAlgorithm algorithm);
 
