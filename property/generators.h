@@ -45,7 +45,7 @@ struct GenLimits {
   bool fsdp = true;  // an FSDP layout (megatron, fsdp2) on save and/or load, one case in three each
   // Cases that fail today because of open findings (property/README.md);
   // turn them on once the findings are fixed.
-  bool zero_volume = false;     // axes of size 0: save fixed (finding 2), but see finding 7
+  bool zero_volume = true;      // axes of size 0 (findings 2, 6-8, fixed)
   bool empty_flat_ranges = true;  // flattened ranges that are empty on some rank (finding 1, fixed)
 };
 

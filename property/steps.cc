@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include "comm/thread_world.h"
+#include "mapping/dict_utils.h"
+#include "scenario/expand.h"
 #include "scenario/runner.h"
 #include "topology/topology.h"
 
@@ -31,6 +33,35 @@ std::optional<std::string> SaveScenario(const Scenario& scenario, const std::str
     if (comm.rank() == 0 && !r.ok) failure = fmt::format("save under {}: {}", topology, r.error);
   });
   return thrown ? thrown : failure;
+}
+
+namespace {
+
+// Adds the keys of `state`'s ShardedTensors that are not empty flattened ranges.
+void AddKeptKeys(const Node& state, std::set<std::string>& keys) {
+  ForEachLeaf(state, [&](const NodePath&, const Node& leaf) {
+    if (!leaf.is<ShardedTensor>()) return;
+    const ShardedTensor& t = leaf.as<ShardedTensor>();
+    if (!(t.flattened_range && t.flattened_range->size() == 0)) keys.insert(t.key);
+  });
+}
+
+}  // namespace
+
+std::set<std::string> SavedTensorKeys(const Scenario& scenario, const PairSpec* pair,
+                                      const Topology& topology) {
+  std::set<std::string> keys;
+  for (int r = 0; r < topology.world_size(); ++r) AddKeptKeys(BuildSaveState(scenario, pair, topology, r), keys);
+  return keys;
+}
+
+std::set<std::string> RequestedTensorKeys(const Scenario& scenario, const PairSpec* pair,
+                                          const Topology& saved, const Topology& load) {
+  std::set<std::string> keys;
+  for (int r = 0; r < load.world_size(); ++r) {
+    AddKeptKeys(BuildLoadRequest(scenario, pair, saved, load, r), keys);
+  }
+  return keys;
 }
 
 }  // namespace distckpt

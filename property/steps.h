@@ -7,10 +7,12 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "comm/communicator.h"
 #include "scenario/spec.h"
+#include "topology/topology.h"
 
 namespace distckpt {
 
@@ -21,6 +23,17 @@ std::optional<std::string> OnThreads(int world, const std::function<void(Communi
 // Saves the scenario's generated state under `topology` into `dir`.
 std::optional<std::string> SaveScenario(const Scenario& scenario, const std::string& topology,
                                         const std::string& dir);
+
+// The tensor keys a save of the scenario under `topology` writes, over all
+// ranks, and those a load under `load` requests (load_extra added,
+// load_drop removed). Save and load drop shards whose flattened range is
+// empty (Megatron's save / load preprocessing, megatron-semantics §1.8), so
+// a key whose every shard is such (a flattened tensor of no elements) is in
+// neither set.
+std::set<std::string> SavedTensorKeys(const Scenario& scenario, const PairSpec* pair,
+                                      const Topology& topology);
+std::set<std::string> RequestedTensorKeys(const Scenario& scenario, const PairSpec* pair,
+                                          const Topology& saved, const Topology& load);
 
 }  // namespace distckpt
 
