@@ -11,8 +11,9 @@
 // forked child, so a crash or a hang is reported as a counterexample too; the
 // child's address space is capped so a corrupted size cannot exhaust memory.
 //
-// The counterexample file holds the scenario; its description says which byte
-// to change and the commands that replay it.
+// The counterexample file holds the scenario with the damage as its pair's
+// `damage` (and `verify: always`, `strict: raise_all`, `expect:
+// loaded_or_refused`), so `distckpt run FILE` replays it.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -22,7 +23,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <typeinfo>
 
@@ -37,6 +37,7 @@
 #include "property/generators.h"
 #include "property/harness.h"
 #include "property/steps.h"
+#include "scenario/damage.h"
 #include "scenario/expand.h"
 
 namespace distckpt {
@@ -52,18 +53,18 @@ struct Damage {
   uint8_t value = 0;     // bit number, byte or digit
 };
 
-// Applies `d` to a file of `dir`; describes what it did, "" if nothing changed.
-std::string Apply(const Damage& d, const std::string& dir) {
+// The concrete damage `d` picks in checkpoint `dir` (nullopt: nothing to damage).
+std::optional<DamageSpec> Pick(const Damage& d, const std::string& dir) {
   std::vector<std::string> data;
   for (const std::string& name : Env::Default()->ListDir(dir)) {
     if (name.size() > 4 && name.substr(name.size() - 4) == ".bin") data.push_back(name);
   }
-  const std::string name = d.metadata || data.empty() ? "metadata.json" : data[d.file_pick % data.size()];
-  const std::string path = (fs::path(dir) / name).string();
-  std::string bytes = ReadFileToString(Env::Default(), path);
-  if (bytes.empty()) return "";
+  DamageSpec out;
+  out.file = d.metadata || data.empty() ? "metadata.json" : data[d.file_pick % data.size()];
+  const std::string bytes = ReadFileToString(Env::Default(), (fs::path(dir) / out.file).string());
+  if (bytes.empty()) return std::nullopt;
   uint64_t at = d.position % bytes.size();
-  const bool digit = d.change == 2 && name == "metadata.json";
+  const bool digit = d.change == 2 && out.file == "metadata.json";
   if (digit) {  // the (position mod count)-th digit: offsets, shapes, lengths, ranges
     std::vector<uint64_t> digits;
     for (uint64_t i = 0; i < bytes.size(); ++i) {
@@ -71,25 +72,17 @@ std::string Apply(const Damage& d, const std::string& dir) {
     }
     at = digits[d.position % digits.size()];
   }
-  std::string what;
   if (d.truncate) {
-    what = fmt::format("truncate {} from {} to {} bytes", name, bytes.size(), at);
-    bytes.resize(at);
-  } else {
-    const auto old = static_cast<uint8_t>(bytes[at]);
-    const uint8_t now = d.change == 0 ? old ^ static_cast<uint8_t>(1u << (d.value % 8))
-                        : digit       ? static_cast<uint8_t>('0' + d.value % 10)
-                                      : d.value;
-    if (now == old) return "";
-    bytes[at] = static_cast<char>(now);
-    what = fmt::format("set byte {} of {} ({} bytes) from 0x{:02x} to 0x{:02x}", at, name,
-                       bytes.size(), old, now);
+    out.truncate = static_cast<int64_t>(at);
+    return out;
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  out.close();
-  if (!out) Fail(ErrorKind::kIo, "cannot write the damaged {}", path);
-  return what;
+  const auto old = static_cast<uint8_t>(bytes[at]);
+  out.at = static_cast<int64_t>(at);
+  out.value = d.change == 0 ? old ^ static_cast<uint8_t>(1u << (d.value % 8))
+              : digit       ? static_cast<uint8_t>('0' + d.value % 10)
+                            : d.value;
+  if (out.value == old) return std::nullopt;
+  return out;
 }
 
 // What the forked load reports back: its verdict and a message.
@@ -106,8 +99,8 @@ void LoadAndCheck(const Scenario& s, const std::string& dir, int fd) {
     const int r = comm.rank();
     try {
       LoadOptions options;
-      options.verify = VerifyPolicy::kAlways;
-      options.strict = StrictHandling::kRaiseAll;
+      options.verify = pair.verify;
+      options.strict = *pair.strict;
       LoadResult loaded = Load(BuildLoadRequest(s, &pair, saved, topo, r), dir, comm, options);
       if (auto bad = CheckLoaded(s, &pair, saved, topo, r, loaded)) {
         verdict[r] = kWrongValues;
@@ -208,7 +201,7 @@ TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
   CheckProperty({1000, {{"rejected", 0.3}, {"loaded", 0.01}, {"metadata.json", 0.3}, {"data-file", 0.3},
                        {"truncate", 0.1}}},
                 [&] {
-                  const Scenario s = *GenReshardScenario(limits);
+                  Scenario s = *GenReshardScenario(limits);
                   Damage d;
                   d.metadata = OneIn(2);
                   d.file_pick = Choose(64);
@@ -220,15 +213,20 @@ TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
                   fs::remove_all(dir);
                   SetCase(s);
                   if (auto e = SaveScenario(s, s.pairs[0].save, dir)) FailCase(s, *e);
-                  const std::string what = Apply(d, dir);
-                  RC_PRE(!what.empty());
+                  PairSpec& pair = s.pairs[0];
+                  pair.damage = Pick(d, dir);
+                  RC_PRE(pair.damage.has_value());
+                  pair.verify = VerifyPolicy::kAlways;
+                  pair.strict = StrictHandling::kRaiseAll;
+                  pair.expect_loaded_or_refused = true;
+                  const std::string what = ApplyDamage(*pair.damage, dir);
                   Tag({d.metadata ? "metadata.json" : "data-file",
                        d.truncate ? "truncate" : d.change == 2 && d.metadata ? "digit" : "byte"});
                   const std::string note = fmt::format(
-                      "After `distckpt save FILE --topology '{}' --dir D`, {}; then `distckpt load FILE "
-                      "--topology '{}' --dir D --verify always --strict raise_all` must load correctly or "
-                      "fail with an error (exit 2).",
-                      s.pairs[0].save, what, s.pairs[0].load);
+                      "After the save under {}: {}; the load under {} (--verify always --strict raise_all) "
+                      "must load every element right or fail with an error (exit 2). `distckpt run FILE` "
+                      "replays it (the pair's `damage`).",
+                      pair.save, what, pair.load);
                   SetCase(s, note);
                   const auto [verdict, message] = LoadForked(s, dir);
                   if (verdict == kLoaded) {

@@ -146,9 +146,8 @@ int LoadCommand(const StepArgs& args) {
   }
   StrictHandling strict = args.strict.empty() ? (pair && pair->strict ? *pair->strict : s.strict)
                                               : ParseStrictHandling(args.strict);
-  VerifyPolicy verify = args.verify == "always" ? VerifyPolicy::kAlways
-                        : args.verify == "never" ? VerifyPolicy::kNever
-                                                 : VerifyPolicy::kWhenWhole;
+  VerifyPolicy verify = args.verify.empty() ? (pair ? pair->verify : VerifyPolicy::kWhenWhole)
+                                            : ParseVerifyPolicy(args.verify);
   int world = Topology::Parse(args.topology).world_size();
   auto [report, prints] = OnRanks(args.backend, world, [&](Communicator& comm) {
     return LoadStep(s, pair, saved, args.topology, args.dir, comm, strict, verify, strategy);

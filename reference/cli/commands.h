@@ -23,7 +23,7 @@ struct StepArgs {
   std::string backend = "threads";
   std::string format = "native";  // save: checkpoint format (load detects it)
   std::string strict;         // load: default = the scenario's
-  std::string verify = "whole";  // load: whole | always | never
+  std::string verify;  // load: whole | always | never (default: the pair's, else whole)
   std::string report_json;
   int pair = -1;              // scenario pair whose extras apply
   // Strategies (see StepStrategy in scenario/runner.h).

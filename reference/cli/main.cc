@@ -43,7 +43,7 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
     cmd->add_option("--strict", a.strict, "strict handling mode (default: the scenario's)");
     cmd->add_option("--verify", a.verify,
                     "checksums: whole = chunks read in full (default), always = read every touched "
-                    "chunk in full to verify it, never")
+                    "chunk in full to verify it, never (default: the pair's \"verify\", else whole)")
         ->check(CLI::IsMember({"whole", "always", "never"}));
   }
 }

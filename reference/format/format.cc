@@ -44,4 +44,19 @@ const Format& DetectFormat(Env* env, const std::string& dir) {
        FormatNames());
 }
 
+std::string_view VerifyPolicyName(VerifyPolicy policy) {
+  switch (policy) {
+    case VerifyPolicy::kAlways: return "always";
+    case VerifyPolicy::kNever: return "never";
+    default: return "whole";
+  }
+}
+
+VerifyPolicy ParseVerifyPolicy(std::string_view name) {
+  for (VerifyPolicy p : {VerifyPolicy::kWhenWhole, VerifyPolicy::kAlways, VerifyPolicy::kNever}) {
+    if (name == VerifyPolicyName(p)) return p;
+  }
+  Fail(ErrorKind::kInvalidArgument, "unknown verify policy '{}' (expected whole, always or never)", name);
+}
+
 }  // namespace distckpt

@@ -64,6 +64,10 @@ enum class VerifyPolicy {
   kAlways,     // read every touched chunk whole to verify it (more bytes read)
   kNever,
 };
+// "whole", "always", "never" (the CLI's --verify, a scenario pair's "verify").
+std::string_view VerifyPolicyName(VerifyPolicy policy);
+// Throws CheckpointError(kInvalidArgument) for another name.
+VerifyPolicy ParseVerifyPolicy(std::string_view name);
 
 struct ReadStats {
   std::atomic<uint64_t> bytes_read{0};

@@ -22,6 +22,7 @@
 #include "engine/metadata_api.h"
 #include "engine/save.h"
 #include "engine/save_async.h"
+#include "scenario/damage.h"
 #include "scenario/expand.h"
 #include "scenario/fp8_section.h"
 
@@ -119,8 +120,12 @@ StepReport OnThreads(int world, Fn&& step) {
   for (const RankOutcome& o : outcomes) {
     if (!o.error) continue;
     StepReport failed;
+    failed.other_exception = true;
     try {
       std::rethrow_exception(o.error);
+    } catch (const CheckpointError& e) {
+      failed.error = fmt::format("rank {}: {}", o.rank, e.what());
+      failed.other_exception = false;
     } catch (const std::exception& e) {
       failed.error = fmt::format("rank {}: {}", o.rank, e.what());
     }
@@ -155,6 +160,7 @@ StepReport OnMpi(const RunOptions& options, int world, std::vector<std::string> 
   std::ifstream in(report_path);
   if (!in) {
     StepReport failed;
+    failed.other_exception = true;  // a crash, or an abort before the report
     failed.error = fmt::format("mpirun -np {} {} exited with status {} and wrote no report", world,
                                fmt::join(args, " "), WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     return failed;
@@ -179,13 +185,15 @@ StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index, cons
                    const std::string& topo, const std::string& dir, StrictHandling strict,
                    const RunOptions& options) {
   int world = Topology::Parse(topo).world_size();
+  const VerifyPolicy verify = pair ? pair->verify : VerifyPolicy::kWhenWhole;
   if (options.backend == Backend::kThreads) {
     return OnThreads(world, [&](Communicator& comm) {
-      return LoadStep(s, pair, saved, topo, dir, comm, strict);
+      return LoadStep(s, pair, saved, topo, dir, comm, strict, verify);
     });
   }
   std::vector<std::string> args{"load",  options.scenario_path, "--topology", topo, "--saved-topology",
-                                saved,   "--dir", dir, "--strict", std::string(StrictHandlingName(strict))};
+                                saved,   "--dir", dir, "--strict", std::string(StrictHandlingName(strict)),
+                                "--verify", std::string(VerifyPolicyName(verify))};
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".load.json");
 }
@@ -195,6 +203,17 @@ PairResult Judge(const PairSpec* pair, const std::string& save, const std::strin
   PairResult r{save, load, false, "", saved, loaded};
   const std::string& error = !saved.ok ? saved.error : loaded.error;
   bool failed = !saved.ok || !loaded.ok;
+  if (pair && pair->expect_loaded_or_refused && saved.ok && !loaded.ok) {
+    if (loaded.value_mismatch) {
+      r.reason = "loaded wrong values: " + error;
+    } else if (loaded.other_exception) {
+      r.reason = "failed otherwise than with a checkpoint error: " + error;
+    } else {
+      r.ok = true;
+      r.reason = "refused: " + error;
+    }
+    return r;
+  }
   if (pair && pair->expect_error) {
     if (!failed) {
       r.reason = fmt::format("expected an error containing '{}', but save and load succeeded",
@@ -229,6 +248,7 @@ PairResult Judge(const PairSpec* pair, const std::string& save, const std::strin
 nlohmann::json StepReport::ToJson() const {
   return {{"ok", ok},
           {"value_mismatch", value_mismatch},
+          {"other_exception", other_exception},
           {"error", error},
           {"bytes_written", bytes_written},
           {"bytes_needed", bytes_needed},
@@ -249,6 +269,7 @@ StepReport StepReport::FromJson(const nlohmann::json& j) {
   StepReport r;
   r.ok = j.at("ok").get<bool>();
   r.value_mismatch = j.at("value_mismatch").get<bool>();
+  r.other_exception = j.value("other_exception", false);
   r.error = j.at("error").get<std::string>();
   r.bytes_written = j.at("bytes_written").get<uint64_t>();
   r.bytes_needed = j.at("bytes_needed").get<uint64_t>();
@@ -302,6 +323,7 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   bool mismatch = false;
   LoadResult result;
   Fp8Check fp8;
+  bool other = false;
   try {
     Topology saved = Topology::Parse(saved_topology);
     Topology topo = WorldTopology(topology, comm);
@@ -337,12 +359,16 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
       error = *bad;
       mismatch = true;
     }
+  } catch (const CheckpointError& e) {
+    error = e.what();
   } catch (const std::exception& e) {
     error = e.what();
+    other = true;
   }
   r.error = AgreeOnError(comm, error);
   r.ok = r.error.empty();
   r.value_mismatch = Sum(comm, mismatch ? 1 : 0) > 0;
+  r.other_exception = Sum(comm, other ? 1 : 0) > 0;
   if (!s.fp8.empty()) {  // every rank has the same fp8 keys: the same collectives
     fp8.saturated.resize(s.fp8.size());
     std::vector<int64_t> totals;
@@ -403,6 +429,14 @@ std::vector<PairResult> RunScenario(const Scenario& s, const RunOptions& options
       std::string dir = (fs::path(work) / fmt::format("pair-{}", k)).string();
       StepReport saved = RunSave(s, &pair, static_cast<int>(k), pair.save, dir, options);
       StepReport loaded;
+      if (saved.ok && pair.damage) {
+        try {
+          progress(fmt::format("[{}/{}] damage: {}", k + 1, s.pairs.size(), ApplyDamage(*pair.damage, dir)));
+        } catch (const CheckpointError& e) {
+          saved.ok = false;
+          saved.error = e.what();
+        }
+      }
       if (saved.ok) {
         loaded = RunLoad(s, &pair, static_cast<int>(k), pair.save, pair.load, dir,
                          pair.strict.value_or(s.strict), options);

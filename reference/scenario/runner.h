@@ -31,6 +31,7 @@ enum class Backend { kThreads, kMpi };
 struct StepReport {
   bool ok = false;
   bool value_mismatch = false; // loaded, but some element differs (verdict fails)
+  bool other_exception = false;  // some rank failed otherwise than with a CheckpointError
   std::string error;           // first failure (agreed by every rank)
   uint64_t bytes_written = 0;  // save
   uint64_t bytes_needed = 0;   // load

@@ -139,9 +139,34 @@ ReplicaKind ParseReplicaKind(const Fields& f, const std::string& k) {
   Fail(ErrorKind::kInvalidArgument, "{}: expected \"megatron\", \"reversed\" or \"flat\"", f.at(k));
 }
 
+DamageSpec ParseDamage(const json& v, const std::string& path) {
+  Fields f(v, path, {"file", "at", "value", "truncate"});
+  DamageSpec d;
+  d.file = f.str("file");
+  if (d.file.empty() || d.file == "." || d.file == ".." || d.file.find('/') != std::string::npos ||
+      d.file.find('\\') != std::string::npos) {
+    Fail(ErrorKind::kInvalidArgument, "{}: '{}' is not a file name inside the checkpoint directory",
+         f.at("file"), d.file);
+  }
+  if (f.has("truncate") == (f.has("at") || f.has("value"))) {
+    Fail(ErrorKind::kInvalidArgument, "{}: give either \"at\" and \"value\" or \"truncate\"", path);
+  }
+  if (f.has("truncate")) {
+    d.truncate = f.integer("truncate", 0);
+    if (*d.truncate < 0) Fail(ErrorKind::kInvalidArgument, "{}: must be >= 0", f.at("truncate"));
+    return d;
+  }
+  d.at = f.integer("at", -1);
+  if (d.at < 0) Fail(ErrorKind::kInvalidArgument, "{}: must be >= 0", f.at("at"));
+  const int64_t value = f.integer("value", -1);
+  if (value < 0 || value > 255) Fail(ErrorKind::kInvalidArgument, "{}: must be a byte, 0 to 255", f.at("value"));
+  d.value = static_cast<uint8_t>(value);
+  return d;
+}
+
 PairSpec ParsePair(const json& v, const std::string& path) {
   Fields f(v, path, {"save", "load", "strict", "expect", "load_extra", "load_drop", "break", "load_optimizer", "load_fsdp",
-                     "expect_missing", "expect_unexpected", "load_model"});
+                     "expect_missing", "expect_unexpected", "load_model", "damage", "verify"});
   PairSpec pair;
   pair.save = f.str("save");
   pair.load = f.str("load");
@@ -151,11 +176,14 @@ PairSpec ParsePair(const json& v, const std::string& path) {
   if (f.has("expect")) {
     const json& e = f.get("expect");
     if (e.is_string() && e.get<std::string>() == "ok") {
+    } else if (e.is_string() && e.get<std::string>() == "loaded_or_refused") {
+      pair.expect_loaded_or_refused = true;
     } else if (e.is_object()) {
       Fields ef(e, f.at("expect"), {"error"});
       pair.expect_error = ef.str("error");
     } else {
-      Fail(ErrorKind::kInvalidArgument, "{}: expected \"ok\" or {{\"error\": \"...\"}}", f.at("expect"));
+      Fail(ErrorKind::kInvalidArgument, "{}: expected \"ok\", \"loaded_or_refused\" or {{\"error\": \"...\"}}",
+           f.at("expect"));
     }
   }
   if (f.has("load_extra")) pair.load_extra = ParseTensors(f.get("load_extra"), f.at("load_extra"));
@@ -177,6 +205,8 @@ PairSpec ParsePair(const json& v, const std::string& path) {
   if (f.has("load_fsdp")) pair.load_fsdp = ParseFsdpSection(f.get("load_fsdp"), f.at("load_fsdp"));
   if (f.has("expect_missing")) pair.expect_missing = f.str("expect_missing");
   if (f.has("expect_unexpected")) pair.expect_unexpected = f.str("expect_unexpected");
+  if (f.has("damage")) pair.damage = ParseDamage(f.get("damage"), f.at("damage"));
+  if (f.has("verify")) pair.verify = AtPath(f.at("verify"), [&] { return ParseVerifyPolicy(f.str("verify")); });
   return pair;
 }
 

@@ -16,6 +16,7 @@
 
 #include "core/box.h"
 #include "core/dtype.h"
+#include "format/format.h"
 #include "mapping/strict.h"
 #include "fsdp/layout.h"
 #include "optim/optimizer_state.h"
@@ -74,11 +75,28 @@ struct BreakSpec {
   DType dtype = DType::kF32;   // dtype
 };
 
+// Damage to one file of the committed checkpoint, between the save and the
+// load (the corruption property's mutations, replayable): byte `at` of
+// `file` set to `value`, or the file truncated to `truncate` bytes. `file`
+// is a name inside the checkpoint directory (no path separators).
+struct DamageSpec {
+  std::string file;
+  int64_t at = 0;
+  uint8_t value = 0;
+  std::optional<int64_t> truncate;
+};
+
 struct PairSpec {
   std::string save;
   std::string load;
   std::optional<StrictHandling> strict;
   std::optional<std::string> expect_error;  // nullopt = expect ok
+  // "expect": "loaded_or_refused": the load either gives every element its
+  // value or fails with a checkpoint error (not wrong values, not another
+  // exception) — the verdict for a damaged checkpoint.
+  bool expect_loaded_or_refused = false;
+  std::optional<DamageSpec> damage;
+  VerifyPolicy verify = VerifyPolicy::kWhenWhole;  // the load's checksum policy
   std::vector<TensorSpec> load_extra;       // requested on load only (unexpected keys)
   std::vector<std::string> load_drop;       // not requested on load (missing keys)
   std::optional<BreakSpec> break_save;

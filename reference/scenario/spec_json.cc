@@ -36,6 +36,13 @@ json PairToJson(const PairSpec& pair) {
   json j = {{"save", pair.save}, {"load", pair.load}};
   if (pair.strict) j["strict"] = std::string(StrictHandlingName(*pair.strict));
   if (pair.expect_error) j["expect"] = {{"error", *pair.expect_error}};
+  if (pair.expect_loaded_or_refused) j["expect"] = "loaded_or_refused";
+  if (pair.damage) {
+    const DamageSpec& d = *pair.damage;
+    j["damage"] = d.truncate ? json{{"file", d.file}, {"truncate", *d.truncate}}
+                             : json{{"file", d.file}, {"at", d.at}, {"value", d.value}};
+  }
+  if (pair.verify != VerifyPolicy::kWhenWhole) j["verify"] = std::string(VerifyPolicyName(pair.verify));
   if (!pair.load_extra.empty()) {
     j["load_extra"] = json::array();
     for (const TensorSpec& t : pair.load_extra) j["load_extra"].push_back(TensorSpecToJson(t));

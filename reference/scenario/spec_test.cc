@@ -54,6 +54,48 @@ TEST(SpecTest, ErrorsNameTheJsonPath) {
               ThrowsError(ErrorKind::kInvalidArgument, "dp already shards axis 0"));
 }
 
+TEST(SpecTest, ParsesDamageVerifyAndLoadedOrRefused) {
+  Scenario s = Parse(R"({"pairs": [
+      {"save": "tp=2", "load": "tp=1", "damage": {"file": "__0_0.bin", "at": 5, "value": 255},
+       "verify": "always", "expect": "loaded_or_refused"},
+      {"save": "tp=2", "load": "tp=1", "damage": {"file": "metadata.json", "truncate": 0}}]})");
+  ASSERT_EQ(s.pairs.size(), 2u);
+  EXPECT_EQ(s.pairs[0].damage->file, "__0_0.bin");
+  EXPECT_EQ(s.pairs[0].damage->at, 5);
+  EXPECT_EQ(s.pairs[0].damage->value, 255);
+  EXPECT_FALSE(s.pairs[0].damage->truncate);
+  EXPECT_EQ(s.pairs[0].verify, VerifyPolicy::kAlways);
+  EXPECT_TRUE(s.pairs[0].expect_loaded_or_refused);
+  EXPECT_EQ(s.pairs[1].damage->truncate, 0);
+  EXPECT_EQ(s.pairs[1].verify, VerifyPolicy::kWhenWhole);
+  EXPECT_FALSE(s.pairs[1].expect_loaded_or_refused);
+  const auto pair = [](const std::string& fields) {
+    return R"({"pairs": [{"save": "tp=1", "load": "tp=1", )" + fields + "}]}";
+  };
+  EXPECT_THAT([&] { Parse(pair(R"("damage": {"file": "../metadata.json", "at": 0, "value": 1})")); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "$.pairs[0].damage.file: '../metadata.json' is not a file name inside the checkpoint"));
+  EXPECT_THAT([&] { Parse(pair(R"("damage": {"file": "..", "truncate": 1})")); },
+              ThrowsError(ErrorKind::kInvalidArgument, "is not a file name inside the checkpoint"));
+  EXPECT_THAT([&] { Parse(pair(R"("damage": {"file": "a.bin", "at": 0, "value": 1, "truncate": 1})")); },
+              ThrowsError(ErrorKind::kInvalidArgument, "give either \"at\" and \"value\" or \"truncate\""));
+  EXPECT_THAT([&] { Parse(pair(R"("damage": {"file": "a.bin", "at": 0, "value": 256})")); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].damage.value: must be a byte"));
+  EXPECT_THAT([&] { Parse(pair(R"("damage": {"file": "a.bin", "at": -1, "value": 0})")); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].damage.at: must be >= 0"));
+  EXPECT_THAT([&] { Parse(pair(R"("verify": "sometimes")")); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].verify: unknown verify policy 'sometimes'"));
+  EXPECT_THAT([&] { Parse(pair(R"("expect": "maybe")")); },
+              ThrowsError(ErrorKind::kInvalidArgument, "\"loaded_or_refused\""));
+  // What ToJson writes parses back to the same pairs.
+  Scenario again = Scenario::FromJson(s.ToJson(), "again.json");
+  EXPECT_EQ(again.ToJson(), s.ToJson());
+  EXPECT_EQ(again.pairs[0].damage->value, 255);
+  EXPECT_EQ(again.pairs[1].damage->truncate, 0);
+  EXPECT_EQ(again.pairs[0].verify, VerifyPolicy::kAlways);
+  EXPECT_TRUE(again.pairs[0].expect_loaded_or_refused);
+}
+
 TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
   Scenario s = Parse(R"({"optimizer": {"kind": "adam", "format": "dp_reshardable", "step": 4, "pad_divisor": 56},
                          "fsdp": {"layout": "fsdp2"},
