@@ -1,5 +1,7 @@
 #include "property/oracle.h"
 
+#include <algorithm>
+
 namespace distckpt {
 
 void ForEachPosition(const Box& box, const std::optional<FlatRange>& flat,
@@ -31,6 +33,27 @@ int64_t IndexIn(const Box& box, const Shape& pos) {
 
 int64_t IndexInShape(const Shape& shape, const Shape& pos) {
   return IndexIn(Box{Shape(shape.size(), 0), shape}, pos);
+}
+
+bool MainReplicasTile(const std::vector<std::vector<ShardedTensor>>& ranks, const std::string& key) {
+  std::vector<int> count;
+  for (const auto& shards : ranks) {
+    for (const ShardedTensor& t : shards) {
+      if (t.key == key) count.resize(Volume(t.global_shape));
+    }
+  }
+  bool inside = true;
+  for (const auto& shards : ranks) {
+    for (const ShardedTensor& t : shards) {
+      if (t.key != key || !IsMainReplica(t.replica_id)) continue;
+      ForEachPosition(t.GlobalBox(), t.flattened_range, [&](const Shape& pos) {
+        const int64_t at = IndexInShape(t.global_shape, pos);
+        if (at < 0) inside = false;
+        else ++count[at];
+      });
+    }
+  }
+  return inside && std::all_of(count.begin(), count.end(), [](int c) { return c == 1; });
 }
 
 }  // namespace distckpt

@@ -10,7 +10,11 @@
 #include <functional>
 #include <optional>
 
+#include <string>
+#include <vector>
+
 #include "core/box.h"
+#include "mapping/sharded_tensor.h"
 
 namespace distckpt {
 
@@ -24,6 +28,11 @@ int64_t IndexIn(const Box& box, const Shape& pos);
 
 // IndexIn for the box [0, shape).
 int64_t IndexInShape(const Shape& shape, const Shape& pos);
+
+// Do the main replicas among `ranks`' shards of `key` cover its global
+// tensor exactly once, with nothing outside? (Every shard of a key has the
+// same global shape: the layouts come from one tensor spec.)
+bool MainReplicasTile(const std::vector<std::vector<ShardedTensor>>& ranks, const std::string& key);
 
 }  // namespace distckpt
 

@@ -18,6 +18,7 @@ std::vector<std::string> TopologyStrings(const Scenario& s) {
   for (const PairSpec& p : s.pairs) {
     add(p.save);
     add(p.load);
+    if (p.resave_load) add(*p.resave_load);
   }
   return out;
 }
@@ -29,6 +30,7 @@ Scenario WithTopology(Scenario s, const std::string& from, const std::string& to
   for (PairSpec& p : s.pairs) {
     if (p.save == from) p.save = to;
     if (p.load == from) p.load = to;
+    if (p.resave_load == from) p.resave_load = to;
   }
   return s;
 }

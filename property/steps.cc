@@ -37,31 +37,51 @@ std::optional<std::string> SaveScenario(const Scenario& scenario, const std::str
 
 namespace {
 
-// Adds the keys of `state`'s ShardedTensors that are not empty flattened ranges.
-void AddKeptKeys(const Node& state, std::set<std::string>& keys) {
+// The ShardedTensors of `state` that are not empty flattened ranges, without data.
+std::vector<ShardedTensor> KeptShards(const Node& state) {
+  std::vector<ShardedTensor> out;
   ForEachLeaf(state, [&](const NodePath&, const Node& leaf) {
     if (!leaf.is<ShardedTensor>()) return;
     const ShardedTensor& t = leaf.as<ShardedTensor>();
-    if (!(t.flattened_range && t.flattened_range->size() == 0)) keys.insert(t.key);
+    if (!(t.flattened_range && t.flattened_range->size() == 0)) out.push_back(t.WithoutData());
   });
+  return out;
+}
+
+std::set<std::string> KeysOf(const RankShards& ranks, int rank = -1) {
+  std::set<std::string> keys;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (rank >= 0 && static_cast<int>(r) != rank) continue;
+    for (const ShardedTensor& t : ranks[r]) keys.insert(t.key);
+  }
+  return keys;
 }
 
 }  // namespace
 
+RankShards SavedShards(const Scenario& scenario, const PairSpec* pair, const Topology& topology) {
+  RankShards ranks;
+  for (int r = 0; r < topology.world_size(); ++r) ranks.push_back(KeptShards(BuildSaveState(scenario, pair, topology, r)));
+  return ranks;
+}
+
+RankShards RequestedShards(const Scenario& scenario, const PairSpec* pair, const Topology& saved,
+                           const Topology& load) {
+  RankShards ranks;
+  for (int r = 0; r < load.world_size(); ++r) {
+    ranks.push_back(KeptShards(BuildLoadRequest(scenario, pair, saved, load, r)));
+  }
+  return ranks;
+}
+
 std::set<std::string> SavedTensorKeys(const Scenario& scenario, const PairSpec* pair,
                                       const Topology& topology) {
-  std::set<std::string> keys;
-  for (int r = 0; r < topology.world_size(); ++r) AddKeptKeys(BuildSaveState(scenario, pair, topology, r), keys);
-  return keys;
+  return KeysOf(SavedShards(scenario, pair, topology));
 }
 
 std::set<std::string> RequestedTensorKeys(const Scenario& scenario, const PairSpec* pair,
-                                          const Topology& saved, const Topology& load) {
-  std::set<std::string> keys;
-  for (int r = 0; r < load.world_size(); ++r) {
-    AddKeptKeys(BuildLoadRequest(scenario, pair, saved, load, r), keys);
-  }
-  return keys;
+                                          const Topology& saved, const Topology& load, int rank) {
+  return KeysOf(RequestedShards(scenario, pair, saved, load), rank);
 }
 
 }  // namespace distckpt

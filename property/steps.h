@@ -9,8 +9,10 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
+#include "mapping/sharded_tensor.h"
 #include "scenario/spec.h"
 #include "topology/topology.h"
 
@@ -24,16 +26,25 @@ std::optional<std::string> OnThreads(int world, const std::function<void(Communi
 std::optional<std::string> SaveScenario(const Scenario& scenario, const std::string& topology,
                                         const std::string& dir);
 
+// Every rank's ShardedTensors (metadata only) as a save of the scenario
+// under `topology` writes them / a load under `load` requests them: save and
+// load drop shards whose flattened range is empty (Megatron's save / load
+// preprocessing, megatron-semantics §1.8), so those are left out.
+using RankShards = std::vector<std::vector<ShardedTensor>>;
+RankShards SavedShards(const Scenario& scenario, const PairSpec* pair, const Topology& topology);
+RankShards RequestedShards(const Scenario& scenario, const PairSpec* pair, const Topology& saved,
+                           const Topology& load);
+
 // The tensor keys a save of the scenario under `topology` writes, over all
 // ranks, and those a load under `load` requests (load_extra added,
-// load_drop removed). Save and load drop shards whose flattened range is
+// load_drop removed), over all ranks or on rank `rank` only. Save and load drop shards whose flattened range is
 // empty (Megatron's save / load preprocessing, megatron-semantics §1.8), so
 // a key whose every shard is such (a flattened tensor of no elements) is in
 // neither set.
 std::set<std::string> SavedTensorKeys(const Scenario& scenario, const PairSpec* pair,
                                       const Topology& topology);
 std::set<std::string> RequestedTensorKeys(const Scenario& scenario, const PairSpec* pair,
-                                          const Topology& saved, const Topology& load);
+                                          const Topology& saved, const Topology& load, int rank = -1);
 
 }  // namespace distckpt
 

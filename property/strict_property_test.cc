@@ -5,9 +5,12 @@
 // raise_* modes throw exactly when a set they check is non-empty, naming the
 // keys, and log_* modes log exactly then.
 //  - SetsAreTheSetDifferences: ApplyStrictHandling on per-rank key sets
-//    (ranks may request different keys; not expressible as a scenario).
+//    (ranks may request different keys).
 //  - LoadReportsTheSetDifferences: a save under A and a load under B with
-//    load_drop / load_extra, through `distckpt run`'s path (scenario file).
+//    load_drop (on every rank or on some: missing keys are those no rank
+//    requests) and load_extra, through `distckpt run`'s path (scenario
+//    file); a rank that drops its main replica of a key others request
+//    makes the load's access validation refuse it, naming the key.
 #include <algorithm>
 #include <filesystem>
 #include <iterator>
@@ -21,6 +24,7 @@
 #include "mapping/strict.h"
 #include "property/generators.h"
 #include "property/harness.h"
+#include "property/oracle.h"
 #include "property/reshard.h"
 #include "property/steps.h"
 
@@ -153,13 +157,24 @@ TEST(StrictProperty, LoadReportsTheSetDifferences) {
   GenLimits limits;
   limits.objects = false;  // objects reshard only on identical grids: keep the key sets exact
   CheckProperty({300, {{"raised", 0.05}, {"missing", 0.10}, {"unexpected", 0.10},
-                      {"key-in-neither", 0.003}}}, [&] {
+                      {"key-in-neither", 0.003}, {"dropped-on-some-ranks", 0.10}, {"access-invalid", 0.05},
+                      {"dropped-on-some-ranks-valid", 0.02}}}, [&] {
     Scenario s = *GenReshardScenario(limits);
     PairSpec& pair = s.pairs[0];
     const StrictHandling mode = kModes[Choose(8)];
     pair.strict = mode;
+    // A key is dropped on every rank, on some ranks only (missing only if
+    // no rank requests it: Megatron's missing keys are global), or kept.
+    const int world = Topology::Parse(pair.load).world_size();
     for (const TensorSpec& t : s.tensors) {
-      if (OneIn(3)) pair.load_drop.push_back(t.key);
+      if (OneIn(3)) {
+        pair.load_drop.push_back(t.key);
+      } else if (OneIn(3)) {
+        std::vector<int>& ranks = pair.load_drop_ranks[t.key];
+        for (int r = 0; r < world; ++r) {
+          if (OneIn(2)) ranks.push_back(r);
+        }
+      }
     }
     const int extra = *rc::gen::inRange(0, 3);
     for (int i = 0; i < extra; ++i) {
@@ -173,14 +188,32 @@ TEST(StrictProperty, LoadReportsTheSetDifferences) {
     const Topology a = Topology::Parse(pair.save), b = Topology::Parse(pair.load);
     const Keys stored = SavedTensorKeys(s, &pair, a);
     const Keys requested = RequestedTensorKeys(s, &pair, a, b);
+    const Keys on_rank0 = RequestedTensorKeys(s, &pair, a, b, 0);  // the report's unexpected keys are rank 0's
+    // Load validates the requested access pattern (after strict handling):
+    // the main replicas the ranks request must tile every requested key, so
+    // a rank dropping its main replica of a key that others request is refused.
+    const RankShards request = RequestedShards(s, &pair, a, b);
+    std::string untiled;
+    for (const std::string& key : requested) {
+      if (untiled.empty() && !MainReplicasTile(request, key)) untiled = key;
+    }
     RC_CLASSIFY(stored.size() < s.tensors.size(), "key-in-neither");
-    const Expected want = Oracle(mode, stored, requested, requested);
+    bool partial = false;  // a key some ranks drop that another requests
+    for (const auto& [key, ranks] : pair.load_drop_ranks) {
+      partial = partial || (!ranks.empty() && requested.count(key) && static_cast<int>(ranks.size()) < world);
+    }
+    RC_CLASSIFY(partial, "dropped-on-some-ranks");
+    const Expected want = Oracle(mode, stored, on_rank0, requested);
     RC_TAG(std::string(StrictHandlingName(mode)));
     RC_CLASSIFY(!want.missing.empty(), "missing");
     RC_CLASSIFY(!want.unexpected.empty(), "unexpected");
     RC_CLASSIFY(want.raises, "raised");
+    RC_CLASSIFY(!untiled.empty(), "access-invalid");
+    RC_CLASSIFY(partial && untiled.empty(), "dropped-on-some-ranks-valid");
     if (want.raises) {
       pair.expect_error = want.missing.empty() ? "Unexpected keys" : "Missing keys";
+    } else if (!untiled.empty()) {
+      pair.expect_error = fmt::format("ShardedTensor(key={}", PyRepr(untiled));  // access or flattened-range message
     } else if (mode == StrictHandling::kAssumeOkUnexpected && extra > 0) {
       pair.expect_error = "from model not in state dict";  // the reader fails on the unknown key
     }

@@ -31,53 +31,13 @@
 namespace distckpt {
 namespace {
 
-bool EmptyFlattened(const ShardedTensor& t) { return t.flattened_range && t.flattened_range->size() == 0; }
-
-// Every rank's ShardedTensors as save sees them (empty flattened ranges are
-// dropped by save_preprocess).
-std::vector<std::vector<ShardedTensor>> SavedShards(const Scenario& s, const PairSpec* pair,
-                                                    const Topology& topo) {
-  std::vector<std::vector<ShardedTensor>> ranks(topo.world_size());
-  for (int rank = 0; rank < topo.world_size(); ++rank) {
-    Node state = BuildSaveState(s, pair, topo, rank);
-    for (const auto& [path, node] : state.at("tensors").as<Dict>()) {
-      const ShardedTensor& t = node.as<ShardedTensor>();
-      if (!EmptyFlattened(t)) ranks[rank].push_back(t.WithoutData());
-    }
-  }
-  return ranks;
-}
-
-bool Holds(const std::vector<std::vector<ShardedTensor>>& ranks, const std::string& key) {
+bool Holds(const RankShards& ranks, const std::string& key) {
   for (const auto& shards : ranks) {
     for (const ShardedTensor& t : shards) {
       if (t.key == key) return true;
     }
   }
   return false;
-}
-
-// The oracle: do the main replicas of `key` cover its global tensor exactly once?
-// (Every shard of a key has the same global shape: the layouts come from one TensorSpec.)
-bool TilesExactly(const std::vector<std::vector<ShardedTensor>>& ranks, const std::string& key) {
-  std::vector<int> count;
-  for (const auto& shards : ranks) {
-    for (const ShardedTensor& t : shards) {
-      if (t.key == key) count.resize(Volume(t.global_shape));
-    }
-  }
-  bool inside = true;
-  for (const auto& shards : ranks) {
-    for (const ShardedTensor& t : shards) {
-      if (t.key != key || !IsMainReplica(t.replica_id)) continue;
-      ForEachPosition(t.GlobalBox(), t.flattened_range, [&](const Shape& pos) {
-        const int64_t at = IndexInShape(t.global_shape, pos);
-        if (at < 0) inside = false;
-        else ++count[at];
-      });
-    }
-  }
-  return inside && std::all_of(count.begin(), count.end(), [](int c) { return c == 1; });
 }
 
 // Names of keys other than `key` that `message` reports.
@@ -116,7 +76,7 @@ TEST(ValidationProperty, SaveRefusesExactlyTheGapsAndOverlaps) {
                     if (!Holds(ranks, t.key)) {
                       if (requested.count(t.key)) absent = t.key;
                       else Tag({"key-in-neither"});
-                    } else if (!TilesExactly(ranks, t.key)) {
+                    } else if (!MainReplicasTile(ranks, t.key)) {
                       broken = t.key;
                     }
                   }

@@ -127,7 +127,9 @@ TEST(OptimizerRandomLayoutsTest, EveryFormatLoadsUnderAnotherLayout) {
     EXPECT_TRUE(results[0].ok) << "seed " << seed << " case " << i << ": " << results[0].reason << "\n"
                                << scenario.dump();
   }
-  if (cases >= 24) EXPECT_EQ(formats.size(), 4u) << "every format drawn";
+  if (cases >= 24) {
+    EXPECT_EQ(formats.size(), 4u) << "every format drawn";
+  }
 }
 
 }  // namespace

@@ -84,6 +84,7 @@ StepStrategy StrategyOf(const StepArgs& args) {
   strategy.two_stage = args.two_stage;
   strategy.local_dir = args.local_dir;
   strategy.replication = ParseReplicationParams(args.replication);
+  strategy.resave_dir = args.resave_dir;
   if (args.dir.empty() && args.local_dir.empty()) {
     Fail(ErrorKind::kInvalidArgument, "--dir is required (or --local DIR for a local checkpoint)");
   }

@@ -34,6 +34,7 @@ struct StepArgs {
   bool two_stage = false;              // load
   std::string local_dir;               // a local checkpoint under this root (instead of --dir)
   std::string replication = "1,1";     // with local_dir: J,F
+  std::string resave_dir;              // load: save the loaded state again here (a pair's "resave")
 };
 
 struct RunArgs {

@@ -41,6 +41,8 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
     cmd->add_option("--saved-topology", a.saved_topology,
                     "topology the checkpoint was saved under (default: recorded in it)");
     cmd->add_option("--strict", a.strict, "strict handling mode (default: the scenario's)");
+    cmd->add_option("--resave-dir", a.resave_dir,
+                    "after a good load, save the loaded state again under --topology into this directory");
     cmd->add_option("--verify", a.verify,
                     "checksums: whole = chunks read in full (default), always = read every touched "
                     "chunk in full to verify it, never (default: the pair's \"verify\", else whole)")

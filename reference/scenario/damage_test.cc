@@ -30,16 +30,16 @@ class DamageTest : public ::testing::Test {
 };
 
 TEST_F(DamageTest, SetsOneByteOrTruncates) {
-  EXPECT_EQ(ApplyDamage({"a.bin", 2, 'X'}, dir_), "set byte 2 of a.bin (6 bytes) from 0x63 to 0x58");
+  EXPECT_EQ(ApplyDamage({"a.bin", 2, 'X', std::nullopt}, dir_), "set byte 2 of a.bin (6 bytes) from 0x63 to 0x58");
   EXPECT_EQ(ReadFileToString(Env::Default(), dir_ + "/a.bin"), "abXdef");
   EXPECT_EQ(ApplyDamage({"a.bin", 0, 0, 4}, dir_), "truncate a.bin from 6 to 4 bytes");
   EXPECT_EQ(ReadFileToString(Env::Default(), dir_ + "/a.bin"), "abXd");
 }
 
 TEST_F(DamageTest, RefusesWhatTheFileDoesNotHaveNamingIt) {
-  EXPECT_THAT([&] { ApplyDamage({"b.bin", 0, 1}, dir_); },
+  EXPECT_THAT([&] { ApplyDamage({"b.bin", 0, 1, std::nullopt}, dir_); },
               ThrowsError(ErrorKind::kInvalidArgument, "b.bin is not a file of the checkpoint"));
-  EXPECT_THAT([&] { ApplyDamage({"a.bin", 6, 1}, dir_); },
+  EXPECT_THAT([&] { ApplyDamage({"a.bin", 6, 1, std::nullopt}, dir_); },
               ThrowsError(ErrorKind::kInvalidArgument, "byte 6 is beyond the end of " + dir_ + "/a.bin (6 bytes)"));
   EXPECT_THAT([&] { ApplyDamage({"a.bin", 0, 0, 7}, dir_); },
               ThrowsError(ErrorKind::kInvalidArgument, "cannot truncate " + dir_ + "/a.bin (6 bytes) to 7"));

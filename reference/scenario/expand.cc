@@ -224,9 +224,7 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
 Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& saved,
                       const Topology& topo, int rank) {
   RankState state = LoadSideState(s, pair, topo, rank);
-  auto dropped = [&](const std::string& key) {
-    return pair && std::count(pair->load_drop.begin(), pair->load_drop.end(), key);
-  };
+  auto dropped = [&](const std::string& key) { return pair && pair->Drops(key, rank); };
   Dict tensors;
   for (const Param& param : state.params) {
     if (dropped(param.key())) continue;

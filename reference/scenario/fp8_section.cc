@@ -150,10 +150,6 @@ bool IsMain(const ShardedTensor& t) {
   return std::all_of(t.replica_id.begin(), t.replica_id.end(), [](int64_t r) { return r == 0; });
 }
 
-bool Dropped(const PairSpec* pair, const std::string& key) {
-  return pair && std::count(pair->load_drop.begin(), pair->load_drop.end(), key);
-}
-
 const Tensor* LoadedTensor(const Node* fp8, const std::string& key) {
   const Dict* d = fp8 ? fp8->get_if<Dict>() : nullptr;
   auto it = d ? d->find(key) : Dict::const_iterator();
@@ -220,7 +216,7 @@ Node BuildFp8SaveState(const Scenario& s, const Topology& topo, int rank) {
 Node BuildFp8Request(const Scenario& s, const PairSpec* pair, const Topology& topo, int rank) {
   Dict out;
   for (const Fp8TensorSpec& spec : s.fp8) {
-    if (Dropped(pair, spec.tensor.key)) continue;
+    if (pair && pair->Drops(spec.tensor.key, rank)) continue;
     ShardedTensor shard = ExpandTensor(spec.tensor, topo, rank).front();
     Tensor data = Tensor::Empty(RequestDType(spec), LocalShapeOf(shard));
     out[spec.tensor.key] = Node(WithData(shard, std::move(data)));
@@ -240,7 +236,7 @@ Fp8Check CheckFp8Loaded(const Scenario& s, const PairSpec* pair, const Topology&
   for (size_t i = 0; i < s.fp8.size(); ++i) {
     const Fp8TensorSpec& spec = s.fp8[i];
     const std::string& key = spec.tensor.key;
-    if (Dropped(pair, key)) continue;
+    if (pair && pair->Drops(key, rank)) continue;
     const Tensor* got = LoadedTensor(fp8, key);
     const Tensor* scale_inv = LoadedTensor(fp8, ScaleInvKey(key));
     if (!got || (spec.fp8.storage == Fp8Storage::kRaw && !scale_inv)) {

@@ -17,6 +17,7 @@
 
 #include "comm/thread_world.h"
 #include "core/error.h"
+#include "engine/checkpoint_diff.h"
 #include "engine/load.h"
 #include "engine/local_checkpoint.h"
 #include "engine/metadata_api.h"
@@ -25,6 +26,7 @@
 #include "scenario/damage.h"
 #include "scenario/expand.h"
 #include "scenario/fp8_section.h"
+#include "scenario/resave.h"
 
 extern char** environ;
 
@@ -183,17 +185,20 @@ StepReport RunSave(const Scenario& s, const PairSpec* pair, int pair_index, cons
 
 StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index, const std::string& saved,
                    const std::string& topo, const std::string& dir, StrictHandling strict,
-                   const RunOptions& options) {
+                   const RunOptions& options, const std::string& resave_dir = "") {
   int world = Topology::Parse(topo).world_size();
   const VerifyPolicy verify = pair ? pair->verify : VerifyPolicy::kWhenWhole;
+  StepStrategy strategy;
+  strategy.resave_dir = resave_dir;
   if (options.backend == Backend::kThreads) {
     return OnThreads(world, [&](Communicator& comm) {
-      return LoadStep(s, pair, saved, topo, dir, comm, strict, verify);
+      return LoadStep(s, pair, saved, topo, dir, comm, strict, verify, strategy);
     });
   }
   std::vector<std::string> args{"load",  options.scenario_path, "--topology", topo, "--saved-topology",
                                 saved,   "--dir", dir, "--strict", std::string(StrictHandlingName(strict)),
                                 "--verify", std::string(VerifyPolicyName(verify))};
+  if (!resave_dir.empty()) args.insert(args.end(), {"--resave-dir", resave_dir});
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".load.json");
 }
@@ -241,6 +246,25 @@ PairResult Judge(const PairSpec* pair, const std::string& save, const std::strin
   }
   r.ok = true;
   return r;
+}
+
+// A pair's "resave": the checkpoint saved again from the loaded state must be
+// `distckpt diff`-identical to the first, and load right under resave_load.
+std::optional<std::string> CheckResave(const Scenario& s, const PairSpec& pair, int pair_index,
+                                       const std::string& dir, const std::string& resave_dir,
+                                       const RunOptions& options) {
+  const CheckpointDiff diff = DiffCheckpoints(dir, resave_dir);
+  if (!diff.identical()) {
+    return fmt::format("the checkpoint saved again under {} differs from the first: only in the first: [{}]; "
+                       "only in the second: [{}]; {}",
+                       pair.load, fmt::join(diff.only_a, ", "), fmt::join(diff.only_b, ", "),
+                       fmt::join(diff.mismatches, "; "));
+  }
+  if (!pair.resave_load) return std::nullopt;
+  StepReport again = RunLoad(s, &pair, pair_index, pair.load, *pair.resave_load, resave_dir,
+                             pair.strict.value_or(s.strict), options);
+  if (!again.ok) return fmt::format("the checkpoint saved again, loaded under {}: {}", *pair.resave_load, again.error);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -324,10 +348,11 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   LoadResult result;
   Fp8Check fp8;
   bool other = false;
+  Topology topo;
+  Node request, as_loaded;  // as_loaded: the loaded state before the fp8 checks convert it
   try {
     Topology saved = Topology::Parse(saved_topology);
-    Topology topo = WorldTopology(topology, comm);
-    Node request;
+    topo = WorldTopology(topology, comm);
     AgreeOnOutcome(comm, [&] {
       if (s.optimizer) CheckOptimizerLoadable(s, LoadCommonStateDict(dir), topo);
       request = BuildLoadRequest(s, pair, saved, topo, comm.rank());
@@ -351,6 +376,7 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
       result.summary = local.summary;
     }
     std::optional<std::string> bad = CheckLoaded(s, pair, saved, topo, comm.rank(), result);
+    if (!strategy.resave_dir.empty()) as_loaded = result.state_dict;
     if (!s.fp8.empty()) {
       fp8 = CheckFp8Loaded(s, pair, topo, comm.rank(), result.state_dict);
       if (!bad) bad = fp8.error;
@@ -369,6 +395,21 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   r.ok = r.error.empty();
   r.value_mismatch = Sum(comm, mismatch ? 1 : 0) > 0;
   r.other_exception = Sum(comm, other ? 1 : 0) > 0;
+  if (r.ok && !strategy.resave_dir.empty()) {  // every rank: the verdict is agreed
+    std::string resave_error;
+    try {
+      SaveOptions options;
+      options.topology = topo.ToString();
+      Save(ResaveState(request, as_loaded), strategy.resave_dir, comm, options);
+    } catch (const std::exception& e) {
+      resave_error = e.what();
+    }
+    resave_error = AgreeOnError(comm, resave_error);
+    if (!resave_error.empty()) {
+      r.ok = false;
+      r.error = "resave: " + resave_error;
+    }
+  }
   if (!s.fp8.empty()) {  // every rank has the same fp8 keys: the same collectives
     fp8.saturated.resize(s.fp8.size());
     std::vector<int64_t> totals;
@@ -437,14 +478,24 @@ std::vector<PairResult> RunScenario(const Scenario& s, const RunOptions& options
           saved.error = e.what();
         }
       }
+      const std::string resave_dir = pair.resave ? dir + "-resaved" : "";
       if (saved.ok) {
         loaded = RunLoad(s, &pair, static_cast<int>(k), pair.save, pair.load, dir,
-                         pair.strict.value_or(s.strict), options);
+                         pair.strict.value_or(s.strict), options, resave_dir);
       }
       results.push_back(Judge(&pair, pair.save, pair.load, saved, loaded));
+      if (pair.resave && results.back().ok && loaded.ok) {
+        if (auto bad = CheckResave(s, pair, static_cast<int>(k), dir, resave_dir, options)) {
+          results.back().ok = false;
+          results.back().reason = *bad;
+        }
+      }
       progress(fmt::format("[{}/{}] {} -> {}: {}", k + 1, s.pairs.size(), pair.save, pair.load,
                            results.back().ok ? "ok" : "FAIL: " + results.back().reason));
-      if (!options.keep) fs::remove_all(dir);
+      if (!options.keep) {
+        fs::remove_all(dir);
+        if (pair.resave) fs::remove_all(resave_dir);
+      }
     }
   }
   if (!options.keep && options.work_dir.empty()) fs::remove_all(work);

@@ -65,6 +65,9 @@ struct StepStrategy {
   // `replication` (jump J, factor F; F = 1: no copies).
   std::string local_dir;
   ReplicationParams replication;
+  // Load: save the loaded state again (scenario/resave.h) under the load's
+  // topology into this directory (a pair's "resave").
+  std::string resave_dir;
 };
 
 // One rank's part of a save / a load+check. Collective over `comm`; every

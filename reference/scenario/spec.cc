@@ -1,8 +1,11 @@
 #include "scenario/spec.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "scenario/fp8_section.h"
@@ -166,7 +169,7 @@ DamageSpec ParseDamage(const json& v, const std::string& path) {
 
 PairSpec ParsePair(const json& v, const std::string& path) {
   Fields f(v, path, {"save", "load", "strict", "expect", "load_extra", "load_drop", "break", "load_optimizer", "load_fsdp",
-                     "expect_missing", "expect_unexpected", "load_model", "damage", "verify"});
+                     "expect_missing", "expect_unexpected", "load_model", "damage", "verify", "resave"});
   PairSpec pair;
   pair.save = f.str("save");
   pair.load = f.str("load");
@@ -188,9 +191,26 @@ PairSpec ParsePair(const json& v, const std::string& path) {
   }
   if (f.has("load_extra")) pair.load_extra = ParseTensors(f.get("load_extra"), f.at("load_extra"));
   if (f.has("load_drop")) {
-    for (const json& k : f.array("load_drop")) {
-      if (!k.is_string()) Fail(ErrorKind::kInvalidArgument, "{}: expected key strings", f.at("load_drop"));
-      pair.load_drop.push_back(k.get<std::string>());
+    const json& drops = f.array("load_drop");
+    for (size_t i = 0; i < drops.size(); ++i) {
+      const std::string at = fmt::format("{}[{}]", f.at("load_drop"), i);
+      if (drops[i].is_string()) {
+        pair.load_drop.push_back(drops[i].get<std::string>());
+        continue;
+      }
+      if (!drops[i].is_object()) {
+        Fail(ErrorKind::kInvalidArgument, "{}: expected a key or {{\"key\": ..., \"ranks\": [...]}}", at);
+      }
+      Fields df(drops[i], at, {"key", "ranks"});
+      std::vector<int>& ranks = pair.load_drop_ranks[df.str("key")];
+      const int world = Topology::Parse(pair.load).world_size();
+      for (const json& r : df.array("ranks")) {
+        if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= world) {
+          Fail(ErrorKind::kInvalidArgument, "{}: expected ranks of the load topology {} (0 to {})",
+               df.at("ranks"), pair.load, world - 1);
+        }
+        ranks.push_back(r.get<int>());
+      }
     }
   }
   if (f.has("break")) pair.break_save = ParseBreak(f.get("break"), f.at("break"));
@@ -207,10 +227,29 @@ PairSpec ParsePair(const json& v, const std::string& path) {
   if (f.has("expect_unexpected")) pair.expect_unexpected = f.str("expect_unexpected");
   if (f.has("damage")) pair.damage = ParseDamage(f.get("damage"), f.at("damage"));
   if (f.has("verify")) pair.verify = AtPath(f.at("verify"), [&] { return ParseVerifyPolicy(f.str("verify")); });
+  if (f.has("resave")) {
+    const json& r = f.get("resave");
+    if (r.is_boolean()) {
+      pair.resave = r.get<bool>();
+    } else if (r.is_object()) {
+      Fields rf(r, f.at("resave"), {"load"});
+      pair.resave = true;
+      pair.resave_load = rf.str("load");
+      AtPath(rf.at("load"), [&] { return Topology::Parse(*pair.resave_load); });
+    } else {
+      Fail(ErrorKind::kInvalidArgument, "{}: expected true, false or {{\"load\": \"<topology>\"}}", f.at("resave"));
+    }
+  }
   return pair;
 }
 
 }  // namespace
+
+bool PairSpec::Drops(const std::string& key, int rank) const {
+  if (std::count(load_drop.begin(), load_drop.end(), key)) return true;
+  auto it = load_drop_ranks.find(key);
+  return it != load_drop_ranks.end() && std::count(it->second.begin(), it->second.end(), rank);
+}
 
 std::string_view ReplicaKindName(ReplicaKind kind) {
   switch (kind) {

@@ -97,14 +97,26 @@ struct PairSpec {
   bool expect_loaded_or_refused = false;
   std::optional<DamageSpec> damage;
   VerifyPolicy verify = VerifyPolicy::kWhenWhole;  // the load's checksum policy
+  // "resave": after the load, save the loaded state again under the load's
+  // topology; the pair fails unless that checkpoint is `distckpt diff`-
+  // identical to the first, and, with `resave_load`, unless it loads right
+  // under that topology too.
+  bool resave = false;
+  std::optional<std::string> resave_load;
   std::vector<TensorSpec> load_extra;       // requested on load only (unexpected keys)
   std::vector<std::string> load_drop;       // not requested on load (missing keys)
+  // Keys not requested on some ranks only (`{"key", "ranks"}` items of
+  // load_drop): Megatron's missing keys are those no rank requests.
+  std::map<std::string, std::vector<int>> load_drop_ranks;
   std::optional<BreakSpec> break_save;
   std::optional<std::string> expect_missing;     // for return_*: comma-separated sorted keys
   std::optional<std::string> expect_unexpected;
   nlohmann::json load_model;  // overrides of every model's fields on load (null = none)
   nlohmann::json load_optimizer;  // pad_divisor / bucket_numel on load (null = as saved)
   std::optional<FsdpLayout> load_fsdp;  // the FSDP layout on load (nullopt = as saved)
+
+  // True if rank `rank`'s load request leaves `key` out (load_drop, load_drop_ranks).
+  bool Drops(const std::string& key, int rank) const;
 };
 
 struct Scenario {

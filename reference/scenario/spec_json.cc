@@ -43,11 +43,13 @@ json PairToJson(const PairSpec& pair) {
                              : json{{"file", d.file}, {"at", d.at}, {"value", d.value}};
   }
   if (pair.verify != VerifyPolicy::kWhenWhole) j["verify"] = std::string(VerifyPolicyName(pair.verify));
+  if (pair.resave) j["resave"] = pair.resave_load ? json{{"load", *pair.resave_load}} : json(true);
   if (!pair.load_extra.empty()) {
     j["load_extra"] = json::array();
     for (const TensorSpec& t : pair.load_extra) j["load_extra"].push_back(TensorSpecToJson(t));
   }
   if (!pair.load_drop.empty()) j["load_drop"] = pair.load_drop;
+  for (const auto& [key, ranks] : pair.load_drop_ranks) j["load_drop"].push_back({{"key", key}, {"ranks", ranks}});
   if (pair.break_save) j["break"] = BreakToJson(*pair.break_save);
   if (pair.expect_missing) j["expect_missing"] = *pair.expect_missing;
   if (pair.expect_unexpected) j["expect_unexpected"] = *pair.expect_unexpected;

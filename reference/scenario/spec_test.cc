@@ -54,7 +54,7 @@ TEST(SpecTest, ErrorsNameTheJsonPath) {
               ThrowsError(ErrorKind::kInvalidArgument, "dp already shards axis 0"));
 }
 
-TEST(SpecTest, ParsesDamageVerifyAndLoadedOrRefused) {
+TEST(SpecTest, ParsesDamageVerifyLoadedOrRefusedAndPerRankDrops) {
   Scenario s = Parse(R"({"pairs": [
       {"save": "tp=2", "load": "tp=1", "damage": {"file": "__0_0.bin", "at": 5, "value": 255},
        "verify": "always", "expect": "loaded_or_refused"},
@@ -83,6 +83,17 @@ TEST(SpecTest, ParsesDamageVerifyAndLoadedOrRefused) {
               ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].damage.value: must be a byte"));
   EXPECT_THAT([&] { Parse(pair(R"("damage": {"file": "a.bin", "at": -1, "value": 0})")); },
               ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].damage.at: must be >= 0"));
+  EXPECT_THAT([&] { Parse(pair(R"("load_drop": [{"key": "w", "ranks": [1]}])")); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "$.pairs[0].load_drop[0].ranks: expected ranks of the load topology tp=1 (0 to 0)"));
+  EXPECT_THAT([&] { Parse(pair(R"("load_drop": [3])")); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].load_drop[0]: expected a key or"));
+  const Scenario drops = Parse(pair(R"("load_drop": ["a", {"key": "w", "ranks": [0]}])"));
+  EXPECT_TRUE(drops.pairs[0].Drops("a", 0));
+  EXPECT_TRUE(drops.pairs[0].Drops("w", 0));
+  EXPECT_FALSE(drops.pairs[0].Drops("w", 1));
+  EXPECT_FALSE(drops.pairs[0].Drops("b", 0));
+  EXPECT_EQ(Scenario::FromJson(drops.ToJson(), "again.json").ToJson(), drops.ToJson());
   EXPECT_THAT([&] { Parse(pair(R"("verify": "sometimes")")); },
               ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].verify: unknown verify policy 'sometimes'"));
   EXPECT_THAT([&] { Parse(pair(R"("expect": "maybe")")); },
