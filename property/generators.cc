@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "property/optimizer_generators.h"
 #include "scenario/expand.h"
 #include "scenario/rank_state.h"
 
@@ -305,8 +306,9 @@ bool ScenarioFits(const Scenario& s, const GenLimits& limits) {
     add(p.save);
     add(p.load);
   }
-  return std::all_of(s.tensors.begin(), s.tensors.end(),
-                     [&](const TensorSpec& t) { return FitsAsGenerated(t, topos, limits); });
+  return ModelsFit(s) && std::all_of(s.tensors.begin(), s.tensors.end(), [&](const TensorSpec& t) {
+           return FitsAsGenerated(t, topos, limits);
+         });
 }
 
 PairSpec MakePair(const std::string& save, const std::string& load) {

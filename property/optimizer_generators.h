@@ -1,0 +1,37 @@
+// RapidCheck generators of model-level cases with optimizer state: a GPT
+// model generator section (layers, heads, hidden, ffn, vocab with padding,
+// GLU, MoE experts, tied embeddings) that both topologies can shard, Adam
+// state in one of Megatron's four formats (plain, fully_reshardable,
+// fully_sharded_model_space, dp_reshardable) with random bucket padding,
+// and one pair: save under A, load under B (tp, pp, dp, cp, ep).
+// dp_reshardable keeps (TP, PP, EP), as Megatron requires, and changes
+// DP x CP and, one pair in two, the padding divisor on load.
+//
+// Thread-safety: generators are values; use them from one thread.
+#ifndef DISTCKPT_PROPERTY_OPTIMIZER_GENERATORS_H_
+#define DISTCKPT_PROPERTY_OPTIMIZER_GENERATORS_H_
+
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "scenario/spec.h"
+
+namespace distckpt {
+
+// World sizes of both topologies at most `max_world`.
+rc::Gen<Scenario> GenOptimizerScenario(int max_world);
+
+// True when every model generator can shard under every topology the
+// scenario names, and a dp_reshardable optimizer's pairs keep (TP, PP, EP)
+// with EP dividing DP x CP: what the schema-aware shrinker must keep.
+bool ModelsFit(const Scenario& scenario);
+
+// The classes of the first pair: the format, tp/pp/dp/ep/world-size
+// changing, ep>1, moe, glu, tied, bf16, bucketed, pad-divisor-changing, ...
+std::vector<std::string> OptimizerClasses(const Scenario& scenario);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_PROPERTY_OPTIMIZER_GENERATORS_H_
