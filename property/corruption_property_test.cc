@@ -46,21 +46,25 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Damage {
-  bool metadata = false;  // metadata.json, else a data file
+  bool metadata = false;  // the format's index (metadata.json, DCP's .metadata), else another file
   uint64_t file_pick = 0, position = 0;
   bool truncate = false;
   int change = 0;        // 0: flip one bit, 1: any byte, 2: a digit of metadata.json's numbers
   uint8_t value = 0;     // bit number, byte or digit
 };
 
-// The concrete damage `d` picks in checkpoint `dir` (nullopt: nothing to damage).
-std::optional<DamageSpec> Pick(const Damage& d, const std::string& dir) {
-  std::vector<std::string> data;
+// A format's files: its index (what a load opens first) and the others
+// (data files; DCP: also Megatron's common.pt and metadata.json).
+std::string IndexFile(const std::string& format) { return format == "native" ? "metadata.json" : ".metadata"; }
+
+// The concrete damage `d` picks in checkpoint `dir` of `format` (nullopt: nothing to damage).
+std::optional<DamageSpec> Pick(const Damage& d, const std::string& dir, const std::string& format) {
+  std::vector<std::string> others;
   for (const std::string& name : Env::Default()->ListDir(dir)) {
-    if (name.size() > 4 && name.substr(name.size() - 4) == ".bin") data.push_back(name);
+    if (name != IndexFile(format)) others.push_back(name);
   }
   DamageSpec out;
-  out.file = d.metadata || data.empty() ? "metadata.json" : data[d.file_pick % data.size()];
+  out.file = d.metadata || others.empty() ? IndexFile(format) : others[d.file_pick % others.size()];
   const std::string bytes = ReadFileToString(Env::Default(), (fs::path(dir) / out.file).string());
   if (bytes.empty()) return std::nullopt;
   uint64_t at = d.position % bytes.size();
@@ -192,14 +196,18 @@ std::pair<int, std::string> LoadForked(const Scenario& s, const std::string& dir
   return {WEXITSTATUS(status), text};
 }
 
-TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
+void CheckDamagedCheckpoints(const std::string& format, int cases) {
   const std::string work = MakeWorkDir();
   GenLimits limits;
   limits.max_world = 6;
   limits.max_tensors = 2;
   limits.max_elements = 256;
-  CheckProperty({1000, {{"rejected", 0.3}, {"loaded", 0.01}, {"metadata.json", 0.3}, {"data-file", 0.3},
-                       {"truncate", 0.1}}},
+  limits.flatten_off_grid = format == "native";  // DCP cannot store those (refused at save)
+  const std::string replay = format == "native" ? "" : "--format " + format;
+  CheckProperty({cases,
+                 {{"rejected", 0.3}, {"loaded", 0.01}, {"index-file", 0.3}, {"data-file", 0.2}, {"truncate", 0.1}},
+                 nullptr,
+                 replay},
                 [&] {
                   Scenario s = *GenReshardScenario(limits);
                   Damage d;
@@ -212,21 +220,23 @@ TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
                   const std::string dir = (fs::path(work) / "ckpt").string();
                   fs::remove_all(dir);
                   SetCase(s);
-                  if (auto e = SaveScenario(s, s.pairs[0].save, dir)) FailCase(s, *e);
+                  if (auto e = SaveScenario(s, s.pairs[0].save, dir, format)) FailCase(s, *e);
                   PairSpec& pair = s.pairs[0];
-                  pair.damage = Pick(d, dir);
+                  pair.damage = Pick(d, dir, format);
                   RC_PRE(pair.damage.has_value());
                   pair.verify = VerifyPolicy::kAlways;
                   pair.strict = StrictHandling::kRaiseAll;
                   pair.expect_loaded_or_refused = true;
                   const std::string what = ApplyDamage(*pair.damage, dir);
-                  Tag({d.metadata ? "metadata.json" : "data-file",
-                       d.truncate ? "truncate" : d.change == 2 && d.metadata ? "digit" : "byte"});
+                  const bool index = pair.damage->file == IndexFile(format);
+                  const bool data = !index && pair.damage->file.find('_') == 0;  // __<rank>_<stream>.bin/.distcp
+                  Tag({index ? "index-file" : data ? "data-file" : "other-file",
+                       d.truncate ? "truncate" : d.change == 2 && index ? "digit" : "byte"});
                   const std::string note = fmt::format(
                       "After the save under {}: {}; the load under {} (--verify always --strict raise_all) "
-                      "must load every element right or fail with an error (exit 2). `distckpt run FILE` "
+                      "must load every element right or fail with an error (exit 2). `distckpt run FILE{}{}` "
                       "replays it (the pair's `damage`).",
-                      pair.save, what, pair.load);
+                      pair.save, what, pair.load, replay.empty() ? "" : " ", replay);
                   SetCase(s, note);
                   const auto [verdict, message] = LoadForked(s, dir);
                   if (verdict == kLoaded) {
@@ -239,6 +249,12 @@ TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
                 });
   fs::remove_all(work);
 }
+
+TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) { CheckDamagedCheckpoints("native", 1000); }
+
+// The same for PyTorch DCP checkpoints: the .metadata pickle, the torch.save
+// zip items of the .distcp files, Megatron's common.pt and metadata.json.
+TEST(CorruptionProperty, DamagedDcpCheckpointLoadsCorrectlyOrIsRejected) { CheckDamagedCheckpoints("dcp", 500); }
 
 }  // namespace
 }  // namespace distckpt

@@ -238,6 +238,7 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
     t.split = OneIn(3) ? SplitKind::kChunk : SplitKind::kEven;
     if (!pool.empty() && OneIn(4)) {
       t.flatten = PickOf(pool);
+      if (!limits.flatten_off_grid) t.split = SplitKind::kEven;
       t.flatten_jitter = t.split == SplitKind::kEven && OneIn(2);
     }
     if (limits.padding && rank >= 1 && OneIn(6)) {
@@ -286,6 +287,7 @@ bool FitsAsGenerated(const TensorSpec& spec, const std::vector<Topology>& topos,
                      const GenLimits& limits) {
   if (spec.pad_multiple > 0 && spec.shape.empty()) return false;
   if (!limits.zero_volume && Volume(spec.shape) == 0) return false;
+  if (!limits.flatten_off_grid && spec.flatten && spec.split == SplitKind::kChunk) return false;
   TensorSpec fitted = spec;
   try {
     Fit(fitted, topos, limits);

@@ -178,7 +178,8 @@ void RunProperty(const rc::detail::Property& property, const PropertyOptions& op
       if (result.is<rc::detail::FailureResult>() && print) {
         const std::string path = rec ? WriteCounterexample(*rec, test, params.seed) : "";
         report += path.empty() ? "\n(no scenario reproduces this case: the counterexample above is all)"
-                               : fmt::format("\nshrunk counterexample: {}\nreplay: distckpt run {}", path, path);
+                               : fmt::format("\nshrunk counterexample: {}\nreplay: distckpt run {}{}{}", path, path,
+                                             options.replay_flags.empty() ? "" : " ", options.replay_flags);
       }
     }
   } catch (const std::exception& e) {  // still report the seed

@@ -47,11 +47,13 @@ struct ClassMinimum {
 };
 
 struct PropertyOptions {
-  PropertyOptions(int cases, std::vector<ClassMinimum> minimums = {}, Communicator* world = nullptr)
-      : cases(cases), minimums(std::move(minimums)), world(world) {}
+  PropertyOptions(int cases, std::vector<ClassMinimum> minimums = {}, Communicator* world = nullptr,
+                  std::string replay_flags = "")
+      : cases(cases), minimums(std::move(minimums)), world(world), replay_flags(std::move(replay_flags)) {}
   int cases;
   std::vector<ClassMinimum> minimums;
-  Communicator* world;  // MPI: the ranks running the property together
+  Communicator* world;       // MPI: the ranks running the property together
+  std::string replay_flags;  // appended to the printed `distckpt run FILE` (e.g. "--format dcp")
 };
 
 // Runs `property` and reports through GoogleTest (ADD_FAILURE on failure).

@@ -9,10 +9,12 @@
 
 namespace distckpt {
 
-std::optional<std::string> RunReshard(const Scenario& scenario, const std::string& work_dir) {
+std::optional<std::string> RunReshard(const Scenario& scenario, const std::string& work_dir,
+                                      const std::string& format) {
   RunOptions options;
   options.backend = Backend::kThreads;
   options.work_dir = work_dir;
+  options.format = format;
   try {
     for (const PairResult& r : RunScenario(scenario, options)) {
       if (!r.ok) return fmt::format("{} -> {}: {}", r.save, r.load, r.reason);

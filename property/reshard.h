@@ -16,10 +16,11 @@
 
 namespace distckpt {
 
-// Runs the scenario's pairs as `distckpt run` does (threads backend; the
-// checkpoints go under `work_dir` and are removed); the first failing pair's
-// reason, or nullopt.
-std::optional<std::string> RunReshard(const Scenario& scenario, const std::string& work_dir);
+// Runs the scenario's pairs as `distckpt run --format FORMAT` does (threads
+// backend; the checkpoints go under `work_dir` and are removed); the first
+// failing pair's reason, or nullopt.
+std::optional<std::string> RunReshard(const Scenario& scenario, const std::string& work_dir,
+                                      const std::string& format = "native");
 
 // The same on the ranks of `world` (MPI): each step runs on the first
 // world-size ranks of a sub-communicator, the others wait; every rank

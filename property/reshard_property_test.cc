@@ -23,5 +23,19 @@ TEST(ReshardProperty, SaveUnderALoadUnderBGivesEveryElement) {
   std::filesystem::remove_all(work);
 }
 
+// The same with PyTorch DCP checkpoints (`distckpt run --format dcp`: Megatron's
+// torch_dist layout, read back by our DCP reader).
+TEST(ReshardProperty, DcpSaveUnderALoadUnderBGivesEveryElement) {
+  const std::string work = MakeWorkDir();
+  GenLimits limits;
+  limits.flatten_off_grid = false;  // unsupported by DCP (refused: dcp_format_test)
+  CheckProperty({200, ReshardMinimums(), nullptr, "--format dcp"}, [&] {
+    const Scenario s = *GenReshardScenario(limits);
+    Tag(ReshardClasses(s));
+    CheckScenario(s, limits, [&](const Scenario& c) { return RunReshard(c, work, "dcp"); });
+  });
+  std::filesystem::remove_all(work);
+}
+
 }  // namespace
 }  // namespace distckpt

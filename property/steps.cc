@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "comm/thread_world.h"
+#include "format/format.h"
 #include "mapping/dict_utils.h"
 #include "scenario/expand.h"
 #include "scenario/runner.h"
@@ -25,11 +26,12 @@ std::optional<std::string> OnThreads(int world, const std::function<void(Communi
 }
 
 std::optional<std::string> SaveScenario(const Scenario& scenario, const std::string& topology,
-                                        const std::string& dir) {
+                                        const std::string& dir, const std::string& format) {
   std::optional<std::string> failure;
   const int world = Topology::Parse(topology).world_size();
+  const Format& f = FormatByName(format);
   std::optional<std::string> thrown = OnThreads(world, [&](Communicator& comm) {
-    StepReport r = SaveStep(scenario, nullptr, topology, dir, comm);
+    StepReport r = SaveStep(scenario, nullptr, topology, dir, comm, &f);
     if (comm.rank() == 0 && !r.ok) failure = fmt::format("save under {}: {}", topology, r.error);
   });
   return thrown ? thrown : failure;

@@ -22,9 +22,10 @@ namespace distckpt {
 // ("rank 2: ..."), or nullopt.
 std::optional<std::string> OnThreads(int world, const std::function<void(Communicator&)>& fn);
 
-// Saves the scenario's generated state under `topology` into `dir`.
+// Saves the scenario's generated state under `topology` into `dir` in
+// checkpoint format `format` (FormatByName).
 std::optional<std::string> SaveScenario(const Scenario& scenario, const std::string& topology,
-                                        const std::string& dir);
+                                        const std::string& dir, const std::string& format = "native");
 
 // Every rank's ShardedTensors (metadata only) as a save of the scenario
 // under `topology` writes them / a load under `load` requests them: save and

@@ -86,18 +86,7 @@ void CheckpointMetadata::MergeFrom(const CheckpointMetadata& other) {
            key, DTypeName(ours.dtype), ShapeToString(ours.global_shape), DTypeName(theirs.dtype),
            ShapeToString(theirs.global_shape));
     }
-    for (const StoredChunk& chunk : theirs.chunks) {
-      // Ranks holding equal shards of a tensor of no elements each record an
-      // empty chunk; one is kept (DCP keys chunks by offset, and torch's
-      // dedup_save_plans keeps one too).
-      if (chunk.numel() == 0 &&
-          std::any_of(ours.chunks.begin(), ours.chunks.end(), [&](const StoredChunk& c) {
-            return c.numel() == 0 && c.box.offset == chunk.box.offset && c.flat == chunk.flat;
-          })) {
-        continue;
-      }
-      ours.chunks.push_back(chunk);
-    }
+    ours.chunks.insert(ours.chunks.end(), theirs.chunks.begin(), theirs.chunks.end());
   }
   for (const auto& [unique_key, theirs] : other.objects) {
     auto [it, inserted] = objects.try_emplace(unique_key, theirs);
@@ -106,6 +95,22 @@ void CheckpointMetadata::MergeFrom(const CheckpointMetadata& other) {
            unique_key, it->second.writer_rank, theirs.writer_rank);
     }
   }
+}
+
+CheckpointMetadata WithoutDuplicateEmptyChunks(CheckpointMetadata metadata) {
+  for (auto& [key, tensor] : metadata.tensors) {
+    std::vector<StoredChunk> kept;
+    for (StoredChunk& chunk : tensor.chunks) {
+      if (chunk.numel() == 0 && std::any_of(kept.begin(), kept.end(), [&](const StoredChunk& c) {
+            return c.numel() == 0 && c.box.offset == chunk.box.offset && c.flat == chunk.flat;
+          })) {
+        continue;
+      }
+      kept.push_back(std::move(chunk));
+    }
+    tensor.chunks = std::move(kept);
+  }
+  return metadata;
 }
 
 void CheckChunkTiling(const CheckpointMetadata& metadata, const std::string& source) {

@@ -68,15 +68,23 @@ struct CheckpointMetadata {
   nlohmann::json content = nlohmann::json::object(); // free-form (content_metadata)
 
   // Adds another rank's pieces (tensors merged by key; dtype and global shape
-  // must agree, else CheckpointError(kShapeMismatch) naming the key; an empty
-  // chunk at the offset of an empty chunk already held is dropped; an object
-  // unique key stored twice is CheckpointError(kInvalidSharding)). Empty
-  // writer/topology/common/content are taken from `other`.
+  // must agree, else CheckpointError(kShapeMismatch) naming the key; an
+  // object unique key stored twice is CheckpointError(kInvalidSharding)).
+  // Every chunk is kept, also the equal empty chunks that ranks holding the
+  // same shard of a tensor of no elements each write (the formats store one:
+  // WithoutDuplicateEmptyChunks; a format deriving item extents from where
+  // the next item starts needs them all). Empty writer/topology/common/
+  // content are taken from `other`.
   void MergeFrom(const CheckpointMetadata& other);
   // The set of keys (tensor keys and object base keys), for strict handling.
   std::vector<std::string> Keys() const;
   friend bool operator==(const CheckpointMetadata&, const CheckpointMetadata&) = default;
 };
+
+// `metadata` with one empty chunk (the first) per offset and flat range of
+// each tensor, as checkpoints store them (DCP keys chunks by offset, and
+// torch's dedup_save_plans keeps one too).
+CheckpointMetadata WithoutDuplicateEmptyChunks(CheckpointMetadata metadata);
 
 // Checks that every stored tensor's chunks tile its global shape exactly:
 // each chunk inside it, no element stored twice (a chunk with `flat` stores

@@ -103,7 +103,10 @@ class DcpFormatImpl : public Format {
     if (metadata.format != name()) {
       Fail(ErrorKind::kInvalidArgument, "cannot commit {} metadata as {}", metadata.format, name());
     }
-    DcpMetadata dcp = DcpFromMetadata(metadata, target_, ItemLengths(env, write_dir, metadata));
+    // Item extents from every item written, duplicates of empty chunks
+    // included (each is an item in its rank's file), then one chunk per offset.
+    const ItemLengths lengths(env, write_dir, metadata);
+    DcpMetadata dcp = DcpFromMetadata(WithoutDuplicateEmptyChunks(metadata), target_, lengths);
     // Megatron's files first, .metadata last: without it the directory is not a checkpoint.
     WriteFileAtomic(env, JoinPath(write_dir, kMegatronCommonFileName), TorchSaveJson(metadata.common));
     WriteFileAtomic(env, JoinPath(write_dir, kMegatronConfigFileName), TorchDistConfigText());

@@ -184,6 +184,33 @@ TEST(DcpFormatTest, StridedItemsAreReadWholeAndGathered) {
   EXPECT_EQ(reader->stats().chunks_verified, 1u);
 }
 
+// Both ranks hold the shard of a tensor of no elements and write an item for
+// it; rank 1 writes it after an item of "w". The checkpoint stores one empty
+// chunk (rank 0's), and "w"'s item still ends where rank 1's empty item
+// starts (found by the DCP property: it used to extend to the end of the
+// file, so the zip reader found the empty item's directory instead).
+TEST(DcpFormatTest, DuplicateEmptyItemsDoNotExtendTheItemBefore) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = tmp.path() + "/ck";
+  const std::string write_dir = DcpFormat().PrepareDirectory(env, dir, false);
+  CheckpointMetadata merged;
+  merged.format = "dcp";
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = DcpFormat().NewWriter(env, write_dir, rank);
+    if (rank == 1) w->WriteTensorChunk("w", DType::kF32, {4}, Box{{0}, {4}}, std::nullopt, Bytes(Iota(DType::kF32, 4, 0)));
+    w->WriteTensorChunk("z", DType::kF32, {0}, Box{{0}, {0}}, std::nullopt, {});
+    merged.MergeFrom(w->Finish());
+  }
+  DcpFormat().Commit(env, dir, write_dir, merged);
+  auto reader = DcpFormat().OpenReader(env, dir);
+  const CheckpointMetadata& md = reader->metadata();
+  ASSERT_EQ(md.tensors.at("z").chunks.size(), 1u);
+  EXPECT_EQ(md.tensors.at("z").chunks[0].file, "__0_0.distcp");
+  std::vector<std::byte> data = ReadGlobal(*reader, md.tensors.at("w"));
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(LoadAsDouble(data.data(), DType::kF32, i), double(i));
+}
+
 TEST(DcpFormatTest, FlattenedChunksOffAGridAreUnsupported) {
   ScopedTempDir tmp;
   Env* env = Env::Default();

@@ -64,7 +64,8 @@ class NativeFormatImpl : public Format {
       Fail(ErrorKind::kInvalidArgument, "cannot commit {} version {} metadata as native version {}",
            metadata.format, metadata.format_version, kNativeFormatVersion);
     }
-    WriteFileAtomic(env, JoinPath(write_dir, kMetadataFileName), MetadataToText(metadata));
+    WriteFileAtomic(env, JoinPath(write_dir, kMetadataFileName),
+                    MetadataToText(WithoutDuplicateEmptyChunks(metadata)));
     SwapInStaging(env, dir, write_dir);  // overwrite: FORMAT.md, crash windows
   }
 
