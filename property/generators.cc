@@ -124,6 +124,16 @@ std::vector<std::vector<MeshDim>> AllOrders() {
 // the flattening where a rank's range would be empty (unless allowed).
 void Fit(TensorSpec& t, const std::vector<Topology>& topos, const GenLimits& limits) {
   const int rank = static_cast<int>(t.shape.size());
+  if (t.stack_over) {  // the stack's first axis divides into every topology's virtual stages
+    int64_t stages = 1;
+    for (const Topology& topo : topos) stages = std::lcm(stages, int64_t{topo.pp} * topo.vpp);
+    if (stages > 8) {
+      t.stack_over.reset();
+    } else {
+      t.stack[0] = (t.stack[0] + stages - 1) / stages * stages;
+    }
+  }
+  const int64_t max_elements = std::max<int64_t>(1, limits.max_elements / Volume(t.stack));
   auto round_up = [&] {  // even splits divide their axes
     for (int a = 0; a < rank; ++a) {
       const int64_t m = EvenMultiple(t, a, topos);
@@ -131,7 +141,7 @@ void Fit(TensorSpec& t, const std::vector<Topology>& topos, const GenLimits& lim
     }
   };
   round_up();
-  while (MaxVolume(t, topos) > limits.max_elements) {
+  while (MaxVolume(t, topos) > max_elements) {
     int best = -1;
     for (int a = 0; a < rank; ++a) {
       const int64_t floor = Padded(t, a) ? 1 : EvenMultiple(t, a, topos);
@@ -164,7 +174,8 @@ void Fit(TensorSpec& t, const std::vector<Topology>& topos, const GenLimits& lim
   if (t.flatten && !limits.empty_flat_ranges) {
     for (const Topology& topo : topos) {
       for (int r = 0; r < topo.world_size(); ++r) {
-        if (ExpandTensor(t, topo, r).front().LocalNumel() == 0) {
+        for (const ShardedTensor& shard : ExpandTensor(t, topo, r)) {
+          if (shard.LocalNumel() > 0) continue;
           t.flatten.reset();
           t.flatten_jitter = false;
           return;
@@ -245,6 +256,13 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
       t.pad_multiple = Pick<int64_t>({{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}, {1, 8}});
     }
     if (OneIn(6)) t.replica = Pick<ReplicaKind>({{1, ReplicaKind::kReversed}, {1, ReplicaKind::kFlat}});
+    if (limits.stack && OneIn(5)) {
+      t.stack = {*inRange<int64_t>(1, 5)};
+      if (OneIn(4)) t.stack.push_back(*inRange<int64_t>(1, 4));
+      bool pp_free = t.flatten != MeshDim::kPp;
+      for (const auto& [axis, dims] : t.shard) pp_free = pp_free && !std::count(dims.begin(), dims.end(), MeshDim::kPp);
+      if (pp_free && OneIn(2)) t.stack_over = MeshDim::kPp;
+    }
     t.dtype = PickDType();
     if (limits.load_dtype && OneIn(6)) {
       DType other = PickDType();
@@ -365,7 +383,7 @@ std::vector<std::string> ReshardClasses(const Scenario& s) {
     for (const auto& [topo, layout] : {std::pair{a, save_fsdp}, std::pair{b, load_fsdp}}) {
       if (layout == FsdpLayout::kNone) continue;
       for (const TensorSpec& t : s.tensors) {
-        if (FsdpEligible(t) && ExpandTensor(t, topo, 0).front().local_shape[0] < topo.dp * topo.cp) {
+        if (FsdpEligible(t) && ExpandTensor(t, topo, 0).front().local_shape[0] < topo.dp * topo.cp) {  // no stack
           tags.insert(layout == FsdpLayout::kFsdp2 ? "fsdp2-more-ranks-than-rows" : "fsdp-megatron-few-rows");
         }
       }
@@ -382,6 +400,13 @@ std::vector<std::string> ReshardClasses(const Scenario& s) {
       if (d == DType::kF8E4M3FN || d == DType::kF8E5M2) tags.insert("fp8");
     }
     if (Volume(t.shape) == 0) tags.insert("zero-volume");
+    if (!t.stack.empty()) tags.insert("stacked");
+    if (t.stack.size() > 1) tags.insert("stacked-2d");
+    if (t.stack_over) {
+      tags.insert("stacked-over-pp");
+      if (a.pp != b.pp || a.vpp != b.vpp) tags.insert("stack-layers-moving");
+      if (a.vpp > 1 || b.vpp > 1) tags.insert("stack-vpp");
+    }
     for (int64_t size : t.shape) {
       bool prime = size >= 11;
       for (int64_t d = 2; prime && d * d <= size; ++d) prime = size % d != 0;

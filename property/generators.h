@@ -9,8 +9,8 @@
 //    primes included), every dtype, regular grids on 0-3 axes with nested
 //    splits, uneven torch.chunk splits (short and empty trailing shards),
 //    flattened distributed-optimizer ranges (jittered boundaries), vocab
-//    padding and dtype-converting loads; expert tensors (ep, edp) when a
-//    topology has ep > 1. Every tensor is valid under every given topology:
+//    padding, prepended (stacked) axes over pp x vpp and dtype-converting
+//    loads; expert tensors (ep, edp) when a topology has ep > 1. Every tensor is valid under every given topology:
 //    even splits divide, flatten_jitter's constraints hold, and the padded
 //    volume stays within `max_elements`.
 //  - GenScenario: tensors, objects and, one case in three, an FSDP layout
@@ -47,6 +47,9 @@ struct GenLimits {
   // store them (Megatron's N-D flattened layout needs a grid), so the DCP
   // property leaves them out.
   bool flatten_off_grid = true;
+  // Prepended axes (a `stack`, Megatron's prepend_axis_num), one tensor in
+  // five; half of them over pp x vpp when every topology's pp*vpp <= 8.
+  bool stack = true;
   // Cases that fail today because of open findings (property/README.md);
   // turn them on once the findings are fixed.
   bool zero_volume = true;      // axes of size 0 (findings 2, 6-8, fixed)

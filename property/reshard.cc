@@ -70,7 +70,8 @@ std::vector<ClassMinimum> ReshardMinimums() {
           {"padded", 0.05},  {"dtype-converting", 0.05},    {"fp8", 0.10},
           {"odd-size", 0.20}, {"world-size-changing", 0.30}, {"ep>1", 0.05},
           {"fsdp", 0.04},    {"fsdp-layout-changing", 0.02}, {"fsdp2-more-ranks-than-rows", 0.005},
-          {"replica-reversed", 0.05}, {"replica-flat", 0.05}, {"zero-volume", 0.04}};
+          {"replica-reversed", 0.05}, {"replica-flat", 0.05}, {"zero-volume", 0.04},
+          {"stacked", 0.15}, {"stacked-over-pp", 0.04}, {"stack-layers-moving", 0.02}};
 }
 
 }  // namespace distckpt

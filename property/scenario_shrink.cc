@@ -69,6 +69,17 @@ std::vector<TensorSpec> SimplerTensors(const TensorSpec& t) {
     change(c);
     out.push_back(std::move(c));
   };
+  if (!t.stack.empty()) {
+    variant([](TensorSpec& c) {
+      c.stack.clear();
+      c.stack_over.reset();
+    });
+    if (t.stack_over) variant([](TensorSpec& c) { c.stack_over.reset(); });
+    if (t.stack.size() > 1) variant([](TensorSpec& c) { c.stack.pop_back(); });
+    for (int64_t to : std::set<int64_t>{1, t.stack[0] / 2}) {
+      if (to >= 1 && to < t.stack[0]) variant([to](TensorSpec& c) { c.stack[0] = to; });
+    }
+  }
   if (t.load_dtype) variant([](TensorSpec& c) { c.load_dtype.reset(); });
   if (t.replica != ReplicaKind::kMegatron) variant([](TensorSpec& c) { c.replica = ReplicaKind::kMegatron; });
   if (t.pad_multiple > 0) variant([](TensorSpec& c) { c.pad_multiple = 0; });

@@ -122,7 +122,8 @@ RankState LoadSideState(const Scenario& s, const PairSpec* pair, const Topology&
   if (pair) {
     for (const TensorSpec& spec : pair->load_extra) {
       for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-        state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
+        std::string path = ParamPath(spec, t);
+        state.params.push_back({std::move(path), {std::move(t)}, LogicalShape(spec), spec.load_dtype});
       }
     }
   }

@@ -53,7 +53,7 @@ Shape PaddedShape(const TensorSpec& spec, const Topology& topo) {
 
 ReplicaId ReplicaOf(const TensorSpec& spec, const Topology& topo, const RankCoords& c) {
   auto used = [&](MeshDim dim) {
-    if (spec.flatten == dim) return true;
+    if (spec.flatten == dim || spec.stack_over == dim) return true;
     for (const auto& [axis, dims] : spec.shard) {
       if (std::find(dims.begin(), dims.end(), dim) != dims.end()) return true;
     }
@@ -95,7 +95,76 @@ FlatRange FlatRangeOf(const TensorSpec& spec, int64_t numel, int64_t parts, int6
   return {n * part + part, n * (part + 1) + (part + 1 < parts ? part + 1 : 0)};
 }
 
+// The indices of stack axis 0 that `c` holds: contiguous blocks over the
+// pp x vpp virtual stages (stage v*pp + pp_rank), or all of them.
+std::vector<int64_t> StackRows(const TensorSpec& spec, const Topology& topo, const RankCoords& c) {
+  const int64_t rows = spec.stack[0];
+  std::vector<int64_t> out;
+  if (spec.stack_over != MeshDim::kPp) {
+    for (int64_t i = 0; i < rows; ++i) out.push_back(i);
+    return out;
+  }
+  const int64_t stages = static_cast<int64_t>(topo.pp) * topo.vpp;
+  if (rows % stages != 0) {
+    Fail(ErrorKind::kInvalidArgument,
+         "tensor '{}': stack axis of {} cannot be split into pp*vpp={} virtual pipeline stages (topology {})",
+         spec.key, rows, stages, topo.ToString());
+  }
+  const int64_t block = rows / stages;
+  for (int v = 0; v < topo.vpp; ++v) {
+    const int64_t stage = static_cast<int64_t>(v) * topo.pp + c.Get(MeshDim::kPp);
+    for (int64_t i = 0; i < block; ++i) out.push_back(stage * block + i);
+  }
+  return out;
+}
+
+// One ShardedTensor per stack index `c` holds: `inner` (the other axes)
+// behind the prepended axes.
+std::vector<ShardedTensor> Stacked(const TensorSpec& spec, const Topology& topo, const RankCoords& c,
+                                   const ShardedTensor& inner) {
+  std::vector<Shape> indices;
+  for (int64_t row : StackRows(spec, topo, c)) indices.push_back({row});
+  for (size_t axis = 1; axis < spec.stack.size(); ++axis) {
+    std::vector<Shape> longer;
+    for (const Shape& index : indices) {
+      for (int64_t i = 0; i < spec.stack[axis]; ++i) {
+        longer.push_back(index);
+        longer.back().push_back(i);
+      }
+    }
+    indices = std::move(longer);
+  }
+  std::vector<ShardedTensor> out;
+  for (const Shape& index : indices) {
+    ShardedTensor t = inner;
+    t.prepend_axis_num = static_cast<int>(spec.stack.size());
+    t.global_shape = spec.stack;
+    t.global_shape.insert(t.global_shape.end(), inner.global_shape.begin(), inner.global_shape.end());
+    t.global_offset = index;
+    t.global_offset.insert(t.global_offset.end(), inner.global_offset.begin(), inner.global_offset.end());
+    if (inner.axis_fragmentations) {
+      Shape fragments = spec.stack;  // every index of a prepended axis is its own fragment
+      fragments.insert(fragments.end(), inner.axis_fragmentations->begin(), inner.axis_fragmentations->end());
+      t.axis_fragmentations = fragments;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string ParamPath(const TensorSpec& spec, const ShardedTensor& shard) {
+  std::string path = spec.key;
+  for (size_t i = 0; i < spec.stack.size(); ++i) path += "." + std::to_string(shard.global_offset[i]);
+  return path;
+}
+
+Shape LogicalShape(const TensorSpec& spec) {
+  Shape shape = spec.stack;
+  shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+  return shape;
+}
 
 std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topo, int rank) {
   RankCoords c = topo.Coords(rank);
@@ -133,6 +202,7 @@ std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& 
     int64_t parts = topo.Size(*spec.flatten);
     t.flattened_range = FlatRangeOf(spec, Volume(t.local_shape), parts, c.Get(*spec.flatten));
   }
+  if (!spec.stack.empty()) return Stacked(spec, topo, c, t);
   return {t};
 }
 

@@ -9,6 +9,7 @@
 #ifndef DISTCKPT_SCENARIO_EXPAND_TENSOR_H_
 #define DISTCKPT_SCENARIO_EXPAND_TENSOR_H_
 
+#include <string>
 #include <vector>
 
 #include "mapping/sharded_object.h"
@@ -19,12 +20,17 @@
 
 namespace distckpt {
 
-// The shards of `spec` that `rank` holds (metadata only, no data). Throws
+// The shards of `spec` that `rank` holds (metadata only, no data): one, or
+// with a `stack`, one per stack index the rank holds (possibly none). Throws
 // CheckpointError(kInvalidArgument) when the topology cannot split the
 // tensor ("tensor 'w' axis 0 of size 10 cannot be split evenly into
 // tp*dp=4 parts"), before anything is written.
 std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topology, int rank);
 ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology& topology, int rank);
+// The dict path of `spec`'s shard `shard`: the key, then ".<i>" per stack
+// index ("w.3"); and the logical (unpadded) global shape, stack included.
+std::string ParamPath(const TensorSpec& spec, const ShardedTensor& shard);
+Shape LogicalShape(const TensorSpec& spec);
 // Where a shard's elements are in a logical tensor.
 ShardLocation LocationOf(const Shape& logical_shape, const ShardedTensor& shard);
 

@@ -35,6 +35,47 @@ TEST(ExpandTest, MegatronReplicaIdsForATpShardedTensor) {
   EXPECT_EQ(t.axis_fragmentations, (Shape{2, 1}));
 }
 
+// Megatron's layer stacking: prepend_axis_num 1, layers in contiguous
+// blocks over the pp x vpp virtual stages (stage v*pp + pp_rank), the pp
+// coordinate no longer a replica component, each layer at "<key>.<layer>".
+TEST(ExpandTest, StackedLayersFollowTheVirtualPipelineStages) {
+  const TensorSpec spec =
+      Spec(R"({"key": "w", "shape": [6, 4], "shard": {"0": "tp"}, "stack": {"shape": [8], "over": "pp"}})");
+  const Topology topo = Topology::Parse("tp=2,pp=2,vpp=2");
+  const int rank = topo.RankOf(RankCoords{.tp = 1, .pp = 1});
+  const std::vector<ShardedTensor> mine = ExpandTensor(spec, topo, rank);
+  std::vector<int64_t> layers;
+  for (const ShardedTensor& t : mine) {
+    layers.push_back(t.global_offset[0]);
+    EXPECT_EQ(t.prepend_axis_num, 1);
+    EXPECT_EQ(t.global_shape, (Shape{8, 6, 4}));
+    EXPECT_EQ(t.local_shape, (Shape{3, 4}));
+    EXPECT_EQ(t.global_offset[1], 3);
+    EXPECT_EQ(t.axis_fragmentations, (Shape{8, 2, 1}));
+    EXPECT_EQ(t.replica_id, (ReplicaId{0, 0, 0}));
+  }
+  EXPECT_EQ(layers, (std::vector<int64_t>{2, 3, 6, 7}));  // stages 1 and 3 of 4, two layers each
+  EXPECT_EQ(ParamPath(spec, mine[1]), "w.3");
+  EXPECT_EQ(LogicalShape(spec), (Shape{8, 6, 4}));
+  EXPECT_NO_THROW(ValidateShardingIntegrity(AllRanks(spec, topo)));
+  EXPECT_THAT([&] { ExpandTensor(spec, Topology::Parse("pp=3"), 0); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "tensor 'w': stack axis of 8 cannot be split into pp*vpp=3 virtual pipeline stages"));
+}
+
+TEST(ExpandTest, AStackWithoutOverIsHeldWholeByEveryRank) {
+  const TensorSpec spec = Spec(R"({"key": "e", "shape": [5], "flatten": "dp", "stack": {"shape": [2, 3]}})");
+  const Topology topo = Topology::Parse("pp=2,dp=2");
+  const std::vector<ShardedTensor> mine = ExpandTensor(spec, topo, 3);
+  ASSERT_EQ(mine.size(), 6u);
+  EXPECT_EQ(mine[4].global_offset, (Shape{1, 1, 0}));
+  EXPECT_EQ(ParamPath(spec, mine[4]), "e.1.1");
+  EXPECT_EQ(mine[4].prepend_axis_num, 2);
+  EXPECT_EQ(mine[4].flattened_range, (FlatRange{2, 5}));
+  EXPECT_EQ(mine[4].replica_id[0], 1);  // pp is a replica dim here
+  EXPECT_NO_THROW(ValidateShardingIntegrity(AllRanks(spec, topo)));
+}
+
 TEST(ExpandTest, EveryLayoutOfEverySpecTilesTheTensorWithMainReplicas) {
   const char* specs[] = {
       R"({"key": "a", "shape": [24, 36], "shard": {"0": "tp", "1": "pp"}})",

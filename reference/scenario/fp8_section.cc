@@ -66,6 +66,9 @@ Fp8TensorSpec ParseEntry(json v, const std::string& path, Fp8Storage storage) {
   });
   if (!v.contains("dtype")) v["dtype"] = "bf16";
   out.tensor = ParseTensorSpec(v, path);
+  if (!out.tensor.stack.empty()) {
+    Fail(ErrorKind::kInvalidArgument, "{}.stack: fp8 tensors with prepended axes are not supported", path);
+  }
   DType nominal = out.tensor.dtype;
   if (!IsFloatingPoint(nominal) || IsFp8(nominal)) {
     Fail(ErrorKind::kInvalidArgument, "{}.dtype: the nominal dtype must be f64, f32, f16 or bf16", path);

@@ -11,7 +11,7 @@ namespace distckpt {
 
 bool FsdpEligible(const TensorSpec& spec) {
   if (spec.flatten || spec.pad_multiple > 0 || spec.split != SplitKind::kEven || spec.shape.empty() ||
-      spec.replica == ReplicaKind::kFlat) {
+      spec.replica == ReplicaKind::kFlat || !spec.stack.empty()) {
     return false;
   }
   for (const auto& [axis, dims] : spec.shard) {
@@ -50,14 +50,18 @@ void AddOptimizer(const OptimizerConfig& config, size_t first_model_param, const
   state.optimizer = std::move(opt.common);
 }
 
-// Re-shards the FSDP-eligible tensor specs' shards (all in state.params) by `layout`.
+// Re-shards the FSDP-eligible tensor specs' shards (in state.params, each
+// at its key: eligible specs have no stack) by `layout`.
 void ApplyFsdp(const Scenario& s, FsdpLayout layout, const Topology& topo, int rank, RankState& state) {
   std::vector<size_t> members;
   std::vector<ShardedTensor> shards;
-  for (size_t i = 0; i < s.tensors.size(); ++i) {
-    if (!FsdpEligible(s.tensors[i])) continue;
-    members.push_back(i);
-    shards.push_back(state.params[i].pieces.front());
+  for (const TensorSpec& spec : s.tensors) {
+    if (!FsdpEligible(spec)) continue;
+    for (size_t i = 0; i < state.params.size(); ++i) {
+      if (state.params[i].path != spec.key) continue;
+      members.push_back(i);
+      shards.push_back(state.params[i].pieces.front());
+    }
   }
   RankCoords c = topo.Coords(rank);
   std::vector<ShardedTensor> out = ShardForFsdp(layout, shards, static_cast<int64_t>(topo.dp) * topo.cp,
@@ -73,7 +77,8 @@ RankState ExpandRank(const Scenario& s, const Topology& topo, int rank,
   RankState state;
   for (const TensorSpec& spec : s.tensors) {
     for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-      state.params.push_back({spec.key, {std::move(t)}, spec.shape, spec.load_dtype});
+      std::string path = ParamPath(spec, t);
+      state.params.push_back({std::move(path), {std::move(t)}, LogicalShape(spec), spec.load_dtype});
     }
   }
   FsdpLayout fsdp = fsdp_override.value_or(s.fsdp);

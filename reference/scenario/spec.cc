@@ -282,7 +282,7 @@ OptimizerConfig ParseOptimizerConfig(const json& v, const std::string& path, Opt
 
 TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   Fields f(v, path, {"key", "shape", "dtype", "shard", "split", "flatten", "flatten_jitter",
-                     "pad_multiple", "load_dtype", "replica"});
+                     "pad_multiple", "load_dtype", "replica", "stack"});
   TensorSpec t;
   t.key = f.str("key");
   if (t.key.empty()) Fail(ErrorKind::kInvalidArgument, "{}: empty key", f.at("key"));
@@ -343,6 +343,30 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   if (t.pad_multiple < 0 || (t.pad_multiple > 0 && t.shape.empty())) {
     Fail(ErrorKind::kInvalidArgument, "{}: must be positive and the tensor at least 1-d",
          f.at("pad_multiple"));
+  }
+  if (f.has("stack")) {
+    Fields sf(f.get("stack"), f.at("stack"), {"shape", "over"});
+    for (const json& d : sf.array("shape")) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 1) {
+        Fail(ErrorKind::kInvalidArgument, "{}: sizes must be positive integers", sf.at("shape"));
+      }
+      t.stack.push_back(d.get<int64_t>());
+    }
+    if (t.stack.empty()) Fail(ErrorKind::kInvalidArgument, "{}: at least one axis", sf.at("shape"));
+    if (sf.has("over")) {
+      t.stack_over = AtPath(sf.at("over"), [&] { return ParseMeshDim(sf.str("over")); });
+      if (*t.stack_over != MeshDim::kPp) {
+        Fail(ErrorKind::kInvalidArgument, "{}: only \"pp\" distributes a stack", sf.at("over"));
+      }
+      for (const auto& [axis, dims] : t.shard) {
+        if (std::count(dims.begin(), dims.end(), MeshDim::kPp)) {
+          Fail(ErrorKind::kInvalidArgument, "{}: pp already shards axis {}", sf.at("over"), axis);
+        }
+      }
+      if (t.flatten == MeshDim::kPp) {
+        Fail(ErrorKind::kInvalidArgument, "{}: pp already flattens the tensor", sf.at("over"));
+      }
+    }
   }
   return t;
 }

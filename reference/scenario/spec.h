@@ -49,6 +49,17 @@ struct TensorSpec {
   int64_t pad_multiple = 0;        // pad axis 0 to a multiple of pad_multiple * parts(axis 0)
   std::optional<DType> load_dtype; // request dtype on load, when it differs
   ReplicaKind replica = ReplicaKind::kMegatron;
+  // Megatron's prepended axes (prepend_axis_num; e.g. the layer axis of
+  // stacked decoder layers): leading global axes of these sizes, absent from
+  // every local chunk. A rank holds one ShardedTensor per index it owns, at
+  // dict path "<key>.<i>[.<j>...]"; `shape`, `shard` and the rest describe
+  // the other axes. Empty: no prepended axes.
+  Shape stack;
+  // kPp: axis 0 of the stack in contiguous blocks over the pp x vpp virtual
+  // pipeline stages (stage v*pp + pp_rank holds block stage, as Megatron
+  // numbers layers), so PP and VPP changes move indices between ranks;
+  // nullopt: every rank holds every index.
+  std::optional<MeshDim> stack_over;
 };
 
 // A tensor of the "fp8" section: `tensor.dtype` is the nominal dtype.

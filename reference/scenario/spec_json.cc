@@ -95,6 +95,10 @@ json TensorSpecToJson(const TensorSpec& spec) {
   if (spec.pad_multiple > 0) j["pad_multiple"] = spec.pad_multiple;
   if (spec.load_dtype) j["load_dtype"] = std::string(DTypeName(*spec.load_dtype));
   if (spec.replica != ReplicaKind::kMegatron) j["replica"] = std::string(ReplicaKindName(spec.replica));
+  if (!spec.stack.empty()) {
+    j["stack"] = {{"shape", spec.stack}};
+    if (spec.stack_over) j["stack"]["over"] = std::string(MeshDimName(*spec.stack_over));
+  }
   return j;
 }
 

@@ -44,6 +44,15 @@ TEST(SpecTest, ErrorsNameTheJsonPath) {
               ThrowsError(ErrorKind::kInvalidArgument, "'1' is not an axis of shape (2,)"));
   EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [2, 2], "shard": {"0": "tp", "1": "tp"}}]})"); },
               ThrowsError(ErrorKind::kInvalidArgument, "mesh dim tp splits two axes"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [2], "stack": {"shape": [0]}}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.tensors[0].stack.shape: sizes must be positive integers"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [2], "stack": {"shape": [2], "over": "dp"}}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.tensors[0].stack.over: only \"pp\" distributes a stack"));
+  EXPECT_THAT([] {
+    Parse(R"({"tensors": [{"key": "w", "shape": [2], "shard": {"0": "pp"}, "stack": {"shape": [2], "over": "pp"}}]})");
+  }, ThrowsError(ErrorKind::kInvalidArgument, "$.tensors[0].stack.over: pp already shards axis 0"));
+  EXPECT_THAT([] { Parse(R"({"fp8": {"tensors": [{"key": "q", "shape": [2], "stack": {"shape": [2]}}]}})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "fp8 tensors with prepended axes are not supported"));
   EXPECT_THAT([] { Parse(R"({"topologies": ["tp=0"]})"); },
               ThrowsError(ErrorKind::kInvalidArgument, "$.topologies[0]"));
   EXPECT_THAT([] { Parse(R"({"pairs": [{"save": "tp=1", "load": "tp=1", "strict": "sometimes"}]})"); },
