@@ -17,6 +17,7 @@
 #include "engine/load.h"
 #include "engine/load_plan.h"
 #include "format/format.h"
+#include "mapping/dict_utils.h"
 #include "property/generators.h"
 #include "property/harness.h"
 #include "property/oracle.h"
@@ -56,10 +57,15 @@ struct RankBytes {
 };
 
 // Checks every plan of `rank`'s request against the oracle; sums its bytes.
+// Every ShardedTensor of the request: "tensors", and the "fp8" section's
+// tensors and scale_inv companions.
 std::optional<std::string> CheckPlans(const CheckpointMetadata& md, const Node& request, int rank,
                                       RankBytes& bytes) {
-  for (const auto& [path, node] : request.at("tensors").as<Dict>()) {
-    const ShardedTensor& want = node.as<ShardedTensor>();
+  std::vector<ShardedTensor> requests;
+  ForEachLeaf(request, [&](const NodePath&, const Node& leaf) {
+    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) requests.push_back(*t);
+  });
+  for (const ShardedTensor& want : requests) {
     if (want.flattened_range && want.flattened_range->size() == 0) continue;  // load_preprocess drops it
     const StoredTensor& stored = md.tensors.at(want.key);
     const Overlaps oracle = CountOverlaps(stored, want);

@@ -39,6 +39,7 @@
 #include "property/steps.h"
 #include "scenario/damage.h"
 #include "scenario/expand.h"
+#include "scenario/fp8_section.h"
 
 namespace distckpt {
 namespace {
@@ -106,7 +107,9 @@ void LoadAndCheck(const Scenario& s, const std::string& dir, int fd) {
       options.verify = pair.verify;
       options.strict = *pair.strict;
       LoadResult loaded = Load(BuildLoadRequest(s, &pair, saved, topo, r), dir, comm, options);
-      if (auto bad = CheckLoaded(s, &pair, saved, topo, r, loaded)) {
+      std::optional<std::string> bad = CheckLoaded(s, &pair, saved, topo, r, loaded);
+      if (!bad && !s.fp8.empty()) bad = CheckFp8Loaded(s, &pair, topo, r, loaded.state_dict).error;
+      if (bad) {
         verdict[r] = kWrongValues;
         message[r] = *bad;
       }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "property/fp8_generators.h"
 #include "property/optimizer_generators.h"
 #include "scenario/expand.h"
 #include "scenario/rank_state.h"
@@ -289,6 +290,7 @@ rc::Gen<Scenario> GenScenario(const GenLimits& limits) {
       s.tensors.push_back(*GenTensorSpec("t" + std::to_string(i), topos, limits));
     }
     if (limits.fsdp && OneIn(3)) s.fsdp = PickFsdpLayout(false);
+    if (limits.fp8_section && OneIn(4)) s.fp8 = GenFp8Section(topos, s.seed, limits);
     const int objects = limits.objects ? Pick<int>({{4, 0}, {2, 1}, {1, 2}}) : 0;
     for (int i = 0; i < objects; ++i) {
       ObjectSpec o{"o" + std::to_string(i), {}};
@@ -325,6 +327,10 @@ bool ScenarioFits(const Scenario& s, const GenLimits& limits) {
   for (const PairSpec& p : s.pairs) {
     add(p.save);
     add(p.load);
+  }
+  for (const Fp8TensorSpec& e : s.fp8) {
+    if (!limits.fp8_section || !FitsAsGenerated(e.tensor, topos, limits)) return false;
+    if (e.fp8.expect_saturated && *e.fp8.expect_saturated != ExpectedSaturation(s.seed, e)) return false;
   }
   return ModelsFit(s) && std::all_of(s.tensors.begin(), s.tensors.end(), [&](const TensorSpec& t) {
            return FitsAsGenerated(t, topos, limits);
@@ -430,6 +436,7 @@ std::vector<std::string> ReshardClasses(const Scenario& s) {
       }
     }
   }
+  for (const std::string& tag : Fp8Classes(s)) tags.insert(tag);
   return {tags.begin(), tags.end()};
 }
 

@@ -50,6 +50,9 @@ struct GenLimits {
   // Prepended axes (a `stack`, Megatron's prepend_axis_num), one tensor in
   // five; half of them over pp x vpp when every topology's pp*vpp <= 8.
   bool stack = true;
+  // A scenario "fp8" section (scaled FP8 tensors, property/fp8_generators.h),
+  // one scenario in four.
+  bool fp8_section = true;
   // Cases that fail today because of open findings (property/README.md);
   // turn them on once the findings are fixed.
   bool zero_volume = true;      // axes of size 0 (findings 2, 6-8, fixed)

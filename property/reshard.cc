@@ -71,7 +71,9 @@ std::vector<ClassMinimum> ReshardMinimums() {
           {"odd-size", 0.20}, {"world-size-changing", 0.30}, {"ep>1", 0.05},
           {"fsdp", 0.04},    {"fsdp-layout-changing", 0.02}, {"fsdp2-more-ranks-than-rows", 0.005},
           {"replica-reversed", 0.05}, {"replica-flat", 0.05}, {"zero-volume", 0.04},
-          {"stacked", 0.15}, {"stacked-over-pp", 0.04}, {"stack-layers-moving", 0.02}};
+          {"stacked", 0.15}, {"stacked-over-pp", 0.04}, {"stack-layers-moving", 0.02},
+          {"fp8-scaled", 0.10}, {"fp8-raw", 0.05}, {"fp8-dequantized", 0.05}, {"fp8-to-float", 0.04},
+          {"fp8-requantised", 0.04}, {"fp8-saturating", 0.01}, {"fp8-bit-exact", 0.01}};
 }
 
 }  // namespace distckpt

@@ -4,6 +4,7 @@
 #include <exception>
 #include <set>
 
+#include "property/fp8_generators.h"
 #include "topology/topology.h"
 
 namespace distckpt {
@@ -141,6 +142,35 @@ std::vector<Scenario> Candidates(const Scenario& s) {
     c.fsdp = FsdpLayout::kNone;
     out.push_back(std::move(c));
   }
+  if (!s.fp8.empty()) {
+    Scenario c = s;
+    c.fp8.clear();
+    out.push_back(std::move(c));
+  }
+  for (size_t i = 0; s.fp8.size() > 1 && i < s.fp8.size(); ++i) {
+    Scenario c = s;
+    c.fp8.erase(c.fp8.begin() + static_cast<std::ptrdiff_t>(i));
+    out.push_back(std::move(c));
+  }
+  for (size_t i = 0; i < s.fp8.size(); ++i) {
+    const Fp8TensorSpec& e = s.fp8[i];
+    if (e.fp8.load_scale) {
+      Scenario c = s;
+      c.fp8[i].fp8.load_scale.reset();
+      out.push_back(std::move(c));
+    }
+    if (e.fp8.scale != 1.0f) {
+      Scenario c = s;
+      c.fp8[i].fp8.scale = 1.0f;
+      out.push_back(std::move(c));
+    }
+    for (TensorSpec& t : SimplerTensors(e.tensor)) {
+      if (t.dtype != e.tensor.dtype || (t.load_dtype != e.tensor.load_dtype)) continue;  // keep the fp8 request
+      Scenario c = s;
+      c.fp8[i].tensor = std::move(t);
+      out.push_back(std::move(c));
+    }
+  }
   for (size_t i = 0; i < s.pairs.size(); ++i) {
     if (!s.pairs[i].load_fsdp) continue;
     Scenario c = s;
@@ -152,6 +182,7 @@ std::vector<Scenario> Candidates(const Scenario& s) {
     c.seed = 1;
     out.push_back(std::move(c));
   }
+  for (Scenario& c : out) RefreshFp8Expectations(c);  // saturation counts follow seed and shapes
   return out;
 }
 

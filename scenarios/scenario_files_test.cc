@@ -55,6 +55,12 @@ TEST_P(ScenarioFileTest, ToJsonWritesAFileThatExpandsTheSame) {
   const Scenario back = Scenario::FromJson(written, "written");
   EXPECT_EQ(back.ToJson("written"), written);
   ASSERT_EQ(back.pairs.size(), s.pairs.size());
+  ASSERT_EQ(back.fp8.size(), s.fp8.size());
+  for (size_t i = 0; i < s.fp8.size(); ++i) {
+    EXPECT_EQ(back.fp8[i].fp8.scale, s.fp8[i].fp8.scale);
+    EXPECT_EQ(back.fp8[i].fp8.storage, s.fp8[i].fp8.storage);
+    EXPECT_EQ(back.fp8[i].fp8.expect_saturated, s.fp8[i].fp8.expect_saturated);
+  }
   EXPECT_EQ(back.topologies, s.topologies);
   if (s.pairs.empty()) return;
   const PairSpec &pair = s.pairs[0], &back_pair = back.pairs[0];

@@ -190,6 +190,21 @@ std::vector<Fp8TensorSpec> ParseFp8Section(const json& v, const std::string& pat
   return out;
 }
 
+json Fp8SectionToJson(const std::vector<Fp8TensorSpec>& section) {
+  json tensors = json::array();
+  for (const Fp8TensorSpec& e : section) {
+    json j = TensorSpecToJson(e.tensor);
+    j["format"] = std::string(DTypeName(e.fp8.format));
+    j["scale"] = e.fp8.scale;
+    j["storage"] = e.fp8.storage == Fp8Storage::kRaw ? "raw" : "dequantized";
+    if (e.fp8.all_codes) j["values"] = "all_codes";
+    if (e.fp8.load_scale) j["load_scale"] = *e.fp8.load_scale;
+    if (e.fp8.expect_saturated) j["expect_saturated"] = *e.fp8.expect_saturated;
+    tensors.push_back(std::move(j));
+  }
+  return {{"tensors", tensors}};
+}
+
 void CheckFp8Keys(const Scenario& s) {
   std::set<std::string> keys;
   for (const TensorSpec& t : s.tensors) keys.insert(t.key);
@@ -242,11 +257,20 @@ Fp8Check CheckFp8Loaded(const Scenario& s, const PairSpec* pair, const Topology&
     if (pair && pair->Drops(key, rank)) continue;
     const Tensor* got = LoadedTensor(fp8, key);
     const Tensor* scale_inv = LoadedTensor(fp8, ScaleInvKey(key));
+    ShardedTensor shard = ExpandTensor(spec.tensor, topo, rank).front();
+    if (shard.flattened_range && shard.flattened_range->size() == 0) {
+      // Load drops a request whose flattened range is empty (megatron-semantics §1.8).
+      if (got) {
+        check.error = fmt::format("fp8 key '{}' has an empty flattened range on rank {}, which load drops, "
+                                  "but it is in the loaded state", key, rank);
+        return check;
+      }
+      continue;
+    }
     if (!got || (spec.fp8.storage == Fp8Storage::kRaw && !scale_inv)) {
       check.error = fmt::format("fp8 key '{}' missing from the loaded state (rank {})", key, rank);
       return check;
     }
-    ShardedTensor shard = ExpandTensor(spec.tensor, topo, rank).front();
     int64_t saturated = 0, ignored = 0;
     float loaded_scale_inv = scale_inv ? scale_inv->data_as<float>()[0] : 1.0f / spec.fp8.scale;
     Tensor actual = Deliver(spec, *got, loaded_scale_inv, saturated);

@@ -35,6 +35,8 @@ namespace distckpt {
 // Parses `{"storage": ..., "tensors": [...]}`; throws
 // CheckpointError(kInvalidArgument) naming the JSON path of a bad field.
 std::vector<Fp8TensorSpec> ParseFp8Section(const nlohmann::json& json, const std::string& path);
+// The section as ParseFp8Section reads it (every entry with its storage).
+nlohmann::json Fp8SectionToJson(const std::vector<Fp8TensorSpec>& section);
 // Refuses fp8 keys (or their scale_inv companions) that are also tensor keys.
 void CheckFp8Keys(const Scenario& scenario);
 

@@ -2,6 +2,8 @@
 // Default values are left out, so a written file reads like a written-by-hand one.
 #include "scenario/spec.h"
 
+#include "scenario/fp8_section.h"
+
 namespace distckpt {
 namespace {
 
@@ -112,6 +114,7 @@ json Scenario::ToJson(const std::string& description) const {
   }
   if (optimizer) j["optimizer"] = OptimizerToJson(*optimizer);
   if (fsdp != FsdpLayout::kNone) j["fsdp"] = FsdpToJson(fsdp);
+  if (!fp8.empty()) j["fp8"] = Fp8SectionToJson(fp8);
   j["tensors"] = json::array();
   for (const TensorSpec& t : tensors) j["tensors"].push_back(TensorSpecToJson(t));
   if (!objects.empty()) {
