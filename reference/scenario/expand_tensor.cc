@@ -135,24 +135,21 @@ std::vector<ShardedTensor> Stacked(const TensorSpec& spec, const Topology& topo,
     indices = std::move(longer);
   }
   std::vector<ShardedTensor> out;
-  for (const Shape& index : indices) {
-    ShardedTensor t = inner;
-    t.prepend_axis_num = static_cast<int>(spec.stack.size());
-    t.global_shape = spec.stack;
-    t.global_shape.insert(t.global_shape.end(), inner.global_shape.begin(), inner.global_shape.end());
-    t.global_offset = index;
-    t.global_offset.insert(t.global_offset.end(), inner.global_offset.begin(), inner.global_offset.end());
-    if (inner.axis_fragmentations) {
-      Shape fragments = spec.stack;  // every index of a prepended axis is its own fragment
-      fragments.insert(fragments.end(), inner.axis_fragmentations->begin(), inner.axis_fragmentations->end());
-      t.axis_fragmentations = fragments;
-    }
-    out.push_back(std::move(t));
-  }
+  for (const Shape& index : indices) out.push_back(WithPrependedAxes(inner, spec.stack, index));
   return out;
 }
 
 }  // namespace
+
+ShardedTensor WithPrependedAxes(ShardedTensor t, const Shape& sizes, const Shape& index) {
+  t.prepend_axis_num = static_cast<int>(sizes.size());
+  t.global_shape.insert(t.global_shape.begin(), sizes.begin(), sizes.end());
+  t.global_offset.insert(t.global_offset.begin(), index.begin(), index.end());
+  if (t.axis_fragmentations) {  // every index of a prepended axis is its own fragment
+    t.axis_fragmentations->insert(t.axis_fragmentations->begin(), sizes.begin(), sizes.end());
+  }
+  return t;
+}
 
 std::string ParamPath(const TensorSpec& spec, const ShardedTensor& shard) {
   std::string path = spec.key;

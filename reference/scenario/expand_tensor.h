@@ -27,6 +27,10 @@ namespace distckpt {
 // tp*dp=4 parts"), before anything is written.
 std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topology, int rank);
 ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology& topology, int rank);
+// `t` (no prepended axes yet) behind prepended axes of `sizes` at `index`
+// (Megatron's prepend_axis_num): global shape and offset gain them in front,
+// the local shape does not, each index is its own fragment.
+ShardedTensor WithPrependedAxes(ShardedTensor t, const Shape& sizes, const Shape& index);
 // The dict path of `spec`'s shard `shard`: the key, then ".<i>" per stack
 // index ("w.3"); and the logical (unpadded) global shape, stack included.
 std::string ParamPath(const TensorSpec& spec, const ShardedTensor& shard);

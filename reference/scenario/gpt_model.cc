@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "scenario/expand_tensor.h"
 #include "scenario/values.h"
 
 namespace distckpt {
@@ -152,28 +153,23 @@ class Expander {
   void Add(const std::string& path, const std::string& key, Shape global,
            std::vector<RankOffset> offsets, ReplicaId replica, Shape logical, bool padded,
            Shape prepend_shape = {}, Shape prepend_offset = {}, int glu_axis = -1) {
-    const int p = static_cast<int>(prepend_shape.size());
     auto piece = [&](const std::vector<RankOffset>& local_offsets) {
       ShardedTensor t;
       t.key = c_.prefix + key;
       t.dtype = c_.dtype;
-      t.prepend_axis_num = p;
-      t.global_shape = prepend_shape;
-      t.global_shape.insert(t.global_shape.end(), global.begin(), global.end());
-      t.global_offset = prepend_offset;
-      t.global_offset.resize(t.global_shape.size(), 0);
+      t.global_shape = global;
+      t.global_offset = Shape(global.size(), 0);
       t.local_shape = global;
-      Shape fragments(t.global_shape.size(), 1);
+      Shape fragments(global.size(), 1);
       for (const RankOffset& o : local_offsets) {
         t.local_shape[o.axis] = global[o.axis] / o.fragments;
-        t.global_offset[p + o.axis] = o.rank_offset * t.local_shape[o.axis];
-        fragments[p + o.axis] = o.fragments;
+        t.global_offset[o.axis] = o.rank_offset * t.local_shape[o.axis];
+        fragments[o.axis] = o.fragments;
       }
-      for (int i = 0; i < p; ++i) fragments[i] = prepend_shape[i];
       t.axis_fragmentations = fragments;
       t.replica_id = replica;
       t.allow_shape_mismatch = padded;
-      return t;
+      return WithPrependedAxes(std::move(t), prepend_shape, prepend_offset);
     };
     Param param;
     param.path = c_.prefix + path;
@@ -193,7 +189,7 @@ class Expander {
     }
     param.logical_shape = param.pieces.front().global_shape;
     if (!logical.empty()) {
-      std::copy(logical.begin(), logical.end(), param.logical_shape.begin() + p);
+      std::copy(logical.begin(), logical.end(), param.logical_shape.begin() + static_cast<std::ptrdiff_t>(prepend_shape.size()));
     }
     params_.push_back(std::move(param));
   }

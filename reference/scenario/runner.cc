@@ -55,11 +55,9 @@ StepReport OnThreads(int world, Fn&& step) {
     failed.other_exception = true;
     try {
       std::rethrow_exception(o.error);
-    } catch (const CheckpointError& e) {
-      failed.error = fmt::format("rank {}: {}", o.rank, e.what());
-      failed.other_exception = false;
     } catch (const std::exception& e) {
       failed.error = fmt::format("rank {}: {}", o.rank, e.what());
+      failed.other_exception = dynamic_cast<const CheckpointError*>(&e) == nullptr;
     }
     return failed;
   }
