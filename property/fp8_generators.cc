@@ -8,13 +8,6 @@
 namespace distckpt {
 namespace {
 
-bool IsFp8(DType d) { return d == DType::kF8E4M3FN || d == DType::kF8E5M2; }
-
-template <typename T>
-T OneOf(std::initializer_list<T> items) {
-  return *(items.begin() + Choose(items.size()));
-}
-
 // Scales: identity, powers of two, and others (448 / amax style, 0.37).
 float PickScale() { return OneOf<float>({1.0f, 2.0f, 0.5f, 0.37f, 3.0f, 448.0f / 300.0f, 16.0f}); }
 

@@ -23,6 +23,7 @@
 #define DISTCKPT_PROPERTY_GENERATORS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -67,6 +68,11 @@ rc::Gen<uint64_t> Uniform(uint64_t n);
 // up true once in n throws; both shrink towards 0 / false.
 size_t Choose(size_t n);
 bool OneIn(size_t n);
+// Inside a property or rc::gen::exec: one of `items`, uniform, shrinking towards the first.
+template <typename T>
+T OneOf(std::initializer_list<T> items) {
+  return *(items.begin() + Choose(items.size()));
+}
 
 rc::Gen<Topology> GenTopology(int max_world);
 rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topology>& topologies,

@@ -14,12 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-// One of `items`, shrinking towards the first.
-template <typename T>
-T OneOf(std::initializer_list<T> items) {
-  return *(items.begin() + Choose(items.size()));
-}
-
 // Inside rc::gen::exec: tp, pp, dp, cp, ep (a divisor of dp*cp, one layout
 // in three) and vpp (one in four) with at most `max_world` ranks.
 Topology GenLayout(int max_world) {

@@ -50,15 +50,6 @@ std::vector<ShardedTensor> KeptShards(const Node& state) {
   return out;
 }
 
-std::set<std::string> KeysOf(const RankShards& ranks, int rank = -1) {
-  std::set<std::string> keys;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    if (rank >= 0 && static_cast<int>(r) != rank) continue;
-    for (const ShardedTensor& t : ranks[r]) keys.insert(t.key);
-  }
-  return keys;
-}
-
 }  // namespace
 
 RankShards SavedShards(const Scenario& scenario, const PairSpec* pair, const Topology& topology) {
@@ -76,14 +67,13 @@ RankShards RequestedShards(const Scenario& scenario, const PairSpec* pair, const
   return ranks;
 }
 
-std::set<std::string> SavedTensorKeys(const Scenario& scenario, const PairSpec* pair,
-                                      const Topology& topology) {
-  return KeysOf(SavedShards(scenario, pair, topology));
-}
-
-std::set<std::string> RequestedTensorKeys(const Scenario& scenario, const PairSpec* pair,
-                                          const Topology& saved, const Topology& load, int rank) {
-  return KeysOf(RequestedShards(scenario, pair, saved, load), rank);
+std::set<std::string> TensorKeys(const RankShards& ranks, int rank) {
+  std::set<std::string> keys;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (rank >= 0 && static_cast<int>(r) != rank) continue;
+    for (const ShardedTensor& t : ranks[r]) keys.insert(t.key);
+  }
+  return keys;
 }
 
 }  // namespace distckpt

@@ -36,16 +36,11 @@ RankShards SavedShards(const Scenario& scenario, const PairSpec* pair, const Top
 RankShards RequestedShards(const Scenario& scenario, const PairSpec* pair, const Topology& saved,
                            const Topology& load);
 
-// The tensor keys a save of the scenario under `topology` writes, over all
-// ranks, and those a load under `load` requests (load_extra added,
-// load_drop removed), over all ranks or on rank `rank` only. Save and load drop shards whose flattened range is
-// empty (Megatron's save / load preprocessing, megatron-semantics §1.8), so
-// a key whose every shard is such (a flattened tensor of no elements) is in
-// neither set.
-std::set<std::string> SavedTensorKeys(const Scenario& scenario, const PairSpec* pair,
-                                      const Topology& topology);
-std::set<std::string> RequestedTensorKeys(const Scenario& scenario, const PairSpec* pair,
-                                          const Topology& saved, const Topology& load, int rank = -1);
+// The keys of `ranks`' shards, over all ranks or on rank `rank` only: with
+// SavedShards / RequestedShards, the tensor keys a save writes / a load
+// requests (load_extra added, load_drop removed). A key whose every shard has
+// an empty flattened range (a flattened tensor of no elements) is in neither.
+std::set<std::string> TensorKeys(const RankShards& ranks, int rank = -1);
 
 }  // namespace distckpt
 

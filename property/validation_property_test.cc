@@ -31,15 +31,6 @@
 namespace distckpt {
 namespace {
 
-bool Holds(const RankShards& ranks, const std::string& key) {
-  for (const auto& shards : ranks) {
-    for (const ShardedTensor& t : shards) {
-      if (t.key == key) return true;
-    }
-  }
-  return false;
-}
-
 // Names of keys other than `key` that `message` reports.
 std::string OtherKeysNamed(const Scenario& s, const std::string& key, const std::string& message) {
   std::string others;
@@ -70,10 +61,11 @@ TEST(ValidationProperty, SaveRefusesExactlyTheGapsAndOverlaps) {
                   // A key the (unbroken) load requests that no rank saves any
                   // more; a flattened tensor of no elements is requested by
                   // nobody (load drops empty flattened ranges as save does).
-                  const std::set<std::string> requested = RequestedTensorKeys(s, &pair, topo, topo);
+                  const std::set<std::string> saved = TensorKeys(ranks);
+                  const std::set<std::string> requested = TensorKeys(RequestedShards(s, &pair, topo, topo));
                   std::string broken, absent;
                   for (const TensorSpec& t : s.tensors) {
-                    if (!Holds(ranks, t.key)) {
+                    if (!saved.count(t.key)) {
                       if (requested.count(t.key)) absent = t.key;
                       else Tag({"key-in-neither"});
                     } else if (!MainReplicasTile(ranks, t.key)) {

@@ -62,6 +62,7 @@ size_t DTypeSize(DType dtype) { return Info(dtype).size; }
 std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
 
 bool IsFloatingPoint(DType dtype) { return Info(dtype).floating_point; }
+bool IsFp8(DType dtype) { return dtype == DType::kF8E4M3FN || dtype == DType::kF8E5M2; }
 
 std::optional<DType> ParseDType(std::string_view name) {
   for (const DTypeInfo& info : kInfo) {

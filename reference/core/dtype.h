@@ -36,7 +36,8 @@ std::string_view DTypeName(DType dtype);
 std::optional<DType> ParseDType(std::string_view name);
 // Like ParseDType, but throws CheckpointError(kInvalidArgument) naming the bad name.
 DType DTypeFromName(std::string_view name);
-bool IsFloatingPoint(DType dtype);
+bool IsFloatingPoint(DType dtype);  // fp8 included
+bool IsFp8(DType dtype);            // kF8E4M3FN or kF8E5M2
 
 // Scalar conversions (bit patterns in/out).
 uint16_t FloatToHalf(float value);

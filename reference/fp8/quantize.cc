@@ -5,18 +5,8 @@
 #include "core/error.h"
 
 namespace distckpt {
-namespace {
-
-bool IsFp8(DType d) { return d == DType::kF8E4M3FN || d == DType::kF8E5M2; }
-
-bool IsFloating(DType d) {
-  return d == DType::kF64 || d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || IsFp8(d);
-}
-
-}  // namespace
-
 Fp8Quantized QuantizeFp8(const Tensor& src, DType fp8, float scale) {
-  if (!IsFp8(fp8) || !IsFloating(src.dtype()) || !std::isfinite(scale) || scale <= 0) {
+  if (!IsFp8(fp8) || !IsFloatingPoint(src.dtype()) || !std::isfinite(scale) || scale <= 0) {
     Fail(ErrorKind::kInvalidArgument, "fp8 quantisation of {} into {} with scale {} is not defined",
          DTypeName(src.dtype()), DTypeName(fp8), scale);
   }
@@ -32,7 +22,7 @@ Fp8Quantized QuantizeFp8(const Tensor& src, DType fp8, float scale) {
 }
 
 Tensor DequantizeFp8(const Tensor& codes, float scale_inv, DType nominal) {
-  if (!IsFp8(codes.dtype()) || !IsFloating(nominal)) {
+  if (!IsFp8(codes.dtype()) || !IsFloatingPoint(nominal)) {
     Fail(ErrorKind::kInvalidArgument, "fp8 dequantisation of {} into {} is not defined",
          DTypeName(codes.dtype()), DTypeName(nominal));
   }

@@ -17,8 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-bool IsFp8(DType d) { return d == DType::kF8E4M3FN || d == DType::kF8E5M2; }
-
 DType Fp8DType(const json& v, const std::string& path) {
   std::optional<DType> d = v.is_string() ? ParseDType(v.get<std::string>()) : std::nullopt;
   if (!d || !IsFp8(*d)) Fail(ErrorKind::kInvalidArgument, "{}: expected fp8_e4m3fn or fp8_e5m2", path);
@@ -149,10 +147,6 @@ Tensor Deliver(const Fp8TensorSpec& spec, const Tensor& loaded, float scale_inv,
   return q.codes;
 }
 
-bool IsMain(const ShardedTensor& t) {
-  return std::all_of(t.replica_id.begin(), t.replica_id.end(), [](int64_t r) { return r == 0; });
-}
-
 const Tensor* LoadedTensor(const Node* fp8, const std::string& key) {
   const Dict* d = fp8 ? fp8->get_if<Dict>() : nullptr;
   auto it = d ? d->find(key) : Dict::const_iterator();
@@ -276,7 +270,7 @@ Fp8Check CheckFp8Loaded(const Scenario& s, const PairSpec* pair, const Topology&
     Tensor actual = Deliver(spec, *got, loaded_scale_inv, saturated);
     Tensor expected = Deliver(spec, Converted(Stored(spec, Codes(s, spec, shard)), RequestDType(spec)),
                               1.0f / spec.fp8.scale, ignored);
-    if (IsMain(shard)) check.saturated[i] = saturated;
+    if (IsMainReplica(shard.replica_id)) check.saturated[i] = saturated;
     fp8->operator[](key) = Node(actual);
     if (actual.dtype() != expected.dtype() || actual.nbytes() != expected.nbytes()) {
       check.error = fmt::format("fp8 key '{}' (rank {}): loaded {} {}, expected {} {}", key, rank,
