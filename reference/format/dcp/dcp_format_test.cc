@@ -211,6 +211,31 @@ TEST(DcpFormatTest, DuplicateEmptyItemsDoNotExtendTheItemBefore) {
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(LoadAsDouble(data.data(), DType::kF32, i), double(i));
 }
 
+// storage_data entries that share or overlap an item are damage (found by the
+// DCP corruption property: one changed offset made an object load another
+// object's bytes item, which DCP does not checksum).
+TEST(DcpFormatTest, StorageEntriesSharingOrOverlappingAnItemAreCorruption) {
+  ScopedTempDir tmp;
+  const std::string dir = tmp.path() + "/ck";
+  Save(dir, DcpFormat());
+  const DcpMetadata good =
+      DecodeDcpMetadata(ReadFileToString(Env::Default(), dir + "/.metadata"), "m");
+  EXPECT_NO_THROW(LayoutFromDcp(good, "m"));
+  // Two entries of rank 0's file: the second made to start where the first does, then inside it.
+  std::vector<size_t> in_file0;
+  for (size_t i = 0; i < good.storage.size(); ++i) {
+    if (good.storage[i].relative_path == "__0_0.distcp") in_file0.push_back(i);
+  }
+  ASSERT_GE(in_file0.size(), 2u);
+  DcpMetadata same = good, inside = good;
+  const DcpStorage& first = good.storage[in_file0[0]];
+  same.storage[in_file0[1]].offset_in_file = first.offset_in_file;
+  EXPECT_THAT([&] { LayoutFromDcp(same, "m"); },
+              ThrowsError(ErrorKind::kCorruption, "both start at byte"));
+  inside.storage[in_file0[1]].offset_in_file = first.offset_in_file + 1;
+  EXPECT_THAT([&] { LayoutFromDcp(inside, "m"); }, ThrowsError(ErrorKind::kCorruption, "overlaps"));
+}
+
 TEST(DcpFormatTest, FlattenedChunksOffAGridAreUnsupported) {
   ScopedTempDir tmp;
   Env* env = Env::Default();

@@ -84,13 +84,38 @@ DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source) {
   md.topology = info("topology");
 
   std::map<StorageKey, const DcpStorage*> storage;
+  std::map<DcpItemKey, const DcpStorage*> by_item;
   for (const DcpStorage& s : dcp.storage) {
     if (!IsPlainFileName(s.relative_path)) {
       Fail(ErrorKind::kCorruption, "{}: storage_data['{}'] names '{}', which is not a plain file "
            "name inside the checkpoint directory", source, s.fqn, s.relative_path);
     }
     storage[{s.fqn, s.offset}] = &s;
+    by_item[{s.relative_path, s.offset_in_file}] = &s;
     layout.items[{s.relative_path, s.offset_in_file}] = {s.length, s.transforms};
+  }
+  // Every entry is its own item: two entries at one place, or items that
+  // overlap, mean a damaged offset or length (DCP has no checksum of its
+  // own for bytes items, so a load would read another entry's bytes).
+  if (by_item.size() != dcp.storage.size()) {
+    std::map<DcpItemKey, const DcpStorage*> first;
+    for (const DcpStorage& s : dcp.storage) {
+      auto [it, added] = first.try_emplace({s.relative_path, s.offset_in_file}, &s);
+      if (!added) {
+        Fail(ErrorKind::kCorruption, "{}: storage_data entries '{}' and '{}' both start at byte {} of {}",
+             source, it->second->fqn, s.fqn, s.offset_in_file, s.relative_path);
+      }
+    }
+  }
+  for (auto it = by_item.begin(); it != by_item.end(); ++it) {
+    auto next = std::next(it);
+    const DcpStorage& s = *it->second;
+    if (next != by_item.end() && next->first.first == s.relative_path &&
+        s.length > next->first.second - s.offset_in_file) {  // sorted: next starts after s
+      Fail(ErrorKind::kCorruption, "{}: storage_data entry '{}' (bytes [{}, {}) of {}) overlaps '{}' at byte {}",
+           source, s.fqn, s.offset_in_file, s.offset_in_file + s.length, s.relative_path, next->second->fqn,
+           next->first.second);
+    }
   }
   auto find = [&](const std::string& fqn, const std::optional<Shape>& offset) -> const DcpStorage& {
     auto it = storage.find({fqn, offset});
