@@ -1,6 +1,7 @@
 #include "bench_util.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "comm/thread_world.h"
 #include "engine/save.h"
@@ -148,8 +147,8 @@ void SaveOnOneRank(const Node& state, const std::string& dir) {
   RunRanks(1, [&](Communicator& comm) { Save(state, dir, comm); });
 }
 
-void RunPaired(benchmark::State& state, const std::string& name, const std::function<double()>& ours,
-               const std::function<double()>& reference) {
+void RunPaired(benchmark::State& state, const std::string& name,
+               const std::function<double()>& ours, const std::function<double()>& reference) {
   std::vector<double> ratios;
   for (auto _ : state) {
     double mine, theirs;
@@ -165,7 +164,9 @@ void RunPaired(benchmark::State& state, const std::string& name, const std::func
   }
   std::sort(ratios.begin(), ratios.end());
   const size_t n = ratios.size();
-  state.counters[name] = n == 0 ? 0 : n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+  state.counters[name] = n == 0  ? 0
+                         : n % 2 ? ratios[n / 2]
+                                 : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
 }
 
 std::string SizeName(uint64_t bytes) {

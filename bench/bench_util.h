@@ -11,8 +11,8 @@
 
 #include <chrono>
 #include <cstddef>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,8 +69,8 @@ void SaveOnOneRank(const Node& state, const std::string& dir);
 // time is ours; counter `name` is the median over iterations of
 // ours / reference, so a burst of load from other processes slows both
 // sides of one ratio instead of one side of a ratio of separate runs.
-void RunPaired(benchmark::State& state, const std::string& name, const std::function<double()>& ours,
-               const std::function<double()>& reference);
+void RunPaired(benchmark::State& state, const std::string& name,
+               const std::function<double()>& ours, const std::function<double()>& reference);
 
 // Bytes in a human unit: "64KiB", "256MiB".
 std::string SizeName(uint64_t bytes);

@@ -6,12 +6,12 @@
 //
 // Sizes: BM_*/<tensor bytes>/<tensor count>. Set DISTCKPT_BENCH_LARGE=1 for
 // the 2 GiB states.
+#include <benchmark/benchmark.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
-
-#include <benchmark/benchmark.h>
 
 #include "bench_util.h"
 #include "comm/thread_world.h"
@@ -245,11 +245,14 @@ BENCHMARK(BM_LoadCold)->Apply(IoSizes);
 BENCHMARK(BM_RawReadWarm)->Apply(IoSizes);
 BENCHMARK(BM_LoadWarm)->Apply(IoSizes);
 BENCHMARK(BM_LoadWarmUnverified)->Apply(IoSizes);
-BENCHMARK(BM_Reshard)->Arg(64 << 20)->UseManualTime()
-    ->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_Reshard)->Arg(64 << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_PlanChunks)->RangeMultiplier(10)->Range(10000, 1000000)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ValidateChunks)->Args({10000, 64})->Args({100000, 1024})->Args({1000000, 1024})
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_ValidateChunks)
+    ->Args({10000, 64})
+    ->Args({100000, 1024})
+    ->Args({1000000, 1024})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 BENCHMARK(BM_Checksum)->Arg(64 << 20)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Memcpy)->Arg(64 << 20)->Unit(benchmark::kMillisecond);
 

@@ -14,17 +14,17 @@
 // deterministic counters such as heap bytes), else ratio <= baseline * (1 +
 // tolerance). `target` is the goal from the issue, reported, never gated.
 // --update rewrites every baseline with this run's value (limits stay).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -82,12 +82,17 @@ int main(int argc, char** argv) {
   bool update = false, report_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--results" && i + 1 < argc) results.push_back(argv[++i]);
-    else if (a == "--baseline" && i + 1 < argc) baseline_path = argv[++i];
-    else if (a == "--update") update = true;
-    else if (a == "--report-only") report_only = true;
+    if (a == "--results" && i + 1 < argc)
+      results.push_back(argv[++i]);
+    else if (a == "--baseline" && i + 1 < argc)
+      baseline_path = argv[++i];
+    else if (a == "--update")
+      update = true;
+    else if (a == "--report-only")
+      report_only = true;
     else {
-      std::cerr << "usage: compare --results R.json [--results ...] --baseline B.json [--update | --report-only]\n";
+      std::cerr << "usage: compare --results R.json [--results ...] --baseline B.json [--update | "
+                   "--report-only]\n";
       return 2;
     }
   }
@@ -101,8 +106,8 @@ int main(int argc, char** argv) {
     if (!in) throw std::runtime_error("cannot read " + baseline_path);
     json baseline = json::parse(in);
     int failed = 0, missing = 0;
-    std::cout << fmt::format("{:<50} {:>9} {:>9} {:>7} {:>8}  {}\n", "tracked ratio", "now", "baseline",
-                             "limit", "target", "verdict");
+    std::cout << fmt::format("{:<50} {:>9} {:>9} {:>7} {:>8}  {}\n", "tracked ratio", "now",
+                             "baseline", "limit", "target", "verdict");
     for (json& entry : baseline.at("ratios")) {
       std::string name = entry.at("name");
       const Run* num = Find(runs, entry.at("numerator"));
@@ -112,13 +117,15 @@ int main(int argc, char** argv) {
         if (den && den->real_seconds > 0) value = num->real_seconds / den->real_seconds;
       } else if (num && entry.contains("counter")) {
         const json& c = num->counters;
-        if (c.contains(entry.at("counter"))) value = c.at(entry.at("counter").get<std::string>()).get<double>();
+        if (c.contains(entry.at("counter")))
+          value = c.at(entry.at("counter").get<std::string>()).get<double>();
       } else if (num && entry.value("seconds", false)) {
         value = num->real_seconds;
       }
       if (std::isnan(value)) {
         if (report_only) continue;  // a partial run (e.g. ci/bench's disk run)
-        std::cout << fmt::format("{:<50} {:>9} {:>9} {:>7} {:>8}  MISSING\n", name, "-", "-", "-", "-");
+        std::cout << fmt::format("{:<50} {:>9} {:>9} {:>7} {:>8}  MISSING\n", name, "-", "-", "-",
+                                 "-");
         ++missing;
         continue;
       }
@@ -126,9 +133,13 @@ int main(int argc, char** argv) {
       double limit = entry.contains("limit") ? entry.at("limit").get<double>()
                                              : base * (1 + entry.at("tolerance").get<double>());
       bool ok = value <= limit;
-      std::string target = entry.contains("target") ? fmt::format("{:.3f}", entry.at("target").get<double>()) : "-";
-      std::cout << fmt::format("{:<50} {:>9.3f} {:>9.3f} {:>7.3f} {:>8}  {}\n", name, value, base, limit,
-                               target, report_only ? (ok ? "-" : "above limit") : ok ? "ok" : "REGRESSED");
+      std::string target =
+          entry.contains("target") ? fmt::format("{:.3f}", entry.at("target").get<double>()) : "-";
+      std::cout << fmt::format("{:<50} {:>9.3f} {:>9.3f} {:>7.3f} {:>8}  {}\n", name, value, base,
+                               limit, target,
+                               report_only ? (ok ? "-" : "above limit")
+                               : ok        ? "ok"
+                                           : "REGRESSED");
       failed += !ok;
       if (update) entry["baseline"] = std::round(value * 1000) / 1000;
     }
@@ -142,8 +153,8 @@ int main(int argc, char** argv) {
       std::cout << "report only: not gated\n";
       return 0;
     }
-    std::cout << fmt::format("{} tracked, {} regressed, {} missing\n", baseline.at("ratios").size(), failed,
-                             missing);
+    std::cout << fmt::format("{} tracked, {} regressed, {} missing\n", baseline.at("ratios").size(),
+                             failed, missing);
     return !report_only && (failed || missing) ? 1 : 0;
   } catch (const std::exception& e) {
     std::cerr << "compare: " << e.what() << "\n";

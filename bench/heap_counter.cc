@@ -42,7 +42,9 @@ void* Allocate(size_t size, size_t alignment, bool nothrow) {
 
 int64_t HeapLiveBytes() { return live.load(std::memory_order_relaxed); }
 int64_t HeapPeakBytes() { return peak.load(std::memory_order_relaxed); }
-void ResetHeapPeak() { peak.store(live.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+void ResetHeapPeak() {
+  peak.store(live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
 
 }  // namespace distckpt::bench
 

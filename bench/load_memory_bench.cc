@@ -12,13 +12,13 @@
 // BM_LoadMemory/1: the same, loaded as bf16 (dtype conversion).
 // BM_LoadMemory/2: a [1024, 16384] f32 tensor saved as 4 row blocks by 4
 //                  ranks, loaded as 4 column blocks (resharding).
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <string>
-
-#include <benchmark/benchmark.h>
 
 #include "bench_util.h"
 #include "comm/thread_world.h"
@@ -62,8 +62,8 @@ Case& Prepare(int which) {
   const std::string ckpt = c.dir->Sub("ckpt");
   if (which < 2) {
     SaveOnOneRank(MakeState(64 << 20, 4), ckpt);
-    c.requests.push_back(
-        RequestFor(MakeState(64 << 20, 4, false), which == 1 ? std::optional(DType::kBF16) : std::nullopt));
+    c.requests.push_back(RequestFor(MakeState(64 << 20, 4, false),
+                                    which == 1 ? std::optional(DType::kBF16) : std::nullopt));
     c.largest_chunk = 64 << 20;
   } else {
     c.ranks = 4;

@@ -2,11 +2,11 @@
 // blocking part of an async save vs the staging copy alone (the same bytes
 // memcpy'd into a warm staging buffer), and a fully parallel save of a
 // replicated state vs one writer (time, and max / mean bytes per rank).
+#include <benchmark/benchmark.h>
+
 #include <cstring>
 #include <filesystem>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "bench_util.h"
 #include "comm/thread_world.h"
@@ -19,7 +19,8 @@ namespace {
 
 std::vector<const Tensor*> Tensors(const Node& state) {
   std::vector<const Tensor*> tensors;
-  for (const auto& [key, node] : state.as<Dict>()) tensors.push_back(&node.as<ShardedTensor>().data);
+  for (const auto& [key, node] : state.as<Dict>())
+    tensors.push_back(&node.as<ShardedTensor>().data);
   return tensors;
 }
 
@@ -121,8 +122,7 @@ void AsyncSizes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_SaveAsyncBlocking)->Apply(AsyncSizes);
-BENCHMARK(BM_ParallelSave)->UseManualTime()->Unit(benchmark::kMillisecond)
-    ->Iterations(5);
+BENCHMARK(BM_ParallelSave)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 }  // namespace
 }  // namespace distckpt::bench

@@ -8,21 +8,21 @@
 //    VerifyPolicy::kAlways bytes_read = chunk_bytes = the touched chunks' sizes.
 // The counterexample replays with `distckpt run FILE`, which prints the bytes
 // read and needed; the failure message gives the oracle's numbers.
-#include <filesystem>
-#include <map>
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
 
 #include "engine/load.h"
 #include "engine/load_plan.h"
 #include "format/format.h"
+#include "harness/expand.h"
 #include "mapping/dict_utils.h"
 #include "property/generators.h"
 #include "property/harness.h"
 #include "property/oracle.h"
 #include "property/steps.h"
-#include "scenario/expand.h"
 
 namespace distckpt {
 namespace {
@@ -66,7 +66,8 @@ std::optional<std::string> CheckPlans(const CheckpointMetadata& md, const Node& 
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) requests.push_back(*t);
   });
   for (const ShardedTensor& want : requests) {
-    if (want.flattened_range && want.flattened_range->size() == 0) continue;  // load_preprocess drops it
+    if (want.flattened_range && want.flattened_range->size() == 0)
+      continue;  // load_preprocess drops it
     const StoredTensor& stored = md.tensors.at(want.key);
     const Overlaps oracle = CountOverlaps(stored, want);
     const TensorPlan plan = PlanTensorLoad(stored, want);
@@ -76,14 +77,16 @@ std::optional<std::string> CheckPlans(const CheckpointMetadata& md, const Node& 
         plan.elements_covered != oracle.needed) {
       auto text = [&](const std::map<size_t, int64_t>& counts) {
         std::string out;
-        for (const auto& [c, n] : counts) out += fmt::format(" {}:{}", stored.chunks[c].box.ToString(), n);
+        for (const auto& [c, n] : counts)
+          out += fmt::format(" {}:{}", stored.chunks[c].box.ToString(), n);
         return out;
       };
       const std::string want_text = text(oracle.elements), got_text = text(planned);
-      return fmt::format("rank {} key '{}' request {}: planned chunk overlaps{} (needed {}, covered {}), "
-                         "oracle{} (needed {})",
-                         rank, want.key, want.GlobalBox().ToString(), got_text, plan.elements_needed,
-                         plan.elements_covered, want_text, oracle.needed);
+      return fmt::format(
+          "rank {} key '{}' request {}: planned chunk overlaps{} (needed {}, covered {}), "
+          "oracle{} (needed {})",
+          rank, want.key, want.GlobalBox().ToString(), got_text, plan.elements_needed,
+          plan.elements_covered, want_text, oracle.needed);
     }
     for (const auto& [c, n] : oracle.elements) {
       bytes.needed += static_cast<uint64_t>(n) * DTypeSize(stored.dtype);
@@ -106,14 +109,16 @@ std::optional<std::string> RunBytes(const Scenario& s, const std::string& work) 
   const CheckpointMetadata md = NativeFormat().OpenReader(Env::Default(), dir)->metadata();
   std::vector<RankBytes> oracle(b.world_size());
   for (int rank = 0; rank < b.world_size(); ++rank) {
-    if (auto e = CheckPlans(md, BuildLoadRequest(s, &pair, a, b, rank), rank, oracle[rank])) return *e;
+    if (auto e = CheckPlans(md, BuildLoadRequest(s, &pair, a, b, rank), rank, oracle[rank]))
+      return *e;
   }
   for (VerifyPolicy verify : {VerifyPolicy::kWhenWhole, VerifyPolicy::kAlways}) {
     std::vector<LoadSummary> got(b.world_size());
     if (auto e = OnThreads(b.world_size(), [&](Communicator& comm) {
           LoadOptions options;
           options.verify = verify;
-          got[comm.rank()] = Load(BuildLoadRequest(s, &pair, a, b, comm.rank()), dir, comm, options).summary;
+          got[comm.rank()] =
+              Load(BuildLoadRequest(s, &pair, a, b, comm.rank()), dir, comm, options).summary;
         })) {
       return *e;
     }
@@ -122,11 +127,13 @@ std::optional<std::string> RunBytes(const Scenario& s, const std::string& work) 
       const RankBytes& want = oracle[rank];
       const LoadSummary& sum = got[rank];
       const uint64_t read = always ? want.touched : want.needed;
-      if (sum.bytes_needed != want.needed || sum.bytes_read != read || sum.chunk_bytes != want.touched) {
-        return fmt::format("rank {} ({} verify): bytes needed {}, read {}, chunk bytes {}; the overlaps "
-                           "need {} bytes, reading {}, of chunks of {} bytes",
-                           rank, always ? "always" : "default", sum.bytes_needed, sum.bytes_read,
-                           sum.chunk_bytes, want.needed, read, want.touched);
+      if (sum.bytes_needed != want.needed || sum.bytes_read != read ||
+          sum.chunk_bytes != want.touched) {
+        return fmt::format(
+            "rank {} ({} verify): bytes needed {}, read {}, chunk bytes {}; the overlaps "
+            "need {} bytes, reading {}, of chunks of {} bytes",
+            rank, always ? "always" : "default", sum.bytes_needed, sum.bytes_read, sum.chunk_bytes,
+            want.needed, read, want.touched);
       }
     }
   }
@@ -137,8 +144,12 @@ TEST(BytesProperty, ReshardedLoadReadsExactlyTheOverlaps) {
   const std::string work = MakeWorkDir();
   GenLimits limits;
   limits.objects = false;  // object payloads are read whole: keep to tensor bytes
-  CheckProperty({300, {{"uneven", 0.05}, {"flattened", 0.10}, {"padded", 0.05},
-                       {"world-size-changing", 0.30}, {"dtype-converting", 0.05}}},
+  CheckProperty({300,
+                 {{"uneven", 0.05},
+                  {"flattened", 0.10},
+                  {"padded", 0.05},
+                  {"world-size-changing", 0.30},
+                  {"dtype-converting", 0.05}}},
                 [&] {
                   const Scenario s = *GenReshardScenario(limits);
                   Tag(ReshardClasses(s));

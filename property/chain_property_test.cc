@@ -8,20 +8,20 @@
 // (the resave, its diff against A's checkpoint and its load under C) and
 // A->C, so `distckpt run` replays every step but the byte comparison of the
 // two loads under C (each is checked against the generated values).
-#include <cstring>
-#include <filesystem>
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
 
 #include "engine/checkpoint_diff.h"
 #include "engine/load.h"
 #include "engine/save.h"
+#include "harness/expand.h"
+#include "harness/resave.h"
 #include "property/generators.h"
 #include "property/harness.h"
 #include "property/steps.h"
-#include "scenario/expand.h"
-#include "scenario/resave.h"
 
 namespace distckpt {
 namespace {
@@ -43,7 +43,8 @@ struct Loaded {
   std::optional<std::string> failure;
 };
 
-Loaded LoadUnder(const Scenario& s, const Topology& saved, const Topology& topo, const std::string& dir) {
+Loaded LoadUnder(const Scenario& s, const Topology& saved, const Topology& topo,
+                 const std::string& dir) {
   Loaded out;
   out.tensors.resize(topo.world_size());
   std::vector<std::optional<std::string>> bad(topo.world_size());
@@ -59,7 +60,7 @@ Loaded LoadUnder(const Scenario& s, const Topology& saved, const Topology& topo,
 }
 
 // Loads A's checkpoint under B and saves the loaded state under B (what a
-// pair's "resave" does: scenario/resave.h).
+// pair's "resave" does: harness/resave.h).
 std::optional<std::string> Resave(const Scenario& s, const Topology& a, const Topology& b,
                                   const std::string& from, const std::string& to) {
   return OnThreads(b.world_size(), [&](Communicator& comm) {
@@ -103,9 +104,10 @@ std::optional<std::string> RunChain(const Scenario& s, const std::string& work) 
   if (auto e = Resave(s, a, b, dir_a, dir_b)) return "load under B and resave: " + *e;
   const CheckpointDiff diff = DiffCheckpoints(dir_a, dir_b);  // `distckpt diff A B`
   if (!diff.identical()) {
-    return fmt::format("the checkpoint resaved under B differs from A's: only in A: [{}]; only in B: [{}]; {}",
-                       fmt::join(diff.only_a, ", "), fmt::join(diff.only_b, ", "),
-                       fmt::join(diff.mismatches, "; "));
+    return fmt::format(
+        "the checkpoint resaved under B differs from A's: only in A: [{}]; only in B: [{}]; {}",
+        fmt::join(diff.only_a, ", "), fmt::join(diff.only_b, ", "),
+        fmt::join(diff.mismatches, "; "));
   }
   // Megatron drops empty flattened ranges, so a flattened tensor of no
   // elements leaves no trace in either checkpoint (finding 6).
@@ -132,17 +134,18 @@ TEST(ChainProperty, ReshardingThroughBEqualsDirectAndResavesIdentically) {
   limits.objects = false;     // objects cannot be resharded, so B cannot resave them
   limits.padding = false;     // B's padding differs from A's by design
   limits.load_dtype = false;  // B's resave would store the converted dtype
-  CheckProperty({300, {{"uneven", 0.05}, {"flattened", 0.10}, {"odd-size", 0.20},
-                       {"world-size-changing", 0.30}}},
-                [&] {
-                  Scenario s = *GenScenario(limits);
-                  PairSpec through_b = MakePair(s.topologies[0], s.topologies[1]);
-                  through_b.resave = true;
-                  through_b.resave_load = s.topologies[2];
-                  s.pairs = {through_b, MakePair(s.topologies[0], s.topologies[2])};
-                  Tag(ReshardClasses(s));
-                  CheckScenario(s, limits, [&](const Scenario& c) { return RunChain(c, work); });
-                });
+  CheckProperty(
+      {300,
+       {{"uneven", 0.05}, {"flattened", 0.10}, {"odd-size", 0.20}, {"world-size-changing", 0.30}}},
+      [&] {
+        Scenario s = *GenScenario(limits);
+        PairSpec through_b = MakePair(s.topologies[0], s.topologies[1]);
+        through_b.resave = true;
+        through_b.resave_load = s.topologies[2];
+        s.pairs = {through_b, MakePair(s.topologies[0], s.topologies[2])};
+        Tag(ReshardClasses(s));
+        CheckScenario(s, limits, [&](const Scenario& c) { return RunChain(c, work); });
+      });
   fs::remove_all(work);
 }
 

@@ -14,6 +14,8 @@
 // The counterexample file holds the scenario with the damage as its pair's
 // `damage` (and `verify: always`, `strict: raise_all`, `expect:
 // loaded_or_refused`), so `distckpt run FILE` replays it.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -26,20 +28,17 @@
 #include <iostream>
 #include <typeinfo>
 
-#include <fmt/format.h>
-#include <gtest/gtest.h>
-
 #include "comm/thread_world.h"
 #include "core/error.h"
 #include "engine/load.h"
 #include "format/format.h"
+#include "harness/damage.h"
+#include "harness/expand.h"
+#include "harness/fp8_section.h"
 #include "io/env.h"
 #include "property/generators.h"
 #include "property/harness.h"
 #include "property/steps.h"
-#include "scenario/damage.h"
-#include "scenario/expand.h"
-#include "scenario/fp8_section.h"
 
 namespace distckpt {
 namespace {
@@ -50,13 +49,15 @@ struct Damage {
   bool metadata = false;  // the format's index (metadata.json, DCP's .metadata), else another file
   uint64_t file_pick = 0, position = 0;
   bool truncate = false;
-  int change = 0;        // 0: flip one bit, 1: any byte, 2: a digit of metadata.json's numbers
-  uint8_t value = 0;     // bit number, byte or digit
+  int change = 0;     // 0: flip one bit, 1: any byte, 2: a digit of metadata.json's numbers
+  uint8_t value = 0;  // bit number, byte or digit
 };
 
 // A format's files: its index (what a load opens first) and the others
 // (data files; DCP: also Megatron's common.pt and metadata.json).
-std::string IndexFile(const std::string& format) { return format == "native" ? "metadata.json" : ".metadata"; }
+std::string IndexFile(const std::string& format) {
+  return format == "native" ? "metadata.json" : ".metadata";
+}
 
 // The concrete damage `d` picks in checkpoint `dir` of `format` (nullopt: nothing to damage).
 std::optional<DamageSpec> Pick(const Damage& d, const std::string& dir, const std::string& format) {
@@ -91,7 +92,13 @@ std::optional<DamageSpec> Pick(const Damage& d, const std::string& dir, const st
 }
 
 // What the forked load reports back: its verdict and a message.
-enum Verdict : int { kLoaded = 0, kRejected = 10, kWrongValues = 20, kOtherException = 30, kSplit = 40 };
+enum Verdict : int {
+  kLoaded = 0,
+  kRejected = 10,
+  kWrongValues = 20,
+  kOtherException = 30,
+  kSplit = 40
+};
 
 // Child: loads under the pair's load topology, checks every element; writes
 // "rank R: <message>" to `fd` and exits with the verdict.
@@ -148,7 +155,8 @@ void LoadAndCheck(const Scenario& s, const std::string& dir, int fd) {
   try {
     LoadAndCheck(s, dir, fd);
   } catch (const std::exception& e) {
-    text = fmt::format("the load's process failed outside the ranks: {}: {}", typeid(e).name(), e.what());
+    text = fmt::format("the load's process failed outside the ranks: {}: {}", typeid(e).name(),
+                       e.what());
   } catch (...) {
     text = "the load's process failed outside the ranks: unknown exception";
   }
@@ -207,57 +215,71 @@ void CheckDamagedCheckpoints(const std::string& format, int cases) {
   limits.max_elements = 256;
   limits.flatten_off_grid = format == "native";  // DCP cannot store those (refused at save)
   const std::string replay = format == "native" ? "" : "--format " + format;
-  CheckProperty({cases,
-                 {{"rejected", 0.3}, {"loaded", 0.01}, {"index-file", 0.3}, {"data-file", 0.2}, {"truncate", 0.1}},
-                 nullptr,
-                 replay},
-                [&] {
-                  Scenario s = *GenReshardScenario(limits);
-                  Damage d;
-                  d.metadata = OneIn(2);
-                  d.file_pick = Choose(64);
-                  d.position = *Uniform(1u << 20);
-                  d.truncate = OneIn(5);
-                  d.change = static_cast<int>(Choose(3));
-                  d.value = static_cast<uint8_t>(Choose(256));
-                  const std::string dir = (fs::path(work) / "ckpt").string();
-                  fs::remove_all(dir);
-                  SetCase(s);
-                  if (auto e = SaveScenario(s, s.pairs[0].save, dir, format)) FailCase(s, *e);
-                  PairSpec& pair = s.pairs[0];
-                  pair.damage = Pick(d, dir, format);
-                  RC_PRE(pair.damage.has_value());
-                  pair.verify = VerifyPolicy::kAlways;
-                  pair.strict = StrictHandling::kRaiseAll;
-                  pair.expect_loaded_or_refused = true;
-                  const std::string what = ApplyDamage(*pair.damage, dir);
-                  const bool index = pair.damage->file == IndexFile(format);
-                  const bool data = !index && pair.damage->file.find('_') == 0;  // __<rank>_<stream>.bin/.distcp
-                  Tag({index ? "index-file" : data ? "data-file" : "other-file",
-                       d.truncate ? "truncate" : d.change == 2 && index ? "digit" : "byte"});
-                  const std::string note = fmt::format(
-                      "After the save under {}: {}; the load under {} (--verify always --strict raise_all) "
-                      "must load every element right or fail with an error (exit 2). `distckpt run FILE{}{}` "
-                      "replays it (the pair's `damage`).",
-                      pair.save, what, pair.load, replay.empty() ? "" : " ", replay);
-                  SetCase(s, note);
-                  const auto [verdict, message] = LoadForked(s, dir);
-                  if (verdict == kLoaded) {
-                    Tag({"loaded"});
-                  } else if (verdict == kRejected) {
-                    Tag({"rejected", ErrorKindOf(message)});
-                  } else {
-                    FailCase(s, fmt::format("{}: verdict {}: {}", what, verdict, message), note);
-                  }
-                });
+  CheckProperty(
+      {cases,
+       {{"rejected", 0.3},
+        {"loaded", 0.01},
+        {"index-file", 0.3},
+        {"data-file", 0.2},
+        {"truncate", 0.1}},
+       nullptr,
+       replay},
+      [&] {
+        Scenario s = *GenReshardScenario(limits);
+        Damage d;
+        d.metadata = OneIn(2);
+        d.file_pick = Choose(64);
+        d.position = *Uniform(1u << 20);
+        d.truncate = OneIn(5);
+        d.change = static_cast<int>(Choose(3));
+        d.value = static_cast<uint8_t>(Choose(256));
+        const std::string dir = (fs::path(work) / "ckpt").string();
+        fs::remove_all(dir);
+        SetCase(s);
+        if (auto e = SaveScenario(s, s.pairs[0].save, dir, format)) FailCase(s, *e);
+        PairSpec& pair = s.pairs[0];
+        pair.damage = Pick(d, dir, format);
+        RC_PRE(pair.damage.has_value());
+        pair.verify = VerifyPolicy::kAlways;
+        pair.strict = StrictHandling::kRaiseAll;
+        pair.expect_loaded_or_refused = true;
+        const std::string what = ApplyDamage(*pair.damage, dir);
+        const bool index = pair.damage->file == IndexFile(format);
+        const bool data =
+            !index && pair.damage->file.find('_') == 0;  // __<rank>_<stream>.bin/.distcp
+        Tag({index  ? "index-file"
+             : data ? "data-file"
+                    : "other-file",
+             d.truncate               ? "truncate"
+             : d.change == 2 && index ? "digit"
+                                      : "byte"});
+        const std::string note = fmt::format(
+            "After the save under {}: {}; the load under {} (--verify always --strict raise_all) "
+            "must load every element right or fail with an error (exit 2). `distckpt run FILE{}{}` "
+            "replays it (the pair's `damage`).",
+            pair.save, what, pair.load, replay.empty() ? "" : " ", replay);
+        SetCase(s, note);
+        const auto [verdict, message] = LoadForked(s, dir);
+        if (verdict == kLoaded) {
+          Tag({"loaded"});
+        } else if (verdict == kRejected) {
+          Tag({"rejected", ErrorKindOf(message)});
+        } else {
+          FailCase(s, fmt::format("{}: verdict {}: {}", what, verdict, message), note);
+        }
+      });
   fs::remove_all(work);
 }
 
-TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) { CheckDamagedCheckpoints("native", 1000); }
+TEST(CorruptionProperty, DamagedCheckpointLoadsCorrectlyOrIsRejected) {
+  CheckDamagedCheckpoints("native", 1000);
+}
 
 // The same for PyTorch DCP checkpoints: the .metadata pickle, the torch.save
 // zip items of the .distcp files, Megatron's common.pt and metadata.json.
-TEST(CorruptionProperty, DamagedDcpCheckpointLoadsCorrectlyOrIsRejected) { CheckDamagedCheckpoints("dcp", 500); }
+TEST(CorruptionProperty, DamagedDcpCheckpointLoadsCorrectlyOrIsRejected) {
+  CheckDamagedCheckpoints("dcp", 500);
+}
 
 }  // namespace
 }  // namespace distckpt

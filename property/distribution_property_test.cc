@@ -23,18 +23,18 @@
 //        n * (load(r) - size(s)) <= total - size(s),                    (B2)
 //    hence max load <= total / n + largest shard <= 2 * optimum (the
 //    optimum is at least max(total / n, largest shard)).
-#include <algorithm>
-#include <random>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "comm/thread_world.h"
+#include "harness/rank_state.h"
 #include "mapping/validation.h"
 #include "property/generators.h"
 #include "property/harness.h"
-#include "scenario/rank_state.h"
 #include "strategy/distribution.h"
 
 namespace distckpt {
@@ -113,12 +113,14 @@ std::optional<std::string> CheckGroup(const std::vector<std::vector<ShardedTenso
   bool cross_started = false;
   for (const auto& [id, rank] : dist->assignment) {
     if (++seen[id] > 1) return fmt::format("shard {} assigned twice", id.ToString());
-    if (!expected.count(id)) return fmt::format("shard {} assigned but not the group's to handle", id.ToString());
+    if (!expected.count(id))
+      return fmt::format("shard {} assigned but not the group's to handle", id.ToString());
     if (rank < 0 || rank >= n || !holders[id].count(rank)) {
       return fmt::format("shard {} assigned to group rank {}, which does not hold it (holders {})",
                          id.ToString(), rank, holders[id]);
     }
-    if (dist->MainRank(id) != rank) return fmt::format("main_rank_for_shard of {} disagrees", id.ToString());
+    if (dist->MainRank(id) != rank)
+      return fmt::format("main_rank_for_shard of {} disagrees", id.ToString());
     const bool cross = !with_main.count(id);
     if (cross_started && !cross) {
       return fmt::format("shard {} with a main replica in the group comes after a cross-group one",
@@ -145,14 +147,15 @@ std::optional<std::string> CheckGroup(const std::vector<std::vector<ShardedTenso
     const uint64_t before = load[r] - size[*last[r]];
     for (int h : holders[*last[r]]) {
       if (before > load[h]) {
-        return fmt::format("(B1) rank {} had load {} when it got {} ({} bytes), more than holder {} "
-                           "ends with ({}): the shard did not go to the least loaded holder",
-                           r, before, last[r]->ToString(), size[*last[r]], h, load[h]);
+        return fmt::format(
+            "(B1) rank {} had load {} when it got {} ({} bytes), more than holder {} "
+            "ends with ({}): the shard did not go to the least loaded holder",
+            r, before, last[r]->ToString(), size[*last[r]], h, load[h]);
       }
     }
     if (replicated && n * before > total - size[*last[r]]) {
-      return fmt::format("(B2) rank {} load {} exceeds (total {} - {}) / {} + {}", r, load[r], total,
-                         size[*last[r]], n, size[*last[r]]);
+      return fmt::format("(B2) rank {} load {} exceeds (total {} - {}) / {} + {}", r, load[r],
+                         total, size[*last[r]], n, size[*last[r]]);
     }
   }
   // Classes.
@@ -165,8 +168,10 @@ std::optional<std::string> CheckGroup(const std::vector<std::vector<ShardedTenso
     if (++ties[{holders[id].size(), size[id]}] == 2) tags.insert("size-ties");
   }
   const uint64_t most = *std::max_element(load.begin(), load.end());
-  if (std::count(load.begin(), load.end(), 0) > 0 && !dist->assignment.empty()) tags.insert("idle-rank");
-  if (replicated && n > 1 && most * n > total + total / 4) tags.insert("bound-tight");  // > 1.25 x mean
+  if (std::count(load.begin(), load.end(), 0) > 0 && !dist->assignment.empty())
+    tags.insert("idle-rank");
+  if (replicated && n > 1 && most * n > total + total / 4)
+    tags.insert("bound-tight");  // > 1.25 x mean
   for (const auto& [id, rank] : dist->assignment) {
     if (id.flat) tags.insert("flattened");
   }
@@ -184,7 +189,8 @@ std::optional<std::string> CheckOnEveryRank(const std::vector<std::vector<Sharde
     for (size_t i = 0; i < shards[comm.rank()].size(); ++i) {
       leaves[fmt::format("s{}", i)] = Node(shards[comm.rank()][i]);
     }
-    got[comm.rank()] = DetermineMainReplicaUniformDistribution(Node(std::move(leaves)), comm, ignore_groups);
+    got[comm.rank()] =
+        DetermineMainReplicaUniformDistribution(Node(std::move(leaves)), comm, ignore_groups);
   });
   const std::optional<ShardDistribution> want = ComputeDistribution(shards, ignore_groups);
   for (int r = 0; r < n; ++r) {
@@ -199,14 +205,21 @@ TEST(DistributionProperty, DeterministicEachShardOnceToAHolderWithinTheGreedyBou
   GenLimits limits;
   limits.topologies = 1;
   limits.objects = false;
-  CheckProperty({300, {{"save", 0.9}, {"load", 0.9}, {"replicated", 0.3}, {"restricted", 0.3},
-                       {"cross-group", 0.2}, {"size-ties", 0.2}, {"flattened", 0.05},
-                       {"empty-shards", 0.05}}},
+  CheckProperty({300,
+                 {{"save", 0.9},
+                  {"load", 0.9},
+                  {"replicated", 0.3},
+                  {"restricted", 0.3},
+                  {"cross-group", 0.2},
+                  {"size-ties", 0.2},
+                  {"flattened", 0.05},
+                  {"empty-shards", 0.05}}},
                 [&] {
                   Scenario s = *GenScenario(limits);
                   const Topology topo = Topology::Parse(s.topologies.at(0));
                   std::vector<std::vector<ShardedTensor>> by_rank;
-                  for (int r = 0; r < topo.world_size(); ++r) by_rank.push_back(ShardsOf(s, topo, r));
+                  for (int r = 0; r < topo.world_size(); ++r)
+                    by_rank.push_back(ShardsOf(s, topo, r));
                   std::set<std::string> tags;
                   bool on_every_rank_checked = false;
                   for (const std::vector<int>& group : GroupsOf(topo)) {
@@ -215,11 +228,13 @@ TEST(DistributionProperty, DeterministicEachShardOnceToAHolderWithinTheGreedyBou
                     for (int r : group) shards.push_back(by_rank[r]);
                     for (bool ignore_groups : {false, true}) {
                       std::optional<std::string> bad = CheckGroup(shards, ignore_groups, tags);
-                      if (!bad && !on_every_rank_checked) bad = CheckOnEveryRank(shards, ignore_groups);
+                      if (!bad && !on_every_rank_checked)
+                        bad = CheckOnEveryRank(shards, ignore_groups);
                       if (bad) {
                         s.pairs = {MakePair(s.topologies[0], s.topologies[0])};
-                        FailCase(s, fmt::format("group ranks {} ({}): {}", group,
-                                                ignore_groups ? "load" : "save", *bad),
+                        FailCase(s,
+                                 fmt::format("group ranks {} ({}): {}", group,
+                                             ignore_groups ? "load" : "save", *bad),
                                  fmt::format("property 6: the distribution over group ranks {} "
                                              "({}); `distckpt save FILE --topology {} --dir D "
                                              "--fully-parallel` distributes over each DP group",

@@ -8,11 +8,11 @@
 //  - quantise∘dequantise is the identity on representable values, directly
 //    and through every wider dtype (ConvertElements).
 // Cases are bit patterns, not scenarios: RapidCheck prints the counterexample.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <functional>
-
-#include <gtest/gtest.h>
 
 #include "core/dtype.h"
 #include "property/generators.h"
@@ -50,11 +50,30 @@ struct FloatFormat {
 const std::vector<FloatFormat>& Formats() {
   static const std::vector<FloatFormat> formats = {
       {DType::kF16, 5, 10, true, {DType::kF32, DType::kF64}, FloatToHalf, nullptr, HalfToFloat},
-      {DType::kBF16, 8, 7, true, {DType::kF32, DType::kF64}, FloatToBFloat16, nullptr, BFloat16ToFloat},
-      {DType::kF8E4M3FN, 4, 3, false, {DType::kF16, DType::kBF16, DType::kF32, DType::kF64},
-       FloatToE4M3FN, SaturateToE4M3FN, [](uint32_t c) { return E4M3FNToFloat(static_cast<uint8_t>(c)); }},
-      {DType::kF8E5M2, 5, 2, true, {DType::kF16, DType::kBF16, DType::kF32, DType::kF64},
-       FloatToE5M2, SaturateToE5M2, [](uint32_t c) { return E5M2ToFloat(static_cast<uint8_t>(c)); }},
+      {DType::kBF16,
+       8,
+       7,
+       true,
+       {DType::kF32, DType::kF64},
+       FloatToBFloat16,
+       nullptr,
+       BFloat16ToFloat},
+      {DType::kF8E4M3FN,
+       4,
+       3,
+       false,
+       {DType::kF16, DType::kBF16, DType::kF32, DType::kF64},
+       FloatToE4M3FN,
+       SaturateToE4M3FN,
+       [](uint32_t c) { return E4M3FNToFloat(static_cast<uint8_t>(c)); }},
+      {DType::kF8E5M2,
+       5,
+       2,
+       true,
+       {DType::kF16, DType::kBF16, DType::kF32, DType::kF64},
+       FloatToE5M2,
+       SaturateToE5M2,
+       [](uint32_t c) { return E5M2ToFloat(static_cast<uint8_t>(c)); }},
   };
   return formats;
 }
@@ -81,7 +100,10 @@ std::optional<uint32_t> OracleEncode(const FloatFormat& f, double x, bool satura
   } else {
     while (lo < hi) {
       const uint32_t mid = (lo + hi + 1) / 2;
-      if (f.Magnitude(mid) <= a) lo = mid; else hi = mid - 1;
+      if (f.Magnitude(mid) <= a)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const double below = f.Magnitude(lo), above = f.Magnitude(lo + 1);
     if (a - below > above - a || (a - below == above - a && lo % 2 == 1)) ++lo;
@@ -127,8 +149,10 @@ float InterestingFloat(const FloatFormat& f) {
     case 3: {
       RC_TAG("in-range");
       const int bias = (1 << (f.exp_bits - 1)) - 1;
-      const int exponent = -bias - f.mant_bits - 26 + static_cast<int>(Choose(2 * bias + f.mant_bits + 6));
-      return static_cast<float>(sign * std::ldexp(static_cast<double>(*Uniform(1 << 24)), exponent));
+      const int exponent =
+          -bias - f.mant_bits - 26 + static_cast<int>(Choose(2 * bias + f.mant_bits + 6));
+      return static_cast<float>(sign *
+                                std::ldexp(static_cast<double>(*Uniform(1 << 24)), exponent));
     }
     case 4: {  // around the largest finite value and the overflow threshold
       RC_TAG("edge");

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "scenario/values.h"
+#include "harness/values.h"
 
 namespace distckpt {
 namespace {
@@ -25,7 +25,8 @@ int64_t ExpectedSaturation(uint64_t seed, const Fp8TensorSpec& spec) {
   const DType target = spec.tensor.load_dtype.value_or(spec.tensor.dtype);
   const float load_scale = o.load_scale.value_or(o.scale);
   if (!IsFp8(target)) return 0;  // dequantised into a float request
-  if (o.storage == Fp8Storage::kRaw && target == o.format && load_scale == o.scale) return 0;  // codes kept
+  if (o.storage == Fp8Storage::kRaw && target == o.format && load_scale == o.scale)
+    return 0;  // codes kept
   const float max_finite = target == DType::kF8E4M3FN ? 448.0f : 57344.0f;
   const uint64_t key_hash = KeyHash(spec.tensor.key);
   const float scale_inv = 1.0f / o.scale;
@@ -39,7 +40,8 @@ int64_t ExpectedSaturation(uint64_t seed, const Fp8TensorSpec& spec) {
     }
     const float decoded = o.format == DType::kF8E4M3FN ? E4M3FNToFloat(code) : E5M2ToFloat(code);
     float value = decoded * scale_inv;  // f32, as stored raw and dequantised on load
-    if (o.storage == Fp8Storage::kDequantized) value = static_cast<float>(RoundTo(spec.tensor.dtype, value));
+    if (o.storage == Fp8Storage::kDequantized)
+      value = static_cast<float>(RoundTo(spec.tensor.dtype, value));
     const float scaled = value * load_scale;
     if (!std::isnan(scaled) && std::fabs(scaled) > max_finite) ++saturated;
   }
@@ -63,14 +65,20 @@ std::vector<Fp8TensorSpec> GenFp8Section(const std::vector<Topology>& topologies
     e.fp8.all_codes = OneIn(4);
     const DType other_fp8 = e.fp8.format == DType::kF8E4M3FN ? DType::kF8E5M2 : DType::kF8E4M3FN;
     switch (Choose(limits.load_dtype ? 4 : 3)) {
-      case 0: break;                                    // the nominal dtype
-      case 1: e.tensor.load_dtype = e.fp8.format; break;  // fp8, same format
-      case 2: e.tensor.load_dtype = other_fp8; break;
+      case 0:
+        break;  // the nominal dtype
+      case 1:
+        e.tensor.load_dtype = e.fp8.format;
+        break;  // fp8, same format
+      case 2:
+        e.tensor.load_dtype = other_fp8;
+        break;
       default:  // another float dtype
         e.tensor.load_dtype = OneOf<DType>({DType::kF32, DType::kBF16, DType::kF16, DType::kF64});
         if (e.tensor.load_dtype == e.tensor.dtype) e.tensor.load_dtype.reset();
     }
-    if (e.tensor.load_dtype && IsFp8(*e.tensor.load_dtype) && OneIn(3)) e.fp8.load_scale = PickScale();
+    if (e.tensor.load_dtype && IsFp8(*e.tensor.load_dtype) && OneIn(3))
+      e.fp8.load_scale = PickScale();
     e.fp8.expect_saturated = ExpectedSaturation(seed, e);
     out.push_back(std::move(e));
   }
@@ -91,10 +99,13 @@ std::vector<std::string> Fp8Classes(const Scenario& s) {
     const DType target = e.tensor.load_dtype.value_or(e.tensor.dtype);
     const float load_scale = e.fp8.load_scale.value_or(e.fp8.scale);
     tags.emplace_back(e.fp8.storage == Fp8Storage::kRaw ? "fp8-raw" : "fp8-dequantized");
-    if (!IsFp8(target)) tags.emplace_back("fp8-to-float");
-    else if (e.fp8.storage == Fp8Storage::kRaw && target == e.fp8.format && load_scale == e.fp8.scale)
+    if (!IsFp8(target))
+      tags.emplace_back("fp8-to-float");
+    else if (e.fp8.storage == Fp8Storage::kRaw && target == e.fp8.format &&
+             load_scale == e.fp8.scale)
       tags.emplace_back("fp8-bit-exact");
-    else tags.emplace_back("fp8-requantised");
+    else
+      tags.emplace_back("fp8-requantised");
     if (e.fp8.expect_saturated.value_or(0) > 0) tags.emplace_back("fp8-saturating");
     if (e.fp8.scale != 1.0f) tags.emplace_back("fp8-scale-not-1");
     if (e.fp8.all_codes) tags.emplace_back("fp8-all-codes");

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/spec.h"
 #include "property/generators.h"
-#include "scenario/spec.h"
 #include "topology/topology.h"
 
 namespace distckpt {

@@ -6,10 +6,10 @@
 #include <set>
 
 #include "core/error.h"
+#include "harness/expand.h"
+#include "harness/rank_state.h"
 #include "property/fp8_generators.h"
 #include "property/optimizer_generators.h"
-#include "scenario/expand.h"
-#include "scenario/rank_state.h"
 
 namespace distckpt {
 namespace {
@@ -21,10 +21,12 @@ using rc::gen::inRange;
 // and lists its simplest option first: counterexamples shrink to it.
 rc::Gen<size_t> WeightedIndex(std::vector<size_t> weights) {
   return rc::Gen<size_t>([weights](const rc::Random& random, int) {
-    uint64_t r = rc::Random(random).next() % std::accumulate(weights.begin(), weights.end(), size_t{0});
+    uint64_t r =
+        rc::Random(random).next() % std::accumulate(weights.begin(), weights.end(), size_t{0});
     size_t i = 0;
     while (r >= weights[i]) r -= weights[i++];
-    return rc::shrinkable::shrinkRecur(i, [](size_t x) { return rc::shrink::towards<size_t>(x, 0); });
+    return rc::shrinkable::shrinkRecur(i,
+                                       [](size_t x) { return rc::shrink::towards<size_t>(x, 0); });
   });
 }
 
@@ -82,28 +84,41 @@ int64_t EvenMultiple(const TensorSpec& t, int axis, const std::vector<Topology>&
 // Inside rc::gen::exec: an axis size, small ones most often.
 int64_t AxisSize(bool zero) {
   static const std::vector<int64_t> odd{3, 5, 6, 7};
-  static const std::vector<int64_t> primes{11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53,
-                                           61, 67, 71, 79, 89, 97, 101, 127, 131, 251};
+  static const std::vector<int64_t> primes{11, 13, 17, 19, 23, 29, 31, 37,  41,  43,  47,
+                                           53, 61, 67, 71, 79, 89, 97, 101, 127, 131, 251};
   switch (*WeightedIndex({12, 4, 3, 2, zero ? 1u : 0u})) {
-    case 0: return *inRange<int64_t>(1, 9);
-    case 1: return PickOf(odd);
-    case 2: return PickOf(primes);
-    case 3: return *inRange<int64_t>(9, 301);
-    default: return 0;
+    case 0:
+      return *inRange<int64_t>(1, 9);
+    case 1:
+      return PickOf(odd);
+    case 2:
+      return PickOf(primes);
+    case 3:
+      return *inRange<int64_t>(9, 301);
+    default:
+      return 0;
   }
 }
 
 DType PickDType() {
-  return Pick<DType>({{4, DType::kF32}, {3, DType::kBF16}, {2, DType::kF16}, {1, DType::kF64},
-                      {2, DType::kF8E4M3FN}, {2, DType::kF8E5M2}, {1, DType::kI8},
-                      {1, DType::kI16}, {1, DType::kI32}, {1, DType::kI64}, {1, DType::kU8},
+  return Pick<DType>({{4, DType::kF32},
+                      {3, DType::kBF16},
+                      {2, DType::kF16},
+                      {1, DType::kF64},
+                      {2, DType::kF8E4M3FN},
+                      {2, DType::kF8E5M2},
+                      {1, DType::kI8},
+                      {1, DType::kI16},
+                      {1, DType::kI32},
+                      {1, DType::kI64},
+                      {1, DType::kU8},
                       {1, DType::kBool}});
 }
 
 // Inside rc::gen::exec: an FSDP layout (kNone only when `none`).
 FsdpLayout PickFsdpLayout(bool none) {
-  return Pick<FsdpLayout>({{none ? 1u : 0u, FsdpLayout::kNone}, {1, FsdpLayout::kMegatron},
-                           {1, FsdpLayout::kFsdp2}});
+  return Pick<FsdpLayout>(
+      {{none ? 1u : 0u, FsdpLayout::kNone}, {1, FsdpLayout::kMegatron}, {1, FsdpLayout::kFsdp2}});
 }
 
 std::vector<std::vector<MeshDim>> AllOrders() {
@@ -188,8 +203,9 @@ void Fit(TensorSpec& t, const std::vector<Topology>& topos, const GenLimits& lim
 
 rc::Gen<uint64_t> Uniform(uint64_t n) {
   return rc::Gen<uint64_t>([n](const rc::Random& random, int) {
-    return rc::shrinkable::shrinkRecur(rc::Random(random).next() % n,
-                                       [](uint64_t x) { return rc::shrink::towards<uint64_t>(x, 0); });
+    return rc::shrinkable::shrinkRecur(rc::Random(random).next() % n, [](uint64_t x) {
+      return rc::shrink::towards<uint64_t>(x, 0);
+    });
   });
 }
 
@@ -236,7 +252,8 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
     const bool any_ep =
         std::any_of(topos.begin(), topos.end(), [](const Topology& x) { return x.ep > 1; });
     std::vector<MeshDim> pool{MeshDim::kTp, MeshDim::kPp, MeshDim::kDp, MeshDim::kCp};
-    if (any_ep && OneIn(3)) pool = {MeshDim::kTp, MeshDim::kPp, MeshDim::kEp, MeshDim::kEdp};  // expert
+    if (any_ep && OneIn(3))
+      pool = {MeshDim::kTp, MeshDim::kPp, MeshDim::kEp, MeshDim::kEdp};  // expert
     const int rank = Pick<int>({{4, 1}, {5, 2}, {1, 0}, {3, 3}, {1, 4}, {1, 5}});
     for (int a = 0; a < rank; ++a) t.shape.push_back(AxisSize(limits.zero_volume));
     for (int a = 0; a < rank && !pool.empty(); ++a) {
@@ -256,12 +273,14 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
     if (limits.padding && rank >= 1 && OneIn(6)) {
       t.pad_multiple = Pick<int64_t>({{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}, {1, 8}});
     }
-    if (OneIn(6)) t.replica = Pick<ReplicaKind>({{1, ReplicaKind::kReversed}, {1, ReplicaKind::kFlat}});
+    if (OneIn(6))
+      t.replica = Pick<ReplicaKind>({{1, ReplicaKind::kReversed}, {1, ReplicaKind::kFlat}});
     if (limits.stack && OneIn(5)) {
       t.stack = {*inRange<int64_t>(1, 5)};
       if (OneIn(4)) t.stack.push_back(*inRange<int64_t>(1, 4));
       bool pp_free = t.flatten != MeshDim::kPp;
-      for (const auto& [axis, dims] : t.shard) pp_free = pp_free && !std::count(dims.begin(), dims.end(), MeshDim::kPp);
+      for (const auto& [axis, dims] : t.shard)
+        pp_free = pp_free && !std::count(dims.begin(), dims.end(), MeshDim::kPp);
       if (pp_free && OneIn(2)) t.stack_over = MeshDim::kPp;
     }
     t.dtype = PickDType();
@@ -276,31 +295,33 @@ rc::Gen<TensorSpec> GenTensorSpec(const std::string& key, const std::vector<Topo
 
 rc::Gen<Scenario> GenScenario(const GenLimits& limits) {
   auto fits = [limits](const Scenario& s) { return ScenarioFits(s, limits); };
-  return rc::gen::suchThat(rc::gen::exec([limits] {
-    Scenario s;
-    s.name = "property";
-    s.seed = *inRange<uint64_t>(1, 1000);
-    std::vector<Topology> topos;
-    for (int i = 0; i < limits.topologies; ++i) {
-      topos.push_back(i > 0 && OneIn(8) ? topos.back() : *GenTopology(limits.max_world));
-      s.topologies.push_back(topos.back().ToString());
-    }
-    const int tensors = *inRange(1, limits.max_tensors + 1);
-    for (int i = 0; i < tensors; ++i) {
-      s.tensors.push_back(*GenTensorSpec("t" + std::to_string(i), topos, limits));
-    }
-    if (limits.fsdp && OneIn(3)) s.fsdp = PickFsdpLayout(false);
-    if (limits.fp8_section && OneIn(4)) s.fp8 = GenFp8Section(topos, s.seed, limits);
-    const int objects = limits.objects ? Pick<int>({{4, 0}, {2, 1}, {1, 2}}) : 0;
-    for (int i = 0; i < objects; ++i) {
-      ObjectSpec o{"o" + std::to_string(i), {}};
-      for (MeshDim d : {MeshDim::kPp, MeshDim::kTp, MeshDim::kDp, MeshDim::kCp}) {
-        if (OneIn(3)) o.per.push_back(d);
-      }
-      s.objects.push_back(o);
-    }
-    return s;
-  }), fits);
+  return rc::gen::suchThat(
+      rc::gen::exec([limits] {
+        Scenario s;
+        s.name = "property";
+        s.seed = *inRange<uint64_t>(1, 1000);
+        std::vector<Topology> topos;
+        for (int i = 0; i < limits.topologies; ++i) {
+          topos.push_back(i > 0 && OneIn(8) ? topos.back() : *GenTopology(limits.max_world));
+          s.topologies.push_back(topos.back().ToString());
+        }
+        const int tensors = *inRange(1, limits.max_tensors + 1);
+        for (int i = 0; i < tensors; ++i) {
+          s.tensors.push_back(*GenTensorSpec("t" + std::to_string(i), topos, limits));
+        }
+        if (limits.fsdp && OneIn(3)) s.fsdp = PickFsdpLayout(false);
+        if (limits.fp8_section && OneIn(4)) s.fp8 = GenFp8Section(topos, s.seed, limits);
+        const int objects = limits.objects ? Pick<int>({{4, 0}, {2, 1}, {1, 2}}) : 0;
+        for (int i = 0; i < objects; ++i) {
+          ObjectSpec o{"o" + std::to_string(i), {}};
+          for (MeshDim d : {MeshDim::kPp, MeshDim::kTp, MeshDim::kDp, MeshDim::kCp}) {
+            if (OneIn(3)) o.per.push_back(d);
+          }
+          s.objects.push_back(o);
+        }
+        return s;
+      }),
+      fits);
 }
 
 bool FitsAsGenerated(const TensorSpec& spec, const std::vector<Topology>& topos,
@@ -330,7 +351,8 @@ bool ScenarioFits(const Scenario& s, const GenLimits& limits) {
   }
   for (const Fp8TensorSpec& e : s.fp8) {
     if (!limits.fp8_section || !FitsAsGenerated(e.tensor, topos, limits)) return false;
-    if (e.fp8.expect_saturated && *e.fp8.expect_saturated != ExpectedSaturation(s.seed, e)) return false;
+    if (e.fp8.expect_saturated && *e.fp8.expect_saturated != ExpectedSaturation(s.seed, e))
+      return false;
   }
   return ModelsFit(s) && std::all_of(s.tensors.begin(), s.tensors.end(), [&](const TensorSpec& t) {
            return FitsAsGenerated(t, topos, limits);
@@ -389,8 +411,10 @@ std::vector<std::string> ReshardClasses(const Scenario& s) {
     for (const auto& [topo, layout] : {std::pair{a, save_fsdp}, std::pair{b, load_fsdp}}) {
       if (layout == FsdpLayout::kNone) continue;
       for (const TensorSpec& t : s.tensors) {
-        if (FsdpEligible(t) && ExpandTensor(t, topo, 0).front().local_shape[0] < topo.dp * topo.cp) {  // no stack
-          tags.insert(layout == FsdpLayout::kFsdp2 ? "fsdp2-more-ranks-than-rows" : "fsdp-megatron-few-rows");
+        if (FsdpEligible(t) &&
+            ExpandTensor(t, topo, 0).front().local_shape[0] < topo.dp * topo.cp) {  // no stack
+          tags.insert(layout == FsdpLayout::kFsdp2 ? "fsdp2-more-ranks-than-rows"
+                                                   : "fsdp-megatron-few-rows");
         }
       }
     }
@@ -401,7 +425,8 @@ std::vector<std::string> ReshardClasses(const Scenario& s) {
     if (t.flatten_jitter) tags.insert("flatten-jitter");
     if (t.pad_multiple > 0) tags.insert("padded");
     if (t.load_dtype) tags.insert("dtype-converting");
-    if (t.replica != ReplicaKind::kMegatron) tags.insert("replica-" + std::string(ReplicaKindName(t.replica)));
+    if (t.replica != ReplicaKind::kMegatron)
+      tags.insert("replica-" + std::string(ReplicaKindName(t.replica)));
     for (DType d : {t.dtype, t.load_dtype.value_or(t.dtype)}) {
       if (d == DType::kF8E4M3FN || d == DType::kF8E5M2) tags.insert("fp8");
     }

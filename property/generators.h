@@ -10,17 +10,19 @@
 //    splits, uneven torch.chunk splits (short and empty trailing shards),
 //    flattened distributed-optimizer ranges (jittered boundaries), vocab
 //    padding, prepended (stacked) axes over pp x vpp and dtype-converting
-//    loads; expert tensors (ep, edp) when a topology has ep > 1. Every tensor is valid under every given topology:
-//    even splits divide, flatten_jitter's constraints hold, and the padded
-//    volume stays within `max_elements`.
+//    loads; expert tensors (ep, edp) when a topology has ep > 1. Every tensor is valid under every
+//    given topology: even splits divide, flatten_jitter's constraints hold, and the padded volume
+//    stays within `max_elements`.
 //  - GenScenario: tensors, objects and, one case in three, an FSDP layout
 //    (Megatron-FSDP buckets or FSDP2 torch.chunk rows over DP x CP) that
-//    re-shards the eligible tensors (scenario/rank_state.h FsdpEligible).
+//    re-shards the eligible tensors (harness/rank_state.h FsdpEligible).
 //  - ReshardClasses: the classes of a case, for RC_TAG and class minimums.
 //
 // Thread-safety: generators are values; use them from one thread.
 #ifndef DISTCKPT_PROPERTY_GENERATORS_H_
 #define DISTCKPT_PROPERTY_GENERATORS_H_
+
+#include <rapidcheck.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -28,16 +30,14 @@
 #include <string>
 #include <vector>
 
-#include <rapidcheck.h>
-
-#include "scenario/spec.h"
+#include "harness/spec.h"
 #include "topology/topology.h"
 
 namespace distckpt {
 
 struct GenLimits {
-  int max_world = 12;           // ranks of each topology
-  int topologies = 2;           // how many topologies the tensors must fit
+  int max_world = 12;  // ranks of each topology
+  int topologies = 2;  // how many topologies the tensors must fit
   int max_tensors = 3;
   int64_t max_elements = 2048;  // per tensor, padded, under any of the topologies
   bool objects = true;
@@ -56,7 +56,7 @@ struct GenLimits {
   bool fp8_section = true;
   // Cases that fail today because of open findings (property/README.md);
   // turn them on once the findings are fixed.
-  bool zero_volume = true;      // axes of size 0 (findings 2, 6-8, fixed)
+  bool zero_volume = true;        // axes of size 0 (findings 2, 6-8, fixed)
   bool empty_flat_ranges = true;  // flattened ranges that are empty on some rank (finding 1, fixed)
 };
 

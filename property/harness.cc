@@ -1,6 +1,8 @@
 #include "property/harness.h"
 
 #include <cxxabi.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,11 +14,8 @@
 #include <mutex>
 #include <sstream>
 
-#include <fmt/format.h>
-#include <gtest/gtest.h>
-
 #include "core/error.h"
-#include "scenario/values.h"
+#include "harness/values.h"
 
 namespace distckpt {
 namespace {
@@ -82,9 +81,10 @@ std::vector<std::string> ReportClasses(const std::string& id, int cases,
     const int want = static_cast<int>(m.fraction * cases);
     const int got = counts.count(m.tag) ? counts.at(m.tag) : 0;
     if (got < want) {
-      below.push_back(fmt::format("class '{}' ran {} of {} cases, below its minimum of {:.0f}%: the "
-                                  "generator no longer produces it often enough",
-                                  m.tag, got, cases, 100 * m.fraction));
+      below.push_back(
+          fmt::format("class '{}' ran {} of {} cases, below its minimum of {:.0f}%: the "
+                      "generator no longer produces it often enough",
+                      m.tag, got, cases, 100 * m.fraction));
     }
   }
   return below;
@@ -96,13 +96,14 @@ std::string OutputPath(const std::string& id, uint64_t seed, const std::string& 
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '.';
   }
-  return (fs::path(CounterexampleDir()) / fmt::format("{}-seed{}.{}", name, seed, extension)).string();
+  return (fs::path(CounterexampleDir()) / fmt::format("{}-seed{}.{}", name, seed, extension))
+      .string();
 }
 
 std::string TypeName(const std::type_info& type) {
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
-                                              std::free);
+  std::unique_ptr<char, void (*)(void*)> name(
+      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
   return status == 0 && name ? name.get() : type.name();
 }
 
@@ -138,9 +139,10 @@ void RunProperty(const rc::detail::Property& property, const PropertyOptions& op
   const bool print = options.world == nullptr || options.world->rank() == 0;
   const std::string test = fmt::format("{}.{}", info->test_suite_name(), info->name());
   if (print) {
-    std::cout << fmt::format("[property] {}: seed={} cases={} (rerun: RC_PARAMS=\"seed={}\" "
-                             "--gtest_filter={})\n",
-                             test, params.seed, params.maxSuccess, params.seed, test)
+    std::cout << fmt::format(
+                     "[property] {}: seed={} cases={} (rerun: RC_PARAMS=\"seed={}\" "
+                     "--gtest_filter={})\n",
+                     test, params.seed, params.maxSuccess, params.seed, test)
               << std::flush;
   }
   {
@@ -148,8 +150,8 @@ void RunProperty(const rc::detail::Property& property, const PropertyOptions& op
     recorded.reset();
   }
   const rc::detail::TestResult result = rc::detail::checkProperty(property, metadata, own);
-  const std::string rerun =
-      fmt::format("seed: {} (rerun: RC_PARAMS=\"seed={}\" --gtest_filter={})", params.seed, params.seed, test);
+  const std::string rerun = fmt::format("seed: {} (rerun: RC_PARAMS=\"seed={}\" --gtest_filter={})",
+                                        params.seed, params.seed, test);
   std::string report;  // empty: the property holds
   try {
     if (result.is<rc::detail::SuccessResult>()) {
@@ -171,15 +173,18 @@ void RunProperty(const rc::detail::Property& property, const PropertyOptions& op
       if (rec && rec->check) {  // every rank shrinks: under MPI the check is collective
         ShrinkResult shrunk = ShrinkScenario(rec->scenario, rec->why, rec->limits, rec->check);
         rec->scenario = shrunk.scenario;
-        report += fmt::format("\nscenario shrinking: {} checks, {} simplifications kept; the written "
-                              "scenario fails with: {}",
-                              shrunk.runs, shrunk.steps, shrunk.failure);
+        report += fmt::format(
+            "\nscenario shrinking: {} checks, {} simplifications kept; the written "
+            "scenario fails with: {}",
+            shrunk.runs, shrunk.steps, shrunk.failure);
       }
       if (result.is<rc::detail::FailureResult>() && print) {
         const std::string path = rec ? WriteCounterexample(*rec, test, params.seed) : "";
-        report += path.empty() ? "\n(no scenario reproduces this case: the counterexample above is all)"
-                               : fmt::format("\nshrunk counterexample: {}\nreplay: distckpt run {}{}{}", path, path,
-                                             options.replay_flags.empty() ? "" : " ", options.replay_flags);
+        report +=
+            path.empty()
+                ? "\n(no scenario reproduces this case: the counterexample above is all)"
+                : fmt::format("\nshrunk counterexample: {}\nreplay: distckpt run {}{}{}", path,
+                              path, options.replay_flags.empty() ? "" : " ", options.replay_flags);
       }
     }
   } catch (const std::exception& e) {  // still report the seed
@@ -189,7 +194,8 @@ void RunProperty(const rc::detail::Property& property, const PropertyOptions& op
   if (print) {
     try {
       const std::string path = WriteReport(test, params.seed, report);
-      report += path.empty() ? "\n(the failure report could not be written)" : "\nfailure report: " + path;
+      report += path.empty() ? "\n(the failure report could not be written)"
+                             : "\nfailure report: " + path;
     } catch (const std::exception& e) {
       report += fmt::format("\n(the failure report could not be written: {})", e.what());
     }
@@ -265,19 +271,21 @@ void CheckScenario(const Scenario& scenario, const GenLimits& limits, const Scen
 
 std::string CounterexampleDir() {
   const char* env = std::getenv("DISTCKPT_PROPERTY_OUT");
-  fs::path dir = env != nullptr && *env ? fs::path(env) : fs::temp_directory_path() / "distckpt-property";
+  fs::path dir =
+      env != nullptr && *env ? fs::path(env) : fs::temp_directory_path() / "distckpt-property";
   fs::create_directories(dir);
   return dir.string();
 }
 
 std::string MakeWorkDir() {
   const char* env = std::getenv("DISTCKPT_PROPERTY_WORK");
-  fs::path base = env != nullptr && *env ? fs::path(env)
+  fs::path base = env != nullptr && *env          ? fs::path(env)
                   : access("/dev/shm", W_OK) == 0 ? fs::path("/dev/shm")
                                                   : fs::temp_directory_path();
   fs::create_directories(base);
   std::string tmpl = (base / "distckpt-property-XXXXXX").string();
-  if (mkdtemp(tmpl.data()) == nullptr) Fail(ErrorKind::kIo, "cannot create a directory in {}", base.string());
+  if (mkdtemp(tmpl.data()) == nullptr)
+    Fail(ErrorKind::kIo, "cannot create a directory in {}", base.string());
   return tmpl;
 }
 

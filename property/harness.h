@@ -26,6 +26,8 @@
 #ifndef DISTCKPT_PROPERTY_HARNESS_H_
 #define DISTCKPT_PROPERTY_HARNESS_H_
 
+#include <rapidcheck.h>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -33,11 +35,9 @@
 #include <utility>
 #include <vector>
 
-#include <rapidcheck.h>
-
 #include "comm/communicator.h"
+#include "harness/spec.h"
 #include "property/scenario_shrink.h"
-#include "scenario/spec.h"
 
 namespace distckpt {
 
@@ -49,7 +49,10 @@ struct ClassMinimum {
 struct PropertyOptions {
   PropertyOptions(int cases, std::vector<ClassMinimum> minimums = {}, Communicator* world = nullptr,
                   std::string replay_flags = "")
-      : cases(cases), minimums(std::move(minimums)), world(world), replay_flags(std::move(replay_flags)) {}
+      : cases(cases),
+        minimums(std::move(minimums)),
+        world(world),
+        replay_flags(std::move(replay_flags)) {}
   int cases;
   std::vector<ClassMinimum> minimums;
   Communicator* world;       // MPI: the ranks running the property together

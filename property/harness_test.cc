@@ -3,6 +3,11 @@
 // the scenario file) under $DISTCKPT_PROPERTY_OUT, whatever way it failed.
 // Each test runs a property that must fail and intercepts its GoogleTest
 // failure.
+#include "property/harness.h"
+
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -10,15 +15,11 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest-spi.h>
-#include <gtest/gtest.h>
-
+#include "harness/expand.h"
+#include "harness/spec.h"
 #include "io/env.h"
 #include "io/testing.h"
 #include "property/generators.h"
-#include "property/harness.h"
-#include "scenario/expand.h"
-#include "scenario/spec.h"
 
 namespace distckpt {
 namespace {
@@ -72,7 +73,8 @@ TEST_F(PropertyHarness, ACaseEndingInAnExceptionWritesItsScenario) {
     SetCase(s, "the damage");
     throw std::runtime_error("boom");
   });
-  EXPECT_NE(message.find("unexpected exception std::runtime_error: boom"), std::string::npos) << message;
+  EXPECT_NE(message.find("unexpected exception std::runtime_error: boom"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("seed: "), std::string::npos) << message;
   EXPECT_NE(message.find("shrunk counterexample: " + out_.path()), std::string::npos) << message;
   ASSERT_EQ(Written(".json").size(), 1u) << message;
@@ -102,7 +104,8 @@ TEST_F(PropertyHarness, AClassBelowItsMinimumPrintsTheSeedAndWritesAReport) {
   EXPECT_NE(message.find("class 'never' ran 0 of 20 cases"), std::string::npos) << message;
   EXPECT_NE(message.find("seed: "), std::string::npos) << message;
   ASSERT_EQ(Written(".txt").size(), 1u) << message;
-  EXPECT_NE(ReadFileToString(Env::Default(), Written(".txt")[0]).find("class 'never'"), std::string::npos);
+  EXPECT_NE(ReadFileToString(Env::Default(), Written(".txt")[0]).find("class 'never'"),
+            std::string::npos);
 }
 
 // Seed 105 of the corruption property: Fit halved the padded axis 0 of a

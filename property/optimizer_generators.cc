@@ -5,8 +5,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "harness/gpt_model.h"
 #include "property/generators.h"
-#include "scenario/gpt_model.h"
 #include "topology/topology.h"
 
 namespace distckpt {
@@ -53,10 +53,11 @@ int64_t PadDivisor() { return OneOf<int64_t>({128, 8, 40, 44, 56, 64}); }
 
 rc::Gen<Scenario> GenOptimizerScenario(int max_world) {
   return rc::gen::exec([max_world] {
-    const std::string format =
-        OneOf<std::string>({"plain", "fully_reshardable", "fully_sharded_model_space", "dp_reshardable"});
+    const std::string format = OneOf<std::string>(
+        {"plain", "fully_reshardable", "fully_sharded_model_space", "dp_reshardable"});
     const Topology src = GenLayout(max_world);
-    const Topology dst = format == "dp_reshardable" ? GenDpChange(src, max_world) : GenLayout(max_world);
+    const Topology dst =
+        format == "dp_reshardable" ? GenDpChange(src, max_world) : GenLayout(max_world);
     const int tp = std::lcm(src.tp, dst.tp);
     const int stages = std::lcm(src.pp * src.vpp, dst.pp * dst.vpp);
     const int ep = std::lcm(src.ep, dst.ep);
@@ -107,7 +108,8 @@ bool ModelsFit(const Scenario& s) {
       }
     }
     if (s.optimizer && s.optimizer->format == OptimFormat::kDpReshardable &&
-        (a.tp != b.tp || a.pp != b.pp || a.ep != b.ep || a.vpp != b.vpp || (b.dp * b.cp) % b.ep != 0)) {
+        (a.tp != b.tp || a.pp != b.pp || a.ep != b.ep || a.vpp != b.vpp ||
+         (b.dp * b.cp) % b.ep != 0)) {
       return false;
     }
   }

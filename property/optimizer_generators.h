@@ -11,12 +11,12 @@
 #ifndef DISTCKPT_PROPERTY_OPTIMIZER_GENERATORS_H_
 #define DISTCKPT_PROPERTY_OPTIMIZER_GENERATORS_H_
 
+#include <rapidcheck.h>
+
 #include <string>
 #include <vector>
 
-#include <rapidcheck.h>
-
-#include "scenario/spec.h"
+#include "harness/spec.h"
 
 namespace distckpt {
 

@@ -4,9 +4,9 @@
 // B, give every element its expected value (threads backend, the path
 // `distckpt run` takes). The pair is a scenario file: a counterexample
 // replays with `distckpt run FILE`.
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "property/generators.h"
 #include "property/harness.h"
@@ -19,11 +19,23 @@ namespace {
 TEST(OptimizerProperty, SaveUnderALoadUnderBGivesEveryParameterAndOptimizerElement) {
   const std::string work = MakeWorkDir();
   const GenLimits limits;  // the shrinker keeps ModelsFit through ScenarioFits
-  CheckProperty({150, {{"plain", 0.10}, {"fully_reshardable", 0.10}, {"fully_sharded_model_space", 0.10},
-                       {"dp_reshardable", 0.10}, {"tp-changing", 0.25}, {"pp-changing", 0.25},
-                       {"dp-cp-changing", 0.30}, {"ep-changing", 0.10}, {"ep>1", 0.15}, {"vpp>1", 0.05},
-                       {"moe", 0.25}, {"glu", 0.25}, {"tied", 0.10}, {"bucketed", 0.25},
-                       {"pad-divisor-changing", 0.10}, {"world-size-changing", 0.40}}},
+  CheckProperty({150,
+                 {{"plain", 0.10},
+                  {"fully_reshardable", 0.10},
+                  {"fully_sharded_model_space", 0.10},
+                  {"dp_reshardable", 0.10},
+                  {"tp-changing", 0.25},
+                  {"pp-changing", 0.25},
+                  {"dp-cp-changing", 0.30},
+                  {"ep-changing", 0.10},
+                  {"ep>1", 0.15},
+                  {"vpp>1", 0.05},
+                  {"moe", 0.25},
+                  {"glu", 0.25},
+                  {"tied", 0.10},
+                  {"bucketed", 0.25},
+                  {"pad-divisor-changing", 0.10},
+                  {"world-size-changing", 0.40}}},
                 [&] {
                   const Scenario s = *GenOptimizerScenario(limits.max_world);
                   Tag(OptimizerClasses(s));

@@ -35,7 +35,8 @@ int64_t IndexInShape(const Shape& shape, const Shape& pos) {
   return IndexIn(Box{Shape(shape.size(), 0), shape}, pos);
 }
 
-bool MainReplicasTile(const std::vector<std::vector<ShardedTensor>>& ranks, const std::string& key) {
+bool MainReplicasTile(const std::vector<std::vector<ShardedTensor>>& ranks,
+                      const std::string& key) {
   std::vector<int> count;
   for (const auto& shards : ranks) {
     for (const ShardedTensor& t : shards) {
@@ -48,8 +49,10 @@ bool MainReplicasTile(const std::vector<std::vector<ShardedTensor>>& ranks, cons
       if (t.key != key || !IsMainReplica(t.replica_id)) continue;
       ForEachPosition(t.GlobalBox(), t.flattened_range, [&](const Shape& pos) {
         const int64_t at = IndexInShape(t.global_shape, pos);
-        if (at < 0) inside = false;
-        else ++count[at];
+        if (at < 0)
+          inside = false;
+        else
+          ++count[at];
       });
     }
   }

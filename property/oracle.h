@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-
 #include <string>
 #include <vector>
 

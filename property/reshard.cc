@@ -1,10 +1,10 @@
 #include "property/reshard.h"
 
-#include <filesystem>
-
 #include <fmt/format.h>
 
-#include "scenario/runner.h"
+#include <filesystem>
+
+#include "harness/runner.h"
 #include "topology/topology.h"
 
 namespace distckpt {
@@ -66,14 +66,31 @@ std::optional<std::string> RunReshardOn(Communicator& world, const Scenario& sce
 }
 
 std::vector<ClassMinimum> ReshardMinimums() {
-  return {{"uneven", 0.05},  {"empty-shard", 0.03},         {"flattened", 0.10},
-          {"padded", 0.05},  {"dtype-converting", 0.05},    {"fp8", 0.10},
-          {"odd-size", 0.20}, {"world-size-changing", 0.30}, {"ep>1", 0.05},
-          {"fsdp", 0.04},    {"fsdp-layout-changing", 0.02}, {"fsdp2-more-ranks-than-rows", 0.005},
-          {"replica-reversed", 0.05}, {"replica-flat", 0.05}, {"zero-volume", 0.04},
-          {"stacked", 0.15}, {"stacked-over-pp", 0.04}, {"stack-layers-moving", 0.02},
-          {"fp8-scaled", 0.10}, {"fp8-raw", 0.05}, {"fp8-dequantized", 0.05}, {"fp8-to-float", 0.04},
-          {"fp8-requantised", 0.04}, {"fp8-saturating", 0.01}, {"fp8-bit-exact", 0.01}};
+  return {{"uneven", 0.05},
+          {"empty-shard", 0.03},
+          {"flattened", 0.10},
+          {"padded", 0.05},
+          {"dtype-converting", 0.05},
+          {"fp8", 0.10},
+          {"odd-size", 0.20},
+          {"world-size-changing", 0.30},
+          {"ep>1", 0.05},
+          {"fsdp", 0.04},
+          {"fsdp-layout-changing", 0.02},
+          {"fsdp2-more-ranks-than-rows", 0.005},
+          {"replica-reversed", 0.05},
+          {"replica-flat", 0.05},
+          {"zero-volume", 0.04},
+          {"stacked", 0.15},
+          {"stacked-over-pp", 0.04},
+          {"stack-layers-moving", 0.02},
+          {"fp8-scaled", 0.10},
+          {"fp8-raw", 0.05},
+          {"fp8-dequantized", 0.05},
+          {"fp8-to-float", 0.04},
+          {"fp8-requantised", 0.04},
+          {"fp8-saturating", 0.01},
+          {"fp8-bit-exact", 0.01}};
 }
 
 }  // namespace distckpt

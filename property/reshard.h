@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "harness/spec.h"
 #include "property/harness.h"
-#include "scenario/spec.h"
 
 namespace distckpt {
 

@@ -2,9 +2,9 @@
 // draws the same cases (rank 0's seed), each save and load runs on the first
 // world-size ranks, and the ranks agree on every verdict, so RapidCheck
 // shrinks identically everywhere; rank 0 writes the counterexample.
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "comm/mpi_test_env.h"
 #include "property/generators.h"
@@ -21,12 +21,11 @@ TEST(ReshardMpiProperty, SaveUnderALoadUnderBGivesEveryElement) {
   GenLimits limits;
   limits.max_world = world.size();
   limits.max_elements = 512;
-  CheckProperty({200, {{"world-size-changing", 0.2}, {"uneven", 0.03}}, &world},
-                [&] {
-                  const Scenario s = *GenReshardScenario(limits);
-                  Tag(ReshardClasses(s));
-                  CheckScenario(s, limits, [&](const Scenario& c) { return RunReshardOn(world, c, work); });
-                });
+  CheckProperty({200, {{"world-size-changing", 0.2}, {"uneven", 0.03}}, &world}, [&] {
+    const Scenario s = *GenReshardScenario(limits);
+    Tag(ReshardClasses(s));
+    CheckScenario(s, limits, [&](const Scenario& c) { return RunReshardOn(world, c, work); });
+  });
   world.Barrier();
   if (world.rank() == 0) std::filesystem::remove_all(work);
 }

@@ -1,9 +1,9 @@
 // Property 1: for random states and random topologies A and B, saving under A
 // and loading under B gives every element its expected value (threads
 // backend, the path `distckpt run` takes).
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "property/generators.h"
 #include "property/harness.h"
@@ -30,9 +30,10 @@ TEST(ReshardProperty, DcpSaveUnderALoadUnderBGivesEveryElement) {
   GenLimits limits;
   limits.flatten_off_grid = false;  // unsupported by DCP (refused: dcp_format_test)
   // The main classes at about half their rates (300 cases: each well above its minimum).
-  const std::vector<ClassMinimum> minimums{{"uneven", 0.05},  {"empty-shard", 0.03}, {"flattened", 0.10},
-                                           {"padded", 0.05},  {"fp8", 0.10},         {"world-size-changing", 0.30},
-                                           {"zero-volume", 0.03}, {"stacked", 0.10},  {"fsdp", 0.04}};
+  const std::vector<ClassMinimum> minimums{
+      {"uneven", 0.05},      {"empty-shard", 0.03}, {"flattened", 0.10},
+      {"padded", 0.05},      {"fp8", 0.10},         {"world-size-changing", 0.30},
+      {"zero-volume", 0.03}, {"stacked", 0.10},     {"fsdp", 0.04}};
   CheckProperty({300, minimums, nullptr, "--format dcp"}, [&] {
     const Scenario s = *GenReshardScenario(limits);
     Tag(ReshardClasses(s));

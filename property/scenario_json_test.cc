@@ -22,7 +22,8 @@ TEST(ScenarioJsonProperty, CounterexampleFilesParseBackToTheSameScenario) {
     RC_ASSERT(back.seed == s.seed);
     RC_ASSERT(back.topologies == s.topologies);
     RC_ASSERT(back.tensors.size() == s.tensors.size());
-    for (size_t i = 0; i < s.tensors.size(); ++i) RC_ASSERT(SameTensor(back.tensors[i], s.tensors[i]));
+    for (size_t i = 0; i < s.tensors.size(); ++i)
+      RC_ASSERT(SameTensor(back.tensors[i], s.tensors[i]));
     RC_ASSERT(back.objects.size() == s.objects.size());
     for (size_t i = 0; i < s.objects.size(); ++i) {
       RC_ASSERT(back.objects[i].key == s.objects[i].key);

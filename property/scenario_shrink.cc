@@ -82,7 +82,8 @@ std::vector<TensorSpec> SimplerTensors(const TensorSpec& t) {
     }
   }
   if (t.load_dtype) variant([](TensorSpec& c) { c.load_dtype.reset(); });
-  if (t.replica != ReplicaKind::kMegatron) variant([](TensorSpec& c) { c.replica = ReplicaKind::kMegatron; });
+  if (t.replica != ReplicaKind::kMegatron)
+    variant([](TensorSpec& c) { c.replica = ReplicaKind::kMegatron; });
   if (t.pad_multiple > 0) variant([](TensorSpec& c) { c.pad_multiple = 0; });
   if (t.flatten_jitter) variant([](TensorSpec& c) { c.flatten_jitter = false; });
   if (t.flatten) {
@@ -165,7 +166,8 @@ std::vector<Scenario> Candidates(const Scenario& s) {
       out.push_back(std::move(c));
     }
     for (TensorSpec& t : SimplerTensors(e.tensor)) {
-      if (t.dtype != e.tensor.dtype || (t.load_dtype != e.tensor.load_dtype)) continue;  // keep the fp8 request
+      if (t.dtype != e.tensor.dtype || (t.load_dtype != e.tensor.load_dtype))
+        continue;  // keep the fp8 request
       Scenario c = s;
       c.fp8[i].tensor = std::move(t);
       out.push_back(std::move(c));

@@ -17,8 +17,8 @@
 #include <optional>
 #include <string>
 
+#include "harness/spec.h"
 #include "property/generators.h"
-#include "scenario/spec.h"
 
 namespace distckpt {
 
@@ -34,7 +34,8 @@ struct ShrinkResult {
 
 // `failing` must fail `check`. Runs `check` at most `max_runs` times.
 ShrinkResult ShrinkScenario(const Scenario& failing, const std::string& failure,
-                            const GenLimits& limits, const ScenarioCheck& check, int max_runs = 400);
+                            const GenLimits& limits, const ScenarioCheck& check,
+                            int max_runs = 400);
 
 }  // namespace distckpt
 

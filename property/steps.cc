@@ -1,14 +1,14 @@
 #include "property/steps.h"
 
-#include <exception>
-
 #include <fmt/format.h>
+
+#include <exception>
 
 #include "comm/thread_world.h"
 #include "format/format.h"
+#include "harness/expand.h"
+#include "harness/runner.h"
 #include "mapping/dict_utils.h"
-#include "scenario/expand.h"
-#include "scenario/runner.h"
 #include "topology/topology.h"
 
 namespace distckpt {
@@ -54,7 +54,8 @@ std::vector<ShardedTensor> KeptShards(const Node& state) {
 
 RankShards SavedShards(const Scenario& scenario, const PairSpec* pair, const Topology& topology) {
   RankShards ranks;
-  for (int r = 0; r < topology.world_size(); ++r) ranks.push_back(KeptShards(BuildSaveState(scenario, pair, topology, r)));
+  for (int r = 0; r < topology.world_size(); ++r)
+    ranks.push_back(KeptShards(BuildSaveState(scenario, pair, topology, r)));
   return ranks;
 }
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "harness/spec.h"
 #include "mapping/sharded_tensor.h"
-#include "scenario/spec.h"
 #include "topology/topology.h"
 
 namespace distckpt {
@@ -25,7 +25,8 @@ std::optional<std::string> OnThreads(int world, const std::function<void(Communi
 // Saves the scenario's generated state under `topology` into `dir` in
 // checkpoint format `format` (FormatByName).
 std::optional<std::string> SaveScenario(const Scenario& scenario, const std::string& topology,
-                                        const std::string& dir, const std::string& format = "native");
+                                        const std::string& dir,
+                                        const std::string& format = "native");
 
 // Every rank's ShardedTensors (metadata only) as a save of the scenario
 // under `topology` writes them / a load under `load` requests them: save and

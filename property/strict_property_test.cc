@@ -11,13 +11,13 @@
 //    requests) and load_extra, through `distckpt run`'s path (scenario
 //    file); a rank that drops its main replica of a key others request
 //    makes the load's access validation refuse it, naming the key.
-#include <algorithm>
-#include <filesystem>
-#include <iterator>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iterator>
 
 #include "core/error.h"
 #include "mapping/py_format.h"
@@ -33,10 +33,14 @@ namespace {
 
 using Keys = std::set<std::string>;
 
-constexpr StrictHandling kModes[] = {
-    StrictHandling::kAssumeOkUnexpected, StrictHandling::kLogUnexpected, StrictHandling::kLogAll,
-    StrictHandling::kRaiseUnexpected,    StrictHandling::kRaiseAll,      StrictHandling::kReturnUnexpected,
-    StrictHandling::kReturnAll,          StrictHandling::kIgnoreAll};
+constexpr StrictHandling kModes[] = {StrictHandling::kAssumeOkUnexpected,
+                                     StrictHandling::kLogUnexpected,
+                                     StrictHandling::kLogAll,
+                                     StrictHandling::kRaiseUnexpected,
+                                     StrictHandling::kRaiseAll,
+                                     StrictHandling::kReturnUnexpected,
+                                     StrictHandling::kReturnAll,
+                                     StrictHandling::kIgnoreAll};
 
 Keys Minus(const Keys& a, const Keys& b) {
   Keys out;
@@ -52,7 +56,7 @@ bool Is(StrictHandling m, std::initializer_list<StrictHandling> modes) {
 struct Expected {
   Keys missing, unexpected;  // the sets the mode checks
   bool raises = false;
-  bool removes = false;      // unexpected keys leave the request
+  bool removes = false;  // unexpected keys leave the request
   bool logs = false;
   KeyMismatch returned;
 };
@@ -136,9 +140,12 @@ TEST(StrictProperty, SetsAreTheSetDifferences) {
         RC_ASSERT(e.kind() == ErrorKind::kKeyMismatch);
         const std::string message = e.what();
         RC_ASSERT((message.find("Missing keys") != std::string::npos) == !want.missing.empty());
-        RC_ASSERT((message.find("Unexpected keys") != std::string::npos) == !want.unexpected.empty());
-        for (const std::string& k : want.missing) RC_ASSERT(message.find(PyRepr(k)) != std::string::npos);
-        for (const std::string& k : want.unexpected) RC_ASSERT(message.find(PyRepr(k)) != std::string::npos);
+        RC_ASSERT((message.find("Unexpected keys") != std::string::npos) ==
+                  !want.unexpected.empty());
+        for (const std::string& k : want.missing)
+          RC_ASSERT(message.find(PyRepr(k)) != std::string::npos);
+        for (const std::string& k : want.unexpected)
+          RC_ASSERT(message.find(PyRepr(k)) != std::string::npos);
       }
       Keys left = mine;
       left.insert("plain");
@@ -156,75 +163,86 @@ TEST(StrictProperty, LoadReportsTheSetDifferences) {
   const std::string work = MakeWorkDir();
   GenLimits limits;
   limits.objects = false;  // objects reshard only on identical grids: keep the key sets exact
-  CheckProperty({300, {{"raised", 0.05}, {"missing", 0.10}, {"unexpected", 0.10},
-                      {"key-in-neither", 0.003}, {"dropped-on-some-ranks", 0.10}, {"access-invalid", 0.05},
-                      {"dropped-on-some-ranks-valid", 0.02}}}, [&] {
-    Scenario s = *GenReshardScenario(limits);
-    PairSpec& pair = s.pairs[0];
-    const StrictHandling mode = kModes[Choose(8)];
-    pair.strict = mode;
-    // A key is dropped on every rank, on some ranks only (missing only if
-    // no rank requests it: Megatron's missing keys are global), or kept.
-    const int world = Topology::Parse(pair.load).world_size();
-    for (const TensorSpec& t : s.tensors) {
-      if (OneIn(3)) {
-        pair.load_drop.push_back(t.key);
-      } else if (OneIn(3)) {
-        std::vector<int>& ranks = pair.load_drop_ranks[t.key];
-        for (int r = 0; r < world; ++r) {
-          if (OneIn(2)) ranks.push_back(r);
+  CheckProperty(
+      {300,
+       {{"raised", 0.05},
+        {"missing", 0.10},
+        {"unexpected", 0.10},
+        {"key-in-neither", 0.003},
+        {"dropped-on-some-ranks", 0.10},
+        {"access-invalid", 0.05},
+        {"dropped-on-some-ranks-valid", 0.02}}},
+      [&] {
+        Scenario s = *GenReshardScenario(limits);
+        PairSpec& pair = s.pairs[0];
+        const StrictHandling mode = kModes[Choose(8)];
+        pair.strict = mode;
+        // A key is dropped on every rank, on some ranks only (missing only if
+        // no rank requests it: Megatron's missing keys are global), or kept.
+        const int world = Topology::Parse(pair.load).world_size();
+        for (const TensorSpec& t : s.tensors) {
+          if (OneIn(3)) {
+            pair.load_drop.push_back(t.key);
+          } else if (OneIn(3)) {
+            std::vector<int>& ranks = pair.load_drop_ranks[t.key];
+            for (int r = 0; r < world; ++r) {
+              if (OneIn(2)) ranks.push_back(r);
+            }
+          }
         }
-      }
-    }
-    const int extra = *rc::gen::inRange(0, 3);
-    for (int i = 0; i < extra; ++i) {
-      TensorSpec x;
-      x.key = "x" + std::to_string(i);
-      x.shape = {*rc::gen::inRange<int64_t>(1, 5)};
-      pair.load_extra.push_back(x);
-    }
-    // The key sets as save and load see them: a flattened tensor of no
-    // elements is in neither (both drop empty flattened ranges).
-    const Topology a = Topology::Parse(pair.save), b = Topology::Parse(pair.load);
-    const RankShards request = RequestedShards(s, &pair, a, b);
-    const Keys stored = TensorKeys(SavedShards(s, &pair, a));
-    const Keys requested = TensorKeys(request);
-    const Keys on_rank0 = TensorKeys(request, 0);  // the report's unexpected keys are rank 0's
-    // Load validates the requested access pattern (after strict handling):
-    // the main replicas the ranks request must tile every requested key, so
-    // a rank dropping its main replica of a key that others request is refused.
-    std::string untiled;
-    for (const std::string& key : requested) {
-      if (untiled.empty() && !MainReplicasTile(request, key)) untiled = key;
-    }
-    RC_CLASSIFY(std::any_of(s.tensors.begin(), s.tensors.end(), [&](const TensorSpec& t) { return !stored.count(t.key); }),
-                "key-in-neither");
-    bool partial = false;  // a key some ranks drop that another requests
-    for (const auto& [key, ranks] : pair.load_drop_ranks) {
-      partial = partial || (!ranks.empty() && requested.count(key) && static_cast<int>(ranks.size()) < world);
-    }
-    RC_CLASSIFY(partial, "dropped-on-some-ranks");
-    const Expected want = Oracle(mode, stored, on_rank0, requested);
-    RC_TAG(std::string(StrictHandlingName(mode)));
-    RC_CLASSIFY(!want.missing.empty(), "missing");
-    RC_CLASSIFY(!want.unexpected.empty(), "unexpected");
-    RC_CLASSIFY(want.raises, "raised");
-    RC_CLASSIFY(!untiled.empty(), "access-invalid");
-    RC_CLASSIFY(partial && untiled.empty(), "dropped-on-some-ranks-valid");
-    if (want.raises) {
-      pair.expect_error = want.missing.empty() ? "Unexpected keys" : "Missing keys";
-    } else if (!untiled.empty()) {
-      pair.expect_error = fmt::format("ShardedTensor(key={}", PyRepr(untiled));  // access or flattened-range message
-    } else if (mode == StrictHandling::kAssumeOkUnexpected && extra > 0) {
-      pair.expect_error = "from model not in state dict";  // the reader fails on the unknown key
-    }
-    if (Is(mode, {StrictHandling::kReturnUnexpected, StrictHandling::kReturnAll})) {
-      pair.expect_missing = Joined(want.returned.missing);
-      pair.expect_unexpected = Joined(want.returned.unexpected);
-    }
-    SetCase(s);
-    ExpectNoFailure(RunReshard(s, work), s);
-  });
+        const int extra = *rc::gen::inRange(0, 3);
+        for (int i = 0; i < extra; ++i) {
+          TensorSpec x;
+          x.key = "x" + std::to_string(i);
+          x.shape = {*rc::gen::inRange<int64_t>(1, 5)};
+          pair.load_extra.push_back(x);
+        }
+        // The key sets as save and load see them: a flattened tensor of no
+        // elements is in neither (both drop empty flattened ranges).
+        const Topology a = Topology::Parse(pair.save), b = Topology::Parse(pair.load);
+        const RankShards request = RequestedShards(s, &pair, a, b);
+        const Keys stored = TensorKeys(SavedShards(s, &pair, a));
+        const Keys requested = TensorKeys(request);
+        const Keys on_rank0 = TensorKeys(request, 0);  // the report's unexpected keys are rank 0's
+        // Load validates the requested access pattern (after strict handling):
+        // the main replicas the ranks request must tile every requested key, so
+        // a rank dropping its main replica of a key that others request is refused.
+        std::string untiled;
+        for (const std::string& key : requested) {
+          if (untiled.empty() && !MainReplicasTile(request, key)) untiled = key;
+        }
+        RC_CLASSIFY(std::any_of(s.tensors.begin(), s.tensors.end(),
+                                [&](const TensorSpec& t) { return !stored.count(t.key); }),
+                    "key-in-neither");
+        bool partial = false;  // a key some ranks drop that another requests
+        for (const auto& [key, ranks] : pair.load_drop_ranks) {
+          partial = partial || (!ranks.empty() && requested.count(key) &&
+                                static_cast<int>(ranks.size()) < world);
+        }
+        RC_CLASSIFY(partial, "dropped-on-some-ranks");
+        const Expected want = Oracle(mode, stored, on_rank0, requested);
+        RC_TAG(std::string(StrictHandlingName(mode)));
+        RC_CLASSIFY(!want.missing.empty(), "missing");
+        RC_CLASSIFY(!want.unexpected.empty(), "unexpected");
+        RC_CLASSIFY(want.raises, "raised");
+        RC_CLASSIFY(!untiled.empty(), "access-invalid");
+        RC_CLASSIFY(partial && untiled.empty(), "dropped-on-some-ranks-valid");
+        if (want.raises) {
+          pair.expect_error = want.missing.empty() ? "Unexpected keys" : "Missing keys";
+        } else if (!untiled.empty()) {
+          pair.expect_error = fmt::format("ShardedTensor(key={}",
+                                          PyRepr(untiled));  // access or flattened-range message
+        } else if (mode == StrictHandling::kAssumeOkUnexpected && extra > 0) {
+          pair.expect_error =
+              "from model not in state dict";  // the reader fails on the unknown key
+        }
+        if (Is(mode, {StrictHandling::kReturnUnexpected, StrictHandling::kReturnAll})) {
+          pair.expect_missing = Joined(want.returned.missing);
+          pair.expect_unexpected = Joined(want.returned.unexpected);
+        }
+        SetCase(s);
+        ExpectNoFailure(RunReshard(s, work), s);
+      });
   std::filesystem::remove_all(work);
 }
 

@@ -12,21 +12,21 @@
 //  - shift a main replica's offset by one / flip one shard's dtype (the
 //    schema's `break` shift / dtype): ValidateShardingIntegrity on the
 //    metadata of the broken save must reject naming exactly that key.
-#include <filesystem>
-#include <set>
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <set>
+
 #include "core/error.h"
+#include "harness/expand.h"
+#include "harness/runner.h"
 #include "mapping/py_format.h"
 #include "mapping/validation.h"
 #include "property/generators.h"
 #include "property/harness.h"
 #include "property/oracle.h"
 #include "property/steps.h"
-#include "scenario/expand.h"
-#include "scenario/runner.h"
 
 namespace distckpt {
 namespace {
@@ -45,8 +45,13 @@ TEST(ValidationProperty, SaveRefusesExactlyTheGapsAndOverlaps) {
   GenLimits limits;
   limits.topologies = 1;
   limits.objects = false;
-  CheckProperty({500, {{"valid", 0.15}, {"invalid", 0.30}, {"gap", 0.2}, {"overlap", 0.2},
-                       {"replica-dropped", 0.02}, {"key-in-neither", 0.005}}},
+  CheckProperty({500,
+                 {{"valid", 0.15},
+                  {"invalid", 0.30},
+                  {"gap", 0.2},
+                  {"overlap", 0.2},
+                  {"replica-dropped", 0.02},
+                  {"key-in-neither", 0.005}}},
                 [&] {
                   Scenario s = *GenScenario(limits);
                   const Topology topo = Topology::Parse(s.topologies[0]);
@@ -62,12 +67,15 @@ TEST(ValidationProperty, SaveRefusesExactlyTheGapsAndOverlaps) {
                   // more; a flattened tensor of no elements is requested by
                   // nobody (load drops empty flattened ranges as save does).
                   const std::set<std::string> saved = TensorKeys(ranks);
-                  const std::set<std::string> requested = TensorKeys(RequestedShards(s, &pair, topo, topo));
+                  const std::set<std::string> requested =
+                      TensorKeys(RequestedShards(s, &pair, topo, topo));
                   std::string broken, absent;
                   for (const TensorSpec& t : s.tensors) {
                     if (!saved.count(t.key)) {
-                      if (requested.count(t.key)) absent = t.key;
-                      else Tag({"key-in-neither"});
+                      if (requested.count(t.key))
+                        absent = t.key;
+                      else
+                        Tag({"key-in-neither"});
                     } else if (!MainReplicasTile(ranks, t.key)) {
                       broken = t.key;
                     }
@@ -109,14 +117,17 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
     const Topology topo = Topology::Parse(s.topologies[0]);
     const auto intact = SavedShards(s, nullptr, topo);
     std::vector<std::pair<int, const ShardedTensor*>> mains, all;
-    auto spec_key = [&](const std::string& key) {  // breaks apply to the tensor specs, not the fp8 section
-      return std::any_of(s.tensors.begin(), s.tensors.end(), [&](const TensorSpec& t) { return t.key == key; });
-    };
+    auto spec_key =
+        [&](const std::string& key) {  // breaks apply to the tensor specs, not the fp8 section
+          return std::any_of(s.tensors.begin(), s.tensors.end(),
+                             [&](const TensorSpec& t) { return t.key == key; });
+        };
     for (int r = 0; r < topo.world_size(); ++r) {
       for (const ShardedTensor& t : intact[r]) {
         if (!spec_key(t.key)) continue;
         all.emplace_back(r, &t);
-        if (IsMainReplica(t.replica_id) && t.LocalNumel() > 0 && !t.global_shape.empty()) mains.emplace_back(r, &t);
+        if (IsMainReplica(t.replica_id) && t.LocalNumel() > 0 && !t.global_shape.empty())
+          mains.emplace_back(r, &t);
       }
     }
     // The mutation, as the scenario schema's `break` (shift / dtype).
@@ -128,12 +139,14 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
       damage = {victim->key, "shift", rank, static_cast<int>(Choose(victim->global_shape.size())),
                 *rc::gen::element<int64_t>(-1, 1)};
     } else {
-      RC_PRE(!all.empty());  // a scenario of no tensors has nothing to flip (Choose(0) divides by 0)
+      RC_PRE(
+          !all.empty());  // a scenario of no tensors has nothing to flip (Choose(0) divides by 0)
       const auto [rank, victim] = all[Choose(all.size())];
       // The break flips every shard of the key on that rank (a stack puts
       // several there): some other rank must hold a shard left as it was.
-      RC_PRE(std::any_of(all.begin(), all.end(),
-                         [&, rank = rank](auto& t) { return t.second->key == victim->key && t.first != rank; }));
+      RC_PRE(std::any_of(all.begin(), all.end(), [&, rank = rank](auto& t) {
+        return t.second->key == victim->key && t.first != rank;
+      }));
       damage = {victim->key, "dtype", rank};
       damage.dtype = victim->dtype == DType::kF32 ? DType::kBF16 : DType::kF32;
     }
@@ -142,8 +155,9 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
     pair.break_save = damage;
     pair.expect_error = PyRepr(damage.key);
     s.pairs = {pair};
-    const std::string note = "property 3: ValidateShardingIntegrity on the metadata of the save with this break "
-                             "must reject naming exactly the key";
+    const std::string note =
+        "property 3: ValidateShardingIntegrity on the metadata of the save with this break "
+        "must reject naming exactly the key";
     SetCase(s, note);
     const auto ranks = SavedShards(s, &pair, topo);
     GlobalMetadata global(ranks.size());
@@ -154,12 +168,14 @@ TEST(ValidationProperty, RejectsAShiftedOffsetOrAFlippedDtypeNamingTheKey) {
       ValidateShardingIntegrity(global);
     } catch (const CheckpointError& e) {
       const std::string message = e.what();
-      if (e.kind() != ErrorKind::kInvalidSharding) FailCase(s, "wrong error kind: " + message, note);
+      if (e.kind() != ErrorKind::kInvalidSharding)
+        FailCase(s, "wrong error kind: " + message, note);
       if (message.find(PyRepr(damage.key)) == std::string::npos) {
         FailCase(s, "the refusal does not name the key: " + message, note);
       }
       const std::string others = OtherKeysNamed(s, damage.key, message);
-      if (!others.empty()) FailCase(s, "the refusal also names valid keys " + others + ": " + message, note);
+      if (!others.empty())
+        FailCase(s, "the refusal also names valid keys " + others + ": " + message, note);
       return;
     }
     FailCase(s, "validation accepted it", note);

@@ -11,14 +11,14 @@
 //   global shape, so loading the metadata gives back an N-d tensor (Megatron:
 //   a 1-D one); row 7 compares its flattening with arange;
 // * validation errors reach every rank, not only rank 0.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <fmt/format.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "comm/thread_world.h"
 #include "engine/load.h"
@@ -54,8 +54,8 @@ Dict FlattenedStateDict(const Topology& topo, int rank, bool garbage) {
   const std::vector<RankOffset> offsets = {{0, c.tp, topo.tp}, {2, c.pp, topo.pp}};
   Dict sd;
   sd["sd_key_unflat"] = ShardedTensor::FromRankOffsets("unflat", local, offsets, {c.dp});
-  sd["sd_key_flat"] =
-      ShardedTensor::FromRankOffsetsFlat("flat", local.FlatSlice(range), chunk.shape, offsets, range);
+  sd["sd_key_flat"] = ShardedTensor::FromRankOffsetsFlat("flat", local.FlatSlice(range),
+                                                         chunk.shape, offsets, range);
   return sd;
 }
 
@@ -85,19 +85,22 @@ TEST_P(MegatronFlattenedPartitionChangeTest, SaveLoad) {
     const TreeDiff diff = Diff(expected, loaded.state_dict);
     EXPECT_TRUE(diff.empty()) << "rank " << comm.rank() << ": " << diff.mismatch.size()
                               << " mismatching, " << diff.only_left.size() << " missing";
-    EXPECT_EQ(ValuesAt(loaded.state_dict, "sd_key_flat"), Values(expected.at("sd_key_flat").as<Tensor>()));
+    EXPECT_EQ(ValuesAt(loaded.state_dict, "sd_key_flat"),
+              Values(expected.at("sd_key_flat").as<Tensor>()));
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Megatron, MegatronFlattenedPartitionChangeTest,
-    ::testing::Values(std::make_tuple(TpPp{2, 4}, TpPp{2, 4}), std::make_tuple(TpPp{2, 4}, TpPp{2, 2}),
-                      std::make_tuple(TpPp{2, 4}, TpPp{4, 2}), std::make_tuple(TpPp{8, 1}, TpPp{1, 2})),
-    [](const ::testing::TestParamInfo<std::tuple<TpPp, TpPp>>& info) {
-      const TpPp& src = std::get<0>(info.param);
-      const TpPp& dest = std::get<1>(info.param);
-      return fmt::format("Tp{}Pp{}ToTp{}Pp{}", src.first, src.second, dest.first, dest.second);
-    });
+INSTANTIATE_TEST_SUITE_P(Megatron, MegatronFlattenedPartitionChangeTest,
+                         ::testing::Values(std::make_tuple(TpPp{2, 4}, TpPp{2, 4}),
+                                           std::make_tuple(TpPp{2, 4}, TpPp{2, 2}),
+                                           std::make_tuple(TpPp{2, 4}, TpPp{4, 2}),
+                                           std::make_tuple(TpPp{8, 1}, TpPp{1, 2})),
+                         [](const ::testing::TestParamInfo<std::tuple<TpPp, TpPp>>& info) {
+                           const TpPp& src = std::get<0>(info.param);
+                           const TpPp& dest = std::get<1>(info.param);
+                           return fmt::format("Tp{}Pp{}ToTp{}Pp{}", src.first, src.second,
+                                              dest.first, dest.second);
+                         });
 
 // #7 test_load_tensor_metadata: under TP1 PP1, load_tensors_metadata gives
 // `flat` and `unflat` the same (original) shapes; loading them (replica ids
@@ -140,9 +143,9 @@ Node ValidationStateDict(int rank, int dropping_rank) {
   if (rank == dropping_rank) return Node(std::move(sd));
   const int64_t length = rank <= 2 ? rank + 1 : 6;
   const int64_t start = rank == 1 ? 1 : rank == 2 ? 3 : 0;
-  sd["sd_key_flat"] = ShardedTensor::FromRankOffsetsFlat(
-      "flat", Full(DType::kF32, {length}, rank), {1, 6}, {{0, std::max(0, rank - 2), 6}},
-      {start, start + length}, {0});
+  sd["sd_key_flat"] = ShardedTensor::FromRankOffsetsFlat("flat", Full(DType::kF32, {length}, rank),
+                                                         {1, 6}, {{0, std::max(0, rank - 2), 6}},
+                                                         {start, start + length}, {0});
   return Node(std::move(sd));
 }
 
@@ -166,7 +169,9 @@ TEST(MegatronFlattenedTest, FlattenedTensorsAreProperlyValidated) {
        {"Flattened ranges dont cover the whole shard ShardedTensor(key='flat'",
         "of size 6. Ranges: ([0, 3], [1, 6])"}},
       // Rank 4 drops its row: chunk 2 of the (6, 1) grid has no main replica.
-      {4, {"Invalid access pattern for ShardedTensor(key='flat'", "): [[1]\n [1]\n [0]\n [1]\n [1]\n [1]]"}},
+      {4,
+       {"Invalid access pattern for ShardedTensor(key='flat'",
+        "): [[1]\n [1]\n [0]\n [1]\n [1]\n [1]]"}},
   };
   for (const Broken& b : broken) {
     SCOPED_TRACE(fmt::format("rank {} drops its shard", b.dropping_rank));

@@ -5,9 +5,9 @@
 // load), quantising a loaded bf16 tensor into an FP8 request with the
 // request's scale, and the `raw` storage (FP8 codes + a scale_inv companion
 // entry), bit-exact over all 256 codes under another sharding.
-#include <cstring>
-
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "comm/thread_world.h"
 #include "engine/load.h"
@@ -36,7 +36,8 @@ Node Fp8StateDict(int rank, double value, float scale) {
 TEST(MegatronFp8Test, DequantizedSaveLoadIntoDequantisedAndFp8Requests) {
   ScratchDir scratch("fp8");
   const std::string dir = scratch.Sub("ckpt");
-  RunRanks(kWorldSize, [&](Communicator& comm) { Save(Fp8StateDict(comm.rank(), 4, 1.0f), dir, comm); });
+  RunRanks(kWorldSize,
+           [&](Communicator& comm) { Save(Fp8StateDict(comm.rank(), 4, 1.0f), dir, comm); });
   RunRanks(kWorldSize, [&](Communicator& comm) {
     // FP8 requests filled with 8, dequantised before the load as Megatron does.
     LoadResult loaded = Load(Fp8StateDict(comm.rank(), 8, 1.0f), dir, comm);
@@ -58,11 +59,12 @@ TEST(MegatronFp8Test, DequantizedSaveLoadIntoDequantisedAndFp8Requests) {
 Node RawStateDict(DType fp8, int part, int parts, int replica, bool fill) {
   const int64_t n = 256 / parts;
   Tensor codes = Tensor::Zeros(fp8, {n});
-  for (int64_t i = 0; fill && i < n; ++i) codes.data_as<uint8_t>()[i] = static_cast<uint8_t>(part * n + i);
+  for (int64_t i = 0; fill && i < n; ++i)
+    codes.data_as<uint8_t>()[i] = static_cast<uint8_t>(part * n + i);
   Dict sd;
   sd["w"] = Node(ShardedTensor::FromRankOffsets("w", codes, {{0, part, parts}}, {replica}));
-  sd["s"] = Node(ShardedTensor::FromRankOffsets(ScaleInvKey("w"), Full(DType::kF32, {1}, fill ? 0.125 : 0),
-                                                {}, {part + replica}));
+  sd["s"] = Node(ShardedTensor::FromRankOffsets(
+      ScaleInvKey("w"), Full(DType::kF32, {1}, fill ? 0.125 : 0), {}, {part + replica}));
   return Node(std::move(sd));
 }
 

@@ -4,14 +4,14 @@
 //
 // Deliberate difference from Megatron, kept here: ShardedObject unique keys
 // may contain '/'.
-#include <set>
-#include <string>
-#include <vector>
-
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "comm/thread_world.h"
 #include "engine/common_state.h"
@@ -49,7 +49,8 @@ TEST_P(MegatronContentMetadataTest, LoadFromCheckpointAndFromStateDict) {
     options.content_metadata = content;
     Save(state(comm.rank()), dir, comm, options);
     LoadResult loaded = Load(state(comm.rank()), dir, comm);
-    EXPECT_EQ(KeysOf(loaded.state_dict), (std::set<std::string>{"common", "content_metadata", "sd_keyA"}));
+    EXPECT_EQ(KeysOf(loaded.state_dict),
+              (std::set<std::string>{"common", "content_metadata", "sd_keyA"}));
     if (KeysOf(loaded.state_dict).count("content_metadata")) {
       EXPECT_EQ(CommonToJson(loaded.state_dict.at("content_metadata")), content);
     }
@@ -66,9 +67,8 @@ TEST(MegatronSerializationTest, ShardedMetadata) {
   ScratchDir scratch("sharded_metadata");
   const std::string dir = scratch.Sub("ckpt");
   ModelParallel(2, 4);  // Megatron initializes TP2 PP4; only the world size matters
-  RunRanks(kWorldSize, [&](Communicator& comm) {
-    Save(Node(NonStrictBaseStateDict(comm.rank())), dir, comm);
-  });
+  RunRanks(kWorldSize,
+           [&](Communicator& comm) { Save(Node(NonStrictBaseStateDict(comm.rank())), dir, comm); });
   Node metadata = LoadShardedMetadata(dir);
   std::set<std::string> expected_keys = {"TenA", "TenB", "TenC", "ObjA/shard_0_1"};
   for (int i = 0; i < kWorldSize; ++i) expected_keys.insert(fmt::format("ObjB/shard_0.{}_1.8", i));
@@ -107,7 +107,8 @@ TEST(MegatronSerializationTest, ShardedObjectKeysMayContainSlash) {
   RunRanks(kWorldSize, [&](Communicator& comm) {
     const int64_t rank = comm.rank();
     Dict sd;
-    sd["extra"] = ShardedObject{key, nlohmann::json{{"rank", rank}}, {1, kWorldSize}, {0, rank}, {0}};
+    sd["extra"] =
+        ShardedObject{key, nlohmann::json{{"rank", rank}}, {1, kWorldSize}, {0, rank}, {0}};
     Save(Node(sd), dir, comm);
   });
   Node metadata = LoadShardedMetadata(dir);
@@ -123,7 +124,8 @@ TEST(MegatronSerializationTest, ShardedObjectKeysMayContainSlash) {
   RunRanks(kWorldSize, [&](Communicator& comm) {
     const int64_t rank = comm.rank();
     Dict request;
-    request["extra"] = ShardedObject::EmptyFromUniqueKey(fmt::format("{}/shard_0.{}_1.8", key, rank));
+    request["extra"] =
+        ShardedObject::EmptyFromUniqueKey(fmt::format("{}/shard_0.{}_1.8", key, rank));
     LoadResult loaded = Load(Node(request), dir, comm);
     EXPECT_EQ(JsonAt(loaded.state_dict, "extra"), (nlohmann::json{{"rank", rank}}));
   });

@@ -8,16 +8,16 @@
 // * validation and strict errors reach every rank, not only rank 0;
 // * objects and common state are JSON (Megatron: pickled Python objects);
 // * load_tensors_metadata reports flattened tensors with their N-d shape.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <ostream>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "comm/thread_world.h"
 #include "engine/common_state.h"
@@ -74,7 +74,8 @@ std::string RankDiffersWarning(int rank) {
 // ranks, plus the common value `rank` (different on every rank).
 Dict KeyAKeyBState(int rank) {
   Dict sd;
-  sd["sd_keyA"] = ShardedTensor::FromRankOffsets("keyA", Full(kF32, {2, 4}, 1), {{0, rank, kWorldSize}});
+  sd["sd_keyA"] =
+      ShardedTensor::FromRankOffsets("keyA", Full(kF32, {2, 4}, 1), {{0, rank, kWorldSize}});
   sd["sd_keyB"] =
       ShardedTensor::FromRankOffsets("keyB", Full(kF32, {3, 5, 7}, 1), {{2, rank, kWorldSize}});
   sd["rank"] = Node(nlohmann::json(rank));
@@ -157,7 +158,8 @@ TEST(MegatronSerializationTest, PartitionChangeSaveLoad) {
     // Same TPxPP, no sharding: every rank loads both whole tensors.
     Dict whole;
     whole["sd_keyA"] = ShardedTensor::FromRankOffsets("keyA", Full(kF32, {2, 4}, -1), {}, {rank});
-    whole["sd_keyB"] = ShardedTensor::FromRankOffsets("keyB", Full(kF32, {4, 5, 80}, -1), {}, {rank});
+    whole["sd_keyB"] =
+        ShardedTensor::FromRankOffsets("keyB", Full(kF32, {4, 5, 80}, -1), {}, {rank});
     LoadResult loaded = Load(Node(whole), dir, comm);
     std::vector<double> ten_b_global;
     for (int64_t i = 0; i < 4 * 5 * 80; ++i) ten_b_global.push_back(KeyBValue(i / 400, i % 80));
@@ -171,10 +173,10 @@ TEST(MegatronSerializationTest, PartitionChangeSaveLoad) {
     const RankCoords d = load_topo.Coords(rank);
     Dict changed;
     changed["sd_keyA"] = ShardedTensor::FromRankOffsets("keyA", Full(kF32, {2, 1}, -1),
-                                                         {{1, d.dp, load_topo.dp}}, {d.pp});
+                                                        {{1, d.dp, load_topo.dp}}, {d.pp});
     changed["sd_keyB"] = ShardedTensor::FromRankOffsets("keyB", Full(kF32, {5, 80}, -1),
-                                                         {{0, rank / 2, 4}}, {rank % 2},
-                                                         /*prepend_axis_num=*/1);
+                                                        {{0, rank / 2, 4}}, {rank % 2},
+                                                        /*prepend_axis_num=*/1);
     loaded = Load(Node(changed), dir, comm);
     std::vector<double> ten_b_rows;  // arange(80) + 100 * (rank // 2), five times
     for (int64_t i = 0; i < 5 * 80; ++i) ten_b_rows.push_back(KeyBValue(rank / 2, i % 80));
@@ -197,8 +199,8 @@ TEST(MegatronSerializationTest, LoadTensorsMetadata) {
     Dict sd;
     sd["sd_keyA"] = ShardedTensor::FromRankOffsets("keyA", Arange({10}, 10 * rank, kI64),
                                                    {{0, rank, kWorldSize}});
-    sd["sd_keyB"] = ShardedTensor::FromRankOffsets("keyB", Full(kF32, {3, 5, 7}, 1),
-                                                   {{2, rank, kWorldSize}});
+    sd["sd_keyB"] =
+        ShardedTensor::FromRankOffsets("keyB", Full(kF32, {3, 5, 7}, 1), {{2, rank, kWorldSize}});
     Save(Node(sd), dir, comm);
 
     Node metadata = LoadTensorsMetadata(dir);
@@ -241,14 +243,16 @@ Node MixedStateDict(int rank, int64_t base) {
     EXPECT_FALSE(flattened_range.has_value());
     List parts;
     for (const char* part : {"part1", "part2", "part3"}) {
-      parts.push_back(Node(ShardedTensor::FromRankOffsets(key + part, data.Clone(), {}, replica_id)));
+      parts.push_back(
+          Node(ShardedTensor::FromRankOffsets(key + part, data.Clone(), {}, replica_id)));
     }
     return Node(std::move(parts));
   };
   factory.merge_fn = [](const Node& loaded) {  // Python's sum()
     Tensor total = Tensor::Zeros(kI64, {5});
     for (const Node& part : loaded.as<List>()) {
-      for (int64_t i = 0; i < 5; ++i) total.data_as<int64_t>()[i] += part.as<Tensor>().data_as<int64_t>()[i];
+      for (int64_t i = 0; i < 5; ++i)
+        total.data_as<int64_t>()[i] += part.as<Tensor>().data_as<int64_t>()[i];
     }
     return total;
   };
@@ -268,7 +272,8 @@ TEST(MegatronSerializationTest, CanMixShardedTensorsAndFactories) {
   Tensor d_expected = Arange({5});
   for (int64_t i = 0; i < 5; ++i) d_expected.data_as<int64_t>()[i] *= 3;
   Dict expected;
-  expected["all"] = Node(List{Node(Arange({2})), Node(Arange({3})), Node(Arange({4})), Node(d_expected)});
+  expected["all"] =
+      Node(List{Node(Arange({2})), Node(Arange({3})), Node(Arange({4})), Node(d_expected)});
   RunRanks(kWorldSize, [&](Communicator& comm) {
     Save(MixedStateDict(comm.rank(), 0), dir, comm);
     LoadResult loaded = Load(MixedStateDict(comm.rank(), 10), dir, comm);
@@ -289,9 +294,11 @@ TEST(MegatronSerializationTest, LoadErrorMsg) {
     return Node(std::move(sd));
   };
 
-  ExpectErrorOnEveryRank(
-      ErrorsOnRanks([&](Communicator& comm) { Load(state(comm.rank(), "keyA"), non_existent, comm); }),
-      ErrorKind::kIncomplete, {fmt::format("directory {} does not exist", non_existent)});
+  ExpectErrorOnEveryRank(ErrorsOnRanks([&](Communicator& comm) {
+                           Load(state(comm.rank(), "keyA"), non_existent, comm);
+                         }),
+                         ErrorKind::kIncomplete,
+                         {fmt::format("directory {} does not exist", non_existent)});
 
   fs::create_directories(dir);
   ExpectErrorOnEveryRank(
@@ -300,9 +307,11 @@ TEST(MegatronSerializationTest, LoadErrorMsg) {
 
   RunRanks(kWorldSize, [&](Communicator& comm) { Save(state(comm.rank(), "keyA"), dir, comm); });
   // Megatron: DCP's KeyError text, wrapped in a CheckpointException.
-  ExpectErrorOnEveryRank(
-      ErrorsOnRanks([&](Communicator& comm) { Load(state(comm.rank(), "different_key"), dir, comm); }),
-      ErrorKind::kKeyMismatch, {"different_key from model not in state dict: [keyA]"});
+  ExpectErrorOnEveryRank(ErrorsOnRanks([&](Communicator& comm) {
+                           Load(state(comm.rank(), "different_key"), dir, comm);
+                         }),
+                         ErrorKind::kKeyMismatch,
+                         {"different_key from model not in state dict: [keyA]"});
 }
 
 // #60 test_sharded_object_serialization: a ShardedObject comes back with the
@@ -349,8 +358,8 @@ TEST(MegatronSerializationTest, TensorShapeMismatch) {
     auto request = [&](int rank, const char* sd_key, const char* key, bool flexible) {
       const RankCoords c = topo.Coords(rank);
       Dict sd;
-      sd[sd_key] = ShardedTensor::FromRankOffsets(key, Full(kF32, {2, width}, 1), {{1, c.pp, topo.pp}},
-                                                  {c.tp}, 0, flexible);
+      sd[sd_key] = ShardedTensor::FromRankOffsets(key, Full(kF32, {2, width}, 1),
+                                                  {{1, c.pp, topo.pp}}, {c.tp}, 0, flexible);
       return Node(std::move(sd));
     };
     ExpectErrorOnEveryRank(ErrorsOnRanks([&](Communicator& comm) {

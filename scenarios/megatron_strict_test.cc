@@ -14,14 +14,14 @@
 // * assume_ok_unexpected fails in our reader with Megatron's (DCP's) KeyError
 //   text "<key> from model not in state dict: [<checkpoint keys>]", as a
 //   CheckpointError of kind kKeyMismatch.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "comm/thread_world.h"
 #include "engine/load.h"
@@ -37,10 +37,14 @@ using ::testing::IsEmpty;
 using Keys = std::set<std::string>;
 
 constexpr StrictHandling kAllModes[] = {
-    StrictHandling::kAssumeOkUnexpected, StrictHandling::kLogUnexpected,
-    StrictHandling::kLogAll,             StrictHandling::kRaiseUnexpected,
-    StrictHandling::kRaiseAll,           StrictHandling::kReturnUnexpected,
-    StrictHandling::kReturnAll,          StrictHandling::kIgnoreAll,
+    StrictHandling::kAssumeOkUnexpected,
+    StrictHandling::kLogUnexpected,
+    StrictHandling::kLogAll,
+    StrictHandling::kRaiseUnexpected,
+    StrictHandling::kRaiseAll,
+    StrictHandling::kReturnUnexpected,
+    StrictHandling::kReturnAll,
+    StrictHandling::kIgnoreAll,
 };
 
 // One rank's load: the error it threw, or what it returned.
@@ -90,7 +94,8 @@ class MegatronNonStrictLoadTest : public ::testing::TestWithParam<bool> {
 
   // LoadOnRanks where every rank requests the same keys: expects every rank
   // to see rank 0's outcome and returns it.
-  Outcome LoadWith(StrictHandling strict, const std::function<void(Dict&, int64_t rank)>& edit) const {
+  Outcome LoadWith(StrictHandling strict,
+                   const std::function<void(Dict&, int64_t rank)>& edit) const {
     const std::vector<Outcome> outcomes = LoadOnRanks(strict, edit);
     const Outcome& first = outcomes[0];
     for (int rank = 1; rank < kWorldSize; ++rank) {
@@ -145,8 +150,8 @@ TEST_P(MegatronNonStrictLoadTest, UnexpectedKeysHandlingDuringValidation) {
         // (objects are looked up by unique key, like DCP's).
         ASSERT_TRUE(o.error.has_value());
         EXPECT_EQ(o.error->kind(), ErrorKind::kKeyMismatch);
-        EXPECT_THAT(o.error->what(), ::testing::HasSubstr(
-                                         "UnexpectedObjD/shard_0_1 from model not in state dict: "
+        EXPECT_THAT(o.error->what(),
+                    ::testing::HasSubstr("UnexpectedObjD/shard_0_1 from model not in state dict: "
                                          "[ObjA, ObjB, TenA, TenB, TenC]"));
         break;
       case StrictHandling::kRaiseUnexpected:
@@ -251,8 +256,9 @@ TEST_P(MegatronNonStrictLoadTest, UnexpectedKeysArePerRankMissingKeysGlobal) {
       const Outcome& o = outcomes[rank];
       if (strict == StrictHandling::kAssumeOkUnexpected) {
         ASSERT_TRUE(o.error.has_value());
-        EXPECT_EQ(std::string(o.error->what()),
-                  "rank 3: UnexpectedTenD from model not in state dict: [ObjA, ObjB, TenA, TenB, TenC]");
+        EXPECT_EQ(
+            std::string(o.error->what()),
+            "rank 3: UnexpectedTenD from model not in state dict: [ObjA, ObjB, TenA, TenB, TenC]");
         continue;
       }
       if (strict == StrictHandling::kRaiseUnexpected || strict == StrictHandling::kRaiseAll) {
@@ -268,10 +274,11 @@ TEST_P(MegatronNonStrictLoadTest, UnexpectedKeysArePerRankMissingKeysGlobal) {
       EXPECT_THAT(o.result.mismatch.missing, IsEmpty());
       EXPECT_EQ(o.result.mismatch.unexpected,
                 reports && RequiresReturningMismatchKeys(strict) ? Keys{"UnexpectedTenD"} : Keys{});
-      EXPECT_EQ(o.result.summary.warnings.size(),
-                reports && (strict == StrictHandling::kLogUnexpected || strict == StrictHandling::kLogAll)
-                    ? 1u
-                    : 0u);
+      EXPECT_EQ(
+          o.result.summary.warnings.size(),
+          reports && (strict == StrictHandling::kLogUnexpected || strict == StrictHandling::kLogAll)
+              ? 1u
+              : 0u);
       EXPECT_EQ(KeysOf(o.result.state_dict).count("TenC"), rank == 7 ? 1u : 0u);
     }
   }

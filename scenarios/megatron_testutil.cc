@@ -1,10 +1,10 @@
 #include "megatron_testutil.h"
 
-#include <cstdlib>
-#include <filesystem>
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
 
 #include "comm/thread_world.h"
 #include "mapping/testing.h"
@@ -22,7 +22,8 @@ Topology ModelParallel(int tp, int pp, std::string_view order) {
 }
 
 ScratchDir::ScratchDir(std::string_view name) {
-  std::string tmpl = (fs::path(::testing::TempDir()) / fmt::format("megatron_{}_XXXXXX", name)).string();
+  std::string tmpl =
+      (fs::path(::testing::TempDir()) / fmt::format("megatron_{}_XXXXXX", name)).string();
   if (mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "cannot create " << tmpl;
   path_ = tmpl;
 }
@@ -32,7 +33,9 @@ ScratchDir::~ScratchDir() {
   fs::remove_all(path_, ignored);
 }
 
-std::string ScratchDir::Sub(std::string_view name) const { return (fs::path(path_) / name).string(); }
+std::string ScratchDir::Sub(std::string_view name) const {
+  return (fs::path(path_) / name).string();
+}
 
 std::vector<std::optional<CheckpointError>> ErrorsOnRanks(
     const std::function<void(Communicator&)>& fn) {
@@ -123,7 +126,8 @@ Dict NonStrictBaseStateDict(int rank) {
   sd["TenA"] = ShardedTensor::FromRankOffsets("TenA", Arange({2}), {}, {r});
   sd["TenB"] = ShardedTensor::FromRankOffsets("TenB", Arange({3}), {{0, r, kWorldSize}}, {0});
   sd["TenC"] = ShardedTensor::FromRankOffsets("TenC", Arange({3}), {}, {kWorldSize - r - 1});
-  sd["ObjA"] = ShardedObject{"ObjA", nlohmann::json::array({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}), {1}, {0}, {r}};
+  sd["ObjA"] =
+      ShardedObject{"ObjA", nlohmann::json::array({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}), {1}, {0}, {r}};
   sd["ObjB"] = ShardedObject{"ObjB", nlohmann::json::array({r + 7}), {1, kWorldSize}, {0, r}, {0}};
   return sd;
 }

@@ -1,16 +1,16 @@
 // Ports of test_serialization.py's uneven 1-D sharding tests (megatron-semantics
 // §9.2 rows 66 and 67): every listed (save split, load split) pair, including
 // empty shards and several shards per rank, over Megatron's 8 ranks.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <ostream>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "comm/thread_world.h"
 #include "engine/common_state.h"
@@ -44,7 +44,8 @@ std::string SplitToString(const RankSplit& split) {
 }
 
 void PrintTo(const UnevenCase& c, std::ostream* os) {
-  *os << "src " << SplitToString(c.src) << " dest " << (c.dest.empty() ? "= src" : SplitToString(c.dest));
+  *os << "src " << SplitToString(c.src) << " dest "
+      << (c.dest.empty() ? "= src" : SplitToString(c.dest));
 }
 
 // The shards of `split` for `rank`, as (global offset, length).
@@ -140,30 +141,32 @@ RankSplit Concat(RankSplit a, const RankSplit& b) {
 }
 
 // #66: every (src_split, dest_split) pair of Megatron's parametrization.
-INSTANTIATE_TEST_SUITE_P(
-    OneShardPerRank, MegatronUnevenShardingTest,
-    ::testing::Values(
-        UnevenCase{OneShardEach({3, 3, 3, 3, 3, 3, 3, 3}), {}},
-        UnevenCase{OneShardEach({1, 2, 3, 4, 5, 6, 7, 8}), {}},
-        UnevenCase{OneShardEach({1, 5, 7, 3, 6, 2, 5, 4}), {}},
-        UnevenCase{OneShardEach({2, 2, 2, 2, 2, 2, 2, 1}), {}},
-        UnevenCase{OneShardEach({2, 2, 2, 2, 2, 2, 2, 10}), {}},
-        UnevenCase{OneShardEach({3, 3, 3, 3, 3, 3, 3, 3}), OneShardEach({1, 1, 1, 1, 1, 1, 2, 16})},
-        UnevenCase{OneShardEach({1, 5, 7, 3, 6, 2, 5, 4}), OneShardEach({14, 3, 6, 3, 1, 1, 2, 3})},
-        UnevenCase{OneShardEach({5, 5, 5, 5, 5, 5, 0, 0}), OneShardEach({5, 0, 5, 0, 5, 5, 3, 7})},
-        UnevenCase{OneShardEach({15, 0, 0, 0, 0, 0, 0, 0}), OneShardEach({0, 0, 0, 3, 3, 3, 3, 3})}));
+INSTANTIATE_TEST_SUITE_P(OneShardPerRank, MegatronUnevenShardingTest,
+                         ::testing::Values(UnevenCase{OneShardEach({3, 3, 3, 3, 3, 3, 3, 3}), {}},
+                                           UnevenCase{OneShardEach({1, 2, 3, 4, 5, 6, 7, 8}), {}},
+                                           UnevenCase{OneShardEach({1, 5, 7, 3, 6, 2, 5, 4}), {}},
+                                           UnevenCase{OneShardEach({2, 2, 2, 2, 2, 2, 2, 1}), {}},
+                                           UnevenCase{OneShardEach({2, 2, 2, 2, 2, 2, 2, 10}), {}},
+                                           UnevenCase{OneShardEach({3, 3, 3, 3, 3, 3, 3, 3}),
+                                                      OneShardEach({1, 1, 1, 1, 1, 1, 2, 16})},
+                                           UnevenCase{OneShardEach({1, 5, 7, 3, 6, 2, 5, 4}),
+                                                      OneShardEach({14, 3, 6, 3, 1, 1, 2, 3})},
+                                           UnevenCase{OneShardEach({5, 5, 5, 5, 5, 5, 0, 0}),
+                                                      OneShardEach({5, 0, 5, 0, 5, 5, 3, 7})},
+                                           UnevenCase{OneShardEach({15, 0, 0, 0, 0, 0, 0, 0}),
+                                                      OneShardEach({0, 0, 0, 3, 3, 3, 3, 3})}));
 
 // #67: several shards per rank (state dict {i: shard}); [] = no shard at all.
 INSTANTIATE_TEST_SUITE_P(
     MultipleShardsPerRank, MegatronUnevenShardingTest,
-    ::testing::Values(
-        UnevenCase{Repeat({3}, 8), {}},
-        UnevenCase{Concat(Repeat({}, 7), {{3, 3}}), {}},
-        UnevenCase{{{4}, {7, 8}, {1}, {1}, {1}, {1}, {1}, {3, 3}}, {}},
-        UnevenCase{Concat(Repeat({2}, 5), Repeat({10}, 3)), Concat(Repeat({10}, 3), Repeat({2}, 5))},
-        UnevenCase{{{4}, {7, 8}, {1}, {1}, {1}, {1}, {1}, {3, 3}},
-                   {{2, 4}, {}, {5}, {}, {5, 9}, {}, {1, 1, 1, 1, 1}, {}}},
-        UnevenCase{Repeat({3}, 8), Concat(Repeat({2, 4}, 4), Repeat({}, 4))}));
+    ::testing::Values(UnevenCase{Repeat({3}, 8), {}},
+                      UnevenCase{Concat(Repeat({}, 7), {{3, 3}}), {}},
+                      UnevenCase{{{4}, {7, 8}, {1}, {1}, {1}, {1}, {1}, {3, 3}}, {}},
+                      UnevenCase{Concat(Repeat({2}, 5), Repeat({10}, 3)),
+                                 Concat(Repeat({10}, 3), Repeat({2}, 5))},
+                      UnevenCase{{{4}, {7, 8}, {1}, {1}, {1}, {1}, {1}, {3, 3}},
+                                 {{2, 4}, {}, {5}, {}, {5, 9}, {}, {1, 1, 1, 1, 1}, {}}},
+                      UnevenCase{Repeat({3}, 8), Concat(Repeat({2, 4}, 4), Repeat({}, 4))}));
 
 // #71 test_sharded_metadata: tensors keyed by key, objects by unique key
 // ('ObjB/shard_0.3_1.8'); the metadata dict itself is a loadable request.

@@ -1,14 +1,14 @@
 // Runs every scenario file in scenarios/ with in-process ranks: each pair
 // (or, without pairs, the whole topology matrix) must meet its expectation.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "core/error.h"
-#include "scenario/rank_state.h"
-#include "scenario/runner.h"
+#include "harness/rank_state.h"
+#include "harness/runner.h"
 
 namespace distckpt {
 namespace {
@@ -73,13 +73,14 @@ TEST_P(ScenarioFileTest, ToJsonWritesAFileThatExpandsTheSame) {
       auto expand = [&](const Scenario& sc, const PairSpec& p) {
         try {
           return save ? Expanded(ExpandRank(sc, topo, r))
-                      : Expanded(ExpandRank(sc, topo, r, p.load_model, p.load_optimizer, p.load_fsdp));
+                      : Expanded(
+                            ExpandRank(sc, topo, r, p.load_model, p.load_optimizer, p.load_fsdp));
         } catch (const CheckpointError& e) {
           return std::string("refused: ") + e.what();
         }
       };
-      ASSERT_EQ(expand(back, back_pair), expand(s, pair)) << (save ? "save " : "load ") << topo.ToString()
-                                                          << " rank " << r;
+      ASSERT_EQ(expand(back, back_pair), expand(s, pair))
+          << (save ? "save " : "load ") << topo.ToString() << " rank " << r;
     }
   }
 }

@@ -20,7 +20,7 @@ import time
 
 
 def allow_unhashable_dataclass_defaults():
-    """torch 1.13 on Python 3.11: the shared shim reference/format/dcp/peer/dataclass_shim.py,
+    """torch 1.13 on Python 3.11: the shared shim scenarios/peer/dataclass_shim.py,
     imported from beside this file (where bench/peer/run copies it) or from the source tree."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [here, os.path.join(here, "..", "..", "reference", "format", "dcp", "peer")]

@@ -2,11 +2,11 @@
 // and the AgreeOnOutcome verdict exchange.
 #include "comm/communicator.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <exception>
 #include <optional>
-
-#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -68,19 +68,24 @@ void AgreeOnOutcome(Communicator& comm, const std::function<void()>& fn) {
   // Ranks failing with the same message are named together:
   // "ranks 0, 1, 2: <message>; rank 5: <other message>".
   std::optional<ErrorKind> kind;
-  std::vector<std::pair<std::string, std::vector<size_t>>> groups;  // message -> ranks, first-seen order
+  std::vector<std::pair<std::string, std::vector<size_t>>>
+      groups;  // message -> ranks, first-seen order
   for (size_t r = 0; r < statuses.size(); ++r) {
     if (statuses[r].empty()) continue;
     if (!kind) kind = static_cast<ErrorKind>(statuses[r][0]);
     std::string text(std::string_view(statuses[r]).substr(1));
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == text; });
-    if (it == groups.end()) groups.push_back({std::move(text), {r}});
-    else it->second.push_back(r);
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == text; });
+    if (it == groups.end())
+      groups.push_back({std::move(text), {r}});
+    else
+      it->second.push_back(r);
   }
   std::string message;
   for (const auto& [text, ranks] : groups) {
     if (!message.empty()) message += "; ";
-    message += fmt::format("{} {}: {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "), text);
+    message += fmt::format("{} {}: {}", ranks.size() == 1 ? "rank" : "ranks",
+                           fmt::join(ranks, ", "), text);
   }
   if (kind) throw CheckpointError(*kind, message);
 }

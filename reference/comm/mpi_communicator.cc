@@ -40,9 +40,12 @@ void WrappingByteSum(void* in, void* inout, int* count, MPI_Datatype*) {
 
 MPI_Op ToMpi(ReduceOp op, MPI_Datatype type) {
   switch (op) {
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kSum: break;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kSum:
+      break;
   }
   if (type != MPI_UINT8_T) return MPI_SUM;
   // Open MPI 4.1's AVX reduction saturates 8-bit sums instead of wrapping

@@ -3,10 +3,10 @@
 // message limit), Split/Subgroup and AgreeOnOutcome across processes.
 #include "comm/mpi_communicator.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "comm/mpi_test_env.h"
 #include "comm/testing.h"

@@ -2,10 +2,10 @@
 // test, then the ranks agree on the verdict (all pass or all fail, so mpirun
 // and ctest see the same exit code everywhere). Rank 0 prints gtest's usual
 // output; other ranks print only their failures, prefixed "[rank R]".
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <memory>
-
-#include <gtest/gtest.h>
 
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_test_env.h"

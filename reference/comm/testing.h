@@ -9,6 +9,8 @@
 #ifndef DISTCKPT_COMM_TESTING_H_
 #define DISTCKPT_COMM_TESTING_H_
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -17,8 +19,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "comm/communicator.h"
 #include "core/error.h"

@@ -95,16 +95,21 @@ struct Slot {
 std::string Describe(const Slot& slot) {
   static constexpr const char* kOps[] = {"min", "max", "sum"};
   switch (slot.op) {
-    case Op::kBarrier: return "Barrier";
-    case Op::kBroadcast: return fmt::format("Broadcast(root {})", slot.root);
-    case Op::kGather: return fmt::format("Gather(root {})", slot.root);
-    case Op::kAllGather: return "AllGather";
+    case Op::kBarrier:
+      return "Barrier";
+    case Op::kBroadcast:
+      return fmt::format("Broadcast(root {})", slot.root);
+    case Op::kGather:
+      return fmt::format("Gather(root {})", slot.root);
+    case Op::kAllGather:
+      return "AllGather";
     case Op::kAllReduce:
     case Op::kAllReduceBytes:
       return fmt::format("{}({} values, {})",
                          slot.op == Op::kAllReduce ? "AllReduce" : "AllReduceBytes", slot.count,
                          kOps[static_cast<int>(slot.reduce)]);
-    case Op::kSplit: return "Split";
+    case Op::kSplit:
+      return "Split";
   }
   return "?";
 }
@@ -218,9 +223,12 @@ class Group {
 template <typename T>
 T Combine(T a, T b, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kSum: break;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kSum:
+      break;
   }
   // Wraps on overflow instead of invoking undefined behaviour.
   using U = std::make_unsigned_t<T>;

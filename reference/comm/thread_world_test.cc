@@ -3,6 +3,8 @@
 // independent worlds running at the same time.
 #include "comm/thread_world.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -10,8 +12,6 @@
 #include <future>
 #include <stdexcept>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "comm/testing.h"
 #include "core/error.h"
@@ -258,7 +258,7 @@ TEST(ThreadWorldTest, CollectivesOfDifferentGroupsInConflictFailInsteadOfHanging
   WithDeadline([] {
     const std::vector<RankOutcome> outcomes = RunRanksCollect(3, [](Communicator& comm) {
       std::unique_ptr<Communicator> pair = comm.Subgroup({0, 1});
-      if (comm.rank() == 0) comm.Barrier();  // waits for ranks 1 and 2
+      if (comm.rank() == 0) comm.Barrier();        // waits for ranks 1 and 2
       if (comm.rank() == 1) pair->AllGather("x");  // waits for rank 0
       if (comm.rank() == 2) comm.Barrier();
     });

@@ -101,7 +101,7 @@ void AppendFlatRangeBoxes(const Box& box, size_t axis, int64_t start, int64_t st
   };
   int64_t first = start / inner;
   const int64_t last = stop / inner;  // the partial slab at the end, if any
-  if (start % inner != 0) {  // the partial slab at the start
+  if (start % inner != 0) {           // the partial slab at the start
     const int64_t end = std::min(stop, (first + 1) * inner);
     AppendFlatRangeBoxes(slab(first, first + 1), axis + 1, start - first * inner,
                          end - first * inner, out);

@@ -18,7 +18,7 @@ namespace distckpt {
 
 using Shape = std::vector<int64_t>;
 
-int64_t Volume(const Shape& shape);  // product; 1 for a 0-d shape
+int64_t Volume(const Shape& shape);             // product; 1 for a 0-d shape
 std::string ShapeToString(const Shape& shape);  // "(2, 3)" like a Python tuple; "(4,)" for 1-d
 
 struct Box {

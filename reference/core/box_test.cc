@@ -2,9 +2,9 @@
 // shapes, and a randomized cross-check against a per-element reference.
 #include "core/box.h"
 
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "core/error_testing.h"
 
@@ -98,10 +98,16 @@ TEST(BoxTest, CopyRunsHandComputed) {
   EXPECT_EQ(CollectCopyRuns(a, FlatRange{0, 14}, b, std::nullopt, region), CopyRuns{});
   EXPECT_EQ(CollectCopyRuns(Box{}, FlatRange{0, 1}, Box{}, std::nullopt, Box{}),
             (CopyRuns{{0, 0, 1}}));
-  EXPECT_THAT([&] { CollectCopyRuns(a, FlatRange{3, 25}, b, std::nullopt, region); },
-              kThrowsInvalidArgument);
-  EXPECT_THAT([&] { CollectCopyRuns(a, FlatRange{3, 2}, b, std::nullopt, region); },
-              kThrowsInvalidArgument);
+  EXPECT_THAT(
+      [&] {
+        CollectCopyRuns(a, FlatRange{3, 25}, b, std::nullopt, region);
+      },
+      kThrowsInvalidArgument);
+  EXPECT_THAT(
+      [&] {
+        CollectCopyRuns(a, FlatRange{3, 2}, b, std::nullopt, region);
+      },
+      kThrowsInvalidArgument);
   const Box outside_b{{1, 2}, {2, 2}};
   EXPECT_THAT([&] { CollectCopyRuns(a, std::nullopt, b, std::nullopt, outside_b); },
               kThrowsInvalidArgument);
@@ -252,8 +258,8 @@ TEST(BoxTest, FlatRangeBoxesMatchPerElementReference) {
     for (size_t i = 0; i < boxes.size(); ++i) {
       ASSERT_FALSE(boxes[i].empty());
       ASSERT_TRUE(Contains(box, boxes[i])) << boxes[i].ToString() << " in " << box.ToString();
-      for (const CopyRun& run : ReferenceCopyRuns(box, std::nullopt, boxes[i], std::nullopt,
-                                                  boxes[i])) {
+      for (const CopyRun& run :
+           ReferenceCopyRuns(box, std::nullopt, boxes[i], std::nullopt, boxes[i])) {
         for (int64_t e = run.a_index; e < run.a_index + run.count; ++e) {
           ASSERT_EQ(owner[e], -1) << "element " << e << " in two boxes";
           owner[e] = static_cast<int>(i);

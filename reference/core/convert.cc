@@ -73,39 +73,66 @@ struct BoolElem {
   using Storage = uint8_t;
   static bool Load(Storage s) { return s != 0; }
   template <typename V>
-  static Storage Store(V v) { return v != 0 ? 1 : 0; }
+  static Storage Store(V v) {
+    return v != 0 ? 1 : 0;
+  }
 };
 
-template <DType D> struct Elem;
-template <> struct Elem<DType::kF64> : Plain<double, double> {};
-template <> struct Elem<DType::kF32> : Plain<float, float> {};
-template <> struct Elem<DType::kF16> : Narrow<fb::F16> {};
-template <> struct Elem<DType::kBF16> : Narrow<fb::BF16> {};
-template <> struct Elem<DType::kF8E4M3FN> : Narrow<fb::E4M3FN> {};
-template <> struct Elem<DType::kF8E5M2> : Narrow<fb::E5M2> {};
-template <> struct Elem<DType::kI8> : Plain<int8_t, int64_t> {};
-template <> struct Elem<DType::kI16> : Plain<int16_t, int64_t> {};
-template <> struct Elem<DType::kI32> : Plain<int32_t, int64_t> {};
-template <> struct Elem<DType::kI64> : Plain<int64_t, int64_t> {};
-template <> struct Elem<DType::kU8> : Plain<uint8_t, int64_t> {};
-template <> struct Elem<DType::kBool> : BoolElem {};
+template <DType D>
+struct Elem;
+template <>
+struct Elem<DType::kF64> : Plain<double, double> {};
+template <>
+struct Elem<DType::kF32> : Plain<float, float> {};
+template <>
+struct Elem<DType::kF16> : Narrow<fb::F16> {};
+template <>
+struct Elem<DType::kBF16> : Narrow<fb::BF16> {};
+template <>
+struct Elem<DType::kF8E4M3FN> : Narrow<fb::E4M3FN> {};
+template <>
+struct Elem<DType::kF8E5M2> : Narrow<fb::E5M2> {};
+template <>
+struct Elem<DType::kI8> : Plain<int8_t, int64_t> {};
+template <>
+struct Elem<DType::kI16> : Plain<int16_t, int64_t> {};
+template <>
+struct Elem<DType::kI32> : Plain<int32_t, int64_t> {};
+template <>
+struct Elem<DType::kI64> : Plain<int64_t, int64_t> {};
+template <>
+struct Elem<DType::kU8> : Plain<uint8_t, int64_t> {};
+template <>
+struct Elem<DType::kBool> : BoolElem {};
 
 // Calls fn.template operator()<D>() for the runtime `dtype`.
 template <typename Fn>
 void VisitDType(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kF64: return fn.template operator()<DType::kF64>();
-    case DType::kF32: return fn.template operator()<DType::kF32>();
-    case DType::kF16: return fn.template operator()<DType::kF16>();
-    case DType::kBF16: return fn.template operator()<DType::kBF16>();
-    case DType::kF8E4M3FN: return fn.template operator()<DType::kF8E4M3FN>();
-    case DType::kF8E5M2: return fn.template operator()<DType::kF8E5M2>();
-    case DType::kI8: return fn.template operator()<DType::kI8>();
-    case DType::kI16: return fn.template operator()<DType::kI16>();
-    case DType::kI32: return fn.template operator()<DType::kI32>();
-    case DType::kI64: return fn.template operator()<DType::kI64>();
-    case DType::kU8: return fn.template operator()<DType::kU8>();
-    case DType::kBool: return fn.template operator()<DType::kBool>();
+    case DType::kF64:
+      return fn.template operator()<DType::kF64>();
+    case DType::kF32:
+      return fn.template operator()<DType::kF32>();
+    case DType::kF16:
+      return fn.template operator()<DType::kF16>();
+    case DType::kBF16:
+      return fn.template operator()<DType::kBF16>();
+    case DType::kF8E4M3FN:
+      return fn.template operator()<DType::kF8E4M3FN>();
+    case DType::kF8E5M2:
+      return fn.template operator()<DType::kF8E5M2>();
+    case DType::kI8:
+      return fn.template operator()<DType::kI8>();
+    case DType::kI16:
+      return fn.template operator()<DType::kI16>();
+    case DType::kI32:
+      return fn.template operator()<DType::kI32>();
+    case DType::kI64:
+      return fn.template operator()<DType::kI64>();
+    case DType::kU8:
+      return fn.template operator()<DType::kU8>();
+    case DType::kBool:
+      return fn.template operator()<DType::kBool>();
   }
   Fail(ErrorKind::kInvalidArgument, "invalid DType value {}", static_cast<int>(dtype));
 }

@@ -22,12 +22,18 @@ struct DTypeInfo {
 
 // Indexed by DType's value.
 constexpr DTypeInfo kInfo[] = {
-    {DType::kF64, "f64", 8, true},          {DType::kF32, "f32", 4, true},
-    {DType::kF16, "f16", 2, true},          {DType::kBF16, "bf16", 2, true},
-    {DType::kF8E4M3FN, "fp8_e4m3fn", 1, true}, {DType::kF8E5M2, "fp8_e5m2", 1, true},
-    {DType::kI8, "i8", 1, false},           {DType::kI16, "i16", 2, false},
-    {DType::kI32, "i32", 4, false},         {DType::kI64, "i64", 8, false},
-    {DType::kU8, "u8", 1, false},           {DType::kBool, "bool", 1, false},
+    {DType::kF64, "f64", 8, true},
+    {DType::kF32, "f32", 4, true},
+    {DType::kF16, "f16", 2, true},
+    {DType::kBF16, "bf16", 2, true},
+    {DType::kF8E4M3FN, "fp8_e4m3fn", 1, true},
+    {DType::kF8E5M2, "fp8_e5m2", 1, true},
+    {DType::kI8, "i8", 1, false},
+    {DType::kI16, "i16", 2, false},
+    {DType::kI32, "i32", 4, false},
+    {DType::kI64, "i64", 8, false},
+    {DType::kU8, "u8", 1, false},
+    {DType::kBool, "bool", 1, false},
 };
 static_assert(std::size(kInfo) == std::size(kAllDTypes));
 

@@ -23,12 +23,23 @@
 namespace distckpt {
 
 enum class DType : uint8_t {
-  kF64, kF32, kF16, kBF16, kF8E4M3FN, kF8E5M2, kI8, kI16, kI32, kI64, kU8, kBool,
+  kF64,
+  kF32,
+  kF16,
+  kBF16,
+  kF8E4M3FN,
+  kF8E5M2,
+  kI8,
+  kI16,
+  kI32,
+  kI64,
+  kU8,
+  kBool,
 };
 
-inline constexpr DType kAllDTypes[] = {
-    DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3FN, DType::kF8E5M2,
-    DType::kI8,  DType::kI16, DType::kI32, DType::kI64,  DType::kU8,       DType::kBool};
+inline constexpr DType kAllDTypes[] = {DType::kF64,      DType::kF32,    DType::kF16, DType::kBF16,
+                                       DType::kF8E4M3FN, DType::kF8E5M2, DType::kI8,  DType::kI16,
+                                       DType::kI32,      DType::kI64,    DType::kU8,  DType::kBool};
 
 size_t DTypeSize(DType dtype);
 std::string_view DTypeName(DType dtype);

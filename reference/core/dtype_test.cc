@@ -2,12 +2,12 @@
 // dtypes (the bit-exact float formats are covered by float_bits_test.cc).
 #include "core/dtype.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/error_testing.h"
 
@@ -21,12 +21,18 @@ TEST(DTypeTest, SizesAndNames) {
     size_t size;
     bool floating;
   } kExpected[] = {
-      {DType::kF64, "f64", 8, true},      {DType::kF32, "f32", 4, true},
-      {DType::kF16, "f16", 2, true},      {DType::kBF16, "bf16", 2, true},
-      {DType::kF8E4M3FN, "fp8_e4m3fn", 1, true}, {DType::kF8E5M2, "fp8_e5m2", 1, true},
-      {DType::kI8, "i8", 1, false},       {DType::kI16, "i16", 2, false},
-      {DType::kI32, "i32", 4, false},     {DType::kI64, "i64", 8, false},
-      {DType::kU8, "u8", 1, false},       {DType::kBool, "bool", 1, false},
+      {DType::kF64, "f64", 8, true},
+      {DType::kF32, "f32", 4, true},
+      {DType::kF16, "f16", 2, true},
+      {DType::kBF16, "bf16", 2, true},
+      {DType::kF8E4M3FN, "fp8_e4m3fn", 1, true},
+      {DType::kF8E5M2, "fp8_e5m2", 1, true},
+      {DType::kI8, "i8", 1, false},
+      {DType::kI16, "i16", 2, false},
+      {DType::kI32, "i32", 4, false},
+      {DType::kI64, "i64", 8, false},
+      {DType::kU8, "u8", 1, false},
+      {DType::kBool, "bool", 1, false},
   };
   ASSERT_EQ(std::size(kExpected), std::size(kAllDTypes));
   for (const auto& e : kExpected) {
@@ -40,18 +46,30 @@ TEST(DTypeTest, SizesAndNames) {
 
 TEST(DTypeTest, ParsesPyTorchNames) {
   const std::pair<const char*, DType> kNames[] = {
-      {"float64", DType::kF64},        {"double", DType::kF64},
-      {"torch.float64", DType::kF64},  {"float32", DType::kF32},
-      {"float", DType::kF32},          {"torch.float32", DType::kF32},
-      {"float16", DType::kF16},        {"half", DType::kF16},
-      {"torch.half", DType::kF16},     {"bfloat16", DType::kBF16},
-      {"torch.bfloat16", DType::kBF16}, {"float8_e4m3fn", DType::kF8E4M3FN},
-      {"torch.float8_e4m3fn", DType::kF8E4M3FN}, {"float8_e5m2", DType::kF8E5M2},
-      {"int8", DType::kI8},            {"int16", DType::kI16},
-      {"short", DType::kI16},          {"int32", DType::kI32},
-      {"int", DType::kI32},            {"int64", DType::kI64},
-      {"long", DType::kI64},           {"torch.int64", DType::kI64},
-      {"uint8", DType::kU8},           {"bool", DType::kBool},
+      {"float64", DType::kF64},
+      {"double", DType::kF64},
+      {"torch.float64", DType::kF64},
+      {"float32", DType::kF32},
+      {"float", DType::kF32},
+      {"torch.float32", DType::kF32},
+      {"float16", DType::kF16},
+      {"half", DType::kF16},
+      {"torch.half", DType::kF16},
+      {"bfloat16", DType::kBF16},
+      {"torch.bfloat16", DType::kBF16},
+      {"float8_e4m3fn", DType::kF8E4M3FN},
+      {"torch.float8_e4m3fn", DType::kF8E4M3FN},
+      {"float8_e5m2", DType::kF8E5M2},
+      {"int8", DType::kI8},
+      {"int16", DType::kI16},
+      {"short", DType::kI16},
+      {"int32", DType::kI32},
+      {"int", DType::kI32},
+      {"int64", DType::kI64},
+      {"long", DType::kI64},
+      {"torch.int64", DType::kI64},
+      {"uint8", DType::kU8},
+      {"bool", DType::kBool},
       {"torch.bool", DType::kBool},
   };
   for (const auto& [name, dtype] : kNames) EXPECT_EQ(ParseDType(name), dtype) << name;
@@ -128,13 +146,18 @@ TEST(DTypeTest, BoolIsNonZero) {
 // Expected result of casting the (exactly representable) value v to dtype.
 double Cast(double v, DType dtype) {
   switch (dtype) {
-    case DType::kBool: return v != 0 ? 1 : 0;
-    case DType::kU8: return static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(v)));
-    case DType::kI8: return static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(v)));
+    case DType::kBool:
+      return v != 0 ? 1 : 0;
+    case DType::kU8:
+      return static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(v)));
+    case DType::kI8:
+      return static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(v)));
     case DType::kI16:
     case DType::kI32:
-    case DType::kI64: return std::trunc(v);
-    default: return v;  // the samples are exact in every float format
+    case DType::kI64:
+      return std::trunc(v);
+    default:
+      return v;  // the samples are exact in every float format
   }
 }
 
@@ -144,8 +167,8 @@ TEST(DTypeTest, ConvertsBetweenEveryPair) {
   const std::vector<double> kSignedValues = {0, 1, -2, 3, -6, 96, 112, -128};
   const std::vector<double> kUnsignedValues = {0, 1, 2, 3, 96, 112, 128, 224};
   for (DType src : kAllDTypes) {
-    const std::vector<double>& values = src == DType::kBool ? std::vector<double>{0, 1, 1, 0}
-                                        : src == DType::kU8 ? kUnsignedValues
+    const std::vector<double>& values = src == DType::kBool    ? std::vector<double>{0, 1, 1, 0}
+                                        : src == DType::kU8    ? kUnsignedValues
                                         : IsFloatingPoint(src) ? kFloatValues
                                                                : kSignedValues;
     const std::vector<std::byte> in = Store(src, values);

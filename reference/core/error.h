@@ -9,11 +9,11 @@
 #ifndef DISTCKPT_CORE_ERROR_H_
 #define DISTCKPT_CORE_ERROR_H_
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
 
 namespace distckpt {
 

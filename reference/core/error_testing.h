@@ -6,9 +6,9 @@
 #ifndef DISTCKPT_CORE_ERROR_TESTING_H_
 #define DISTCKPT_CORE_ERROR_TESTING_H_
 
-#include <string>
-
 #include <gmock/gmock.h>
+
+#include <string>
 
 #include "core/error.h"
 

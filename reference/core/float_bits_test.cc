@@ -2,13 +2,13 @@
 // e5m2) against an independent oracle: decoding by the sign/exponent/mantissa
 // formula, and encoding by a search for the nearest representable value
 // (ties to even) over the oracle's sorted list of values.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/dtype.h"
 
@@ -319,7 +319,7 @@ TEST(FloatFormatRulesTest, HalfAndBFloat16Specials) {
   EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
   EXPECT_EQ(FloatToHalf(-1e-10f), 0x8000);  // underflow keeps the sign
   EXPECT_EQ(FloatToBFloat16(kNaN), 0x7fc0);
-  EXPECT_EQ(FloatToBFloat16(-kNaN), 0x7fc0);  // c10 drops the NaN's sign
+  EXPECT_EQ(FloatToBFloat16(-kNaN), 0x7fc0);        // c10 drops the NaN's sign
   EXPECT_EQ(FloatToBFloat16(1.00390625f), 0x3f80);  // 1 + 2^-8: tie to even 1.0
   EXPECT_EQ(FloatToBFloat16(1.01171875f), 0x3f82);  // 1 + 3*2^-8: tie to even 1 + 2^-6
   EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::max()), 0x7f80);

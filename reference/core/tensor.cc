@@ -33,9 +33,9 @@ Tensor Tensor::Empty(DType dtype, Shape shape) {
   tensor.dtype_ = dtype;
   tensor.shape_ = std::move(shape);
   // operator new returns a distinct non-null pointer even for 0 bytes.
-  tensor.storage_ = std::shared_ptr<std::byte>(
-      static_cast<std::byte*>(::operator new(bytes, kAlignment)),
-      [](std::byte* p) { ::operator delete(p, kAlignment); });
+  tensor.storage_ =
+      std::shared_ptr<std::byte>(static_cast<std::byte*>(::operator new(bytes, kAlignment)),
+                                 [](std::byte* p) { ::operator delete(p, kAlignment); });
   return tensor;
 }
 

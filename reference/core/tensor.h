@@ -39,8 +39,14 @@ class Tensor {
   const std::byte* data() const { return storage_.get(); }
   std::span<std::byte> bytes() { return {data(), nbytes()}; }
   std::span<const std::byte> bytes() const { return {data(), nbytes()}; }
-  template <typename T> T* data_as() { return reinterpret_cast<T*>(data()); }
-  template <typename T> const T* data_as() const { return reinterpret_cast<const T*>(data()); }
+  template <typename T>
+  T* data_as() {
+    return reinterpret_cast<T*>(data());
+  }
+  template <typename T>
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(data());
+  }
 
   // Same storage, new shape of equal volume.
   Tensor Reshape(Shape shape) const;

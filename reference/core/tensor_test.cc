@@ -1,11 +1,11 @@
 // Tests of Tensor: allocation, sharing, wrapping, reshaping and copies.
 #include "core/tensor.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <numeric>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/error_testing.h"
 
@@ -91,8 +91,8 @@ TEST(TensorTest, ReshapeSharesStorageAndChecksVolume) {
   EXPECT_EQ(Values(r), Values(t));
   EXPECT_EQ(t.shape(), (Shape{2, 6}));
   EXPECT_EQ(Tensor::Zeros(DType::kF32, {1, 1}).Reshape({}).shape(), Shape{});
-  EXPECT_THAT([&] { t.Reshape({5}); }, ThrowsError(ErrorKind::kInvalidArgument,
-                                                             "shape (2, 6) (12 elements) to (5,)"));
+  EXPECT_THAT([&] { t.Reshape({5}); },
+              ThrowsError(ErrorKind::kInvalidArgument, "shape (2, 6) (12 elements) to (5,)"));
 }
 
 TEST(TensorTest, SliceCopiesSubBox) {

@@ -41,9 +41,8 @@ nlohmann::json CommonToJson(const Node& common) {
 }
 
 Node CommonFromJson(const nlohmann::json& json) {
-  if (json.is_array() && std::any_of(json.begin(), json.end(), [](const nlohmann::json& e) {
-        return e.is_object();
-      })) {
+  if (json.is_array() && std::any_of(json.begin(), json.end(),
+                                     [](const nlohmann::json& e) { return e.is_object(); })) {
     List out;
     for (const nlohmann::json& e : json) out.push_back(CommonFromJson(e));
     return Node(std::move(out));

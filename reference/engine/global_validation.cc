@@ -15,8 +15,9 @@ void ValidateGlobalSharding(const Node& sharded, Communicator& comm) {
     GlobalMetadata global;
     global.reserve(all.size());
     for (size_t r = 0; r < all.size(); ++r) {
-      global.push_back(static_cast<int>(r) == kCoordinator ? std::move(mine)
-                                         : LocalMetadataFromJson(nlohmann::json::parse(all[r])));
+      global.push_back(static_cast<int>(r) == kCoordinator
+                           ? std::move(mine)
+                           : LocalMetadataFromJson(nlohmann::json::parse(all[r])));
     }
     ValidateShardingIntegrity(global);
   });

@@ -74,7 +74,9 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
     AgreeOnOutcome(comm, [&] { loaded = read(pieces.sharded); });
   }
 
-  AgreeOnOutcome(comm, [&] { result.state_dict = AssembleLoadResult(reader->metadata().common, pieces, loaded); });
+  AgreeOnOutcome(comm, [&] {
+    result.state_dict = AssembleLoadResult(reader->metadata().common, pieces, loaded);
+  });
   result.summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -21,9 +21,9 @@
 namespace distckpt {
 
 struct ChunkPlan {
-  size_t chunk_index = 0;       // into StoredTensor::chunks
-  std::vector<CopyRun> runs;    // a = stored chunk elements, b = destination elements
-  int64_t elements = 0;         // sum of run counts
+  size_t chunk_index = 0;     // into StoredTensor::chunks
+  std::vector<CopyRun> runs;  // a = stored chunk elements, b = destination elements
+  int64_t elements = 0;       // sum of run counts
 };
 
 struct TensorPlan {

@@ -72,10 +72,13 @@ TEST(LoadPlanTest, FlattenedRequestAndChunk) {
 
 TEST(LoadPlanTest, GlobalShapeMismatchNamesBothShapes) {
   StoredTensor stored = RowChunks({6, 4}, 2);
-  EXPECT_THAT([&] { PlanTensorLoad(stored, Request({8, 4}, Box{{0, 0}, {8, 4}})); },
-              ThrowsError(ErrorKind::kShapeMismatch,
-                          "Global shape mismatch for loaded ((6, 4)) and expected ((8, 4)) tensor "
-                          "for key w"));
+  EXPECT_THAT(
+      [&] {
+        PlanTensorLoad(stored, Request({8, 4}, Box{{0, 0}, {8, 4}}));
+      },
+      ThrowsError(ErrorKind::kShapeMismatch,
+                  "Global shape mismatch for loaded ((6, 4)) and expected ((8, 4)) tensor "
+                  "for key w"));
 }
 
 TEST(LoadPlanTest, ShapeMismatchAllowedReadsOnlyTheOverlap) {
@@ -90,15 +93,21 @@ TEST(LoadPlanTest, ShapeMismatchAllowedReadsOnlyTheOverlap) {
 TEST(LoadPlanTest, MissingChunkIsIncomplete) {
   StoredTensor stored = RowChunks({6, 4}, 2);
   stored.chunks.pop_back();
-  EXPECT_THAT([&] { PlanTensorLoad(stored, Request({6, 4}, Box{{2, 0}, {2, 4}})); },
-              ThrowsError(ErrorKind::kIncomplete, "key 'w': 4 of 8 requested elements"));
+  EXPECT_THAT(
+      [&] {
+        PlanTensorLoad(stored, Request({6, 4}, Box{{2, 0}, {2, 4}}));
+      },
+      ThrowsError(ErrorKind::kIncomplete, "key 'w': 4 of 8 requested elements"));
 }
 
 TEST(LoadPlanTest, OverlappingStoredChunksAreCorruption) {
   StoredTensor stored = RowChunks({6, 4}, 2);
   stored.chunks.push_back(stored.chunks[0]);
-  EXPECT_THAT([&] { PlanTensorLoad(stored, Request({6, 4}, Box{{0, 0}, {6, 4}})); },
-              ThrowsError(ErrorKind::kCorruption, "stored chunks of key 'w' overlap"));
+  EXPECT_THAT(
+      [&] {
+        PlanTensorLoad(stored, Request({6, 4}, Box{{0, 0}, {6, 4}}));
+      },
+      ThrowsError(ErrorKind::kCorruption, "stored chunks of key 'w' overlap"));
 }
 
 }  // namespace

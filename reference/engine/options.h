@@ -5,10 +5,9 @@
 #define DISTCKPT_ENGINE_OPTIONS_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
 #include "format/format.h"
@@ -26,9 +25,10 @@ struct SaveOptions {
   const Format* format = nullptr;  // nullptr = NativeFormat()
   Env* env = nullptr;              // nullptr = Env::Default()
   bool validate_access_integrity = true;
-  bool overwrite = false;          // replace a committed checkpoint (via staging)
-  std::string topology;            // recorded in the metadata
-  nlohmann::json content_metadata = nullptr;  // Megatron's content_metadata (common['content_metadata'])
+  bool overwrite = false;  // replace a committed checkpoint (via staging)
+  std::string topology;    // recorded in the metadata
+  nlohmann::json content_metadata =
+      nullptr;  // Megatron's content_metadata (common['content_metadata'])
 
   // Fully parallel save (strategy/fully_parallel.h): each shard whose main
   // replica lives in `parallelization_group` (nullptr = the save's

@@ -1,12 +1,12 @@
 #include "engine/read_state.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
 #include <thread>
 #include <vector>
-
-#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "engine/common_state.h"
@@ -32,8 +32,8 @@ Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, Verify
   const StoredTensor& stored = it->second;
 
   Tensor dst = request.data;
-  Shape local = request.flattened_range ? Shape{request.flattened_range->size()}
-                                        : request.local_shape;
+  Shape local =
+      request.flattened_range ? Shape{request.flattened_range->size()} : request.local_shape;
   if (!dst.defined()) {
     dst = request.allow_shape_mismatch ? Tensor::Zeros(request.dtype, local)
                                        : Tensor::Empty(request.dtype, local);
@@ -122,7 +122,8 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
   return loaded;
 }
 
-Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces, const Node& loaded) {
+Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces,
+                        const Node& loaded) {
   Node merged = CommonFromJson(common);
   Merge(merged, pieces.nonpersistent);
   Merge(merged, loaded);

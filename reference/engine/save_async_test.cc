@@ -47,7 +47,8 @@ Node AsyncState(const Communicator& comm, float bias = 0) {
   d["keyC"] = Node(
       ShardedTensor::FromRankOffsets("keyC", filled({2}, 1000 + 2 * rank), {{0, rank, world}}));
   d["keyE"] = Node(  // no elements: each rank's (2, 0) rows
-      ShardedTensor::FromRankOffsets("keyE", Tensor::Empty(DType::kF32, {2, 0}), {{0, rank, world}}));
+      ShardedTensor::FromRankOffsets("keyE", Tensor::Empty(DType::kF32, {2, 0}),
+                                     {{0, rank, world}}));
   d["obj"] = Node(ShardedObject{"obj", nlohmann::json{{"rank", rank}}, {world}, {rank}, {0}});
   d["step"] = Node(nlohmann::json(7));
   return Node(std::move(d));

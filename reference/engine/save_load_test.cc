@@ -1,12 +1,12 @@
 // End-to-end save/load over in-process ranks: resharding, byte accounting,
 // corruption, incomplete directories, refused saves, full disks, agreement.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "comm/thread_world.h"
 #include "engine/load.h"
@@ -212,8 +212,11 @@ TEST(SaveLoadTest, DirectoryWithoutMetadataIsRefusedAsIncomplete) {
   SaveRows(tmp.path(), 2, {4, 4});
   fs::remove(fs::path(tmp.path()) / "metadata.json");
   RunRanks(2, [&](Communicator& comm) {
-    EXPECT_THAT([&] { Load(StateOf({{"w", Node(Shard("w", {4, 4}, 0, comm.rank(), 2))}}), tmp.path(), comm); },
-                ThrowsError(ErrorKind::kIncomplete, "is not a distributed checkpoint"));
+    EXPECT_THAT(
+        [&] {
+          Load(StateOf({{"w", Node(Shard("w", {4, 4}, 0, comm.rank(), 2))}}), tmp.path(), comm);
+        },
+        ThrowsError(ErrorKind::kIncomplete, "is not a distributed checkpoint"));
   });
 }
 
@@ -224,7 +227,8 @@ TEST(SaveLoadTest, GapIsRefusedOnEveryRankWithTheGridAndNothingCommitted) {
     ReplicaId replica = comm.rank() == 2 ? ReplicaId{1} : ReplicaId{0};
     Node state = StateOf({{"w", Node(Shard("w", {12, 2}, 0, comm.rank(), 4, replica))}});
     EXPECT_THAT([&] { Save(state, tmp.path(), comm); },
-                ThrowsError(ErrorKind::kInvalidSharding, "Invalid access pattern for ShardedTensor(key='w'"));
+                ThrowsError(ErrorKind::kInvalidSharding,
+                            "Invalid access pattern for ShardedTensor(key='w'"));
   });
   EXPECT_FALSE(fs::exists(fs::path(tmp.path()) / "metadata.json"));
 }
@@ -255,7 +259,8 @@ TEST(SaveLoadTest, FullDiskFailsEveryRankAndKeepsThePreviousCheckpoint) {
     options.env = &env;
     options.overwrite = true;
     Node state = StateOf({{"w", Node(Shard("w", global, 0, comm.rank(), 2))}});
-    EXPECT_THAT([&] { Save(state, tmp.path(), comm, options); }, ThrowsError(ErrorKind::kIo, "rank"));
+    EXPECT_THAT([&] { Save(state, tmp.path(), comm, options); },
+                ThrowsError(ErrorKind::kIo, "rank"));
   });
   // The old checkpoint still loads, bit-exact.
   Node plain = LoadPlainTensors(tmp.path());
@@ -266,8 +271,11 @@ TEST(SaveLoadTest, RefusesToOverwriteACommittedCheckpointByDefault) {
   ScopedTempDir tmp;
   SaveRows(tmp.path(), 1, {2, 2});
   RunRanks(1, [&](Communicator& comm) {
-    EXPECT_THAT([&] { Save(StateOf({{"w", Node(Shard("w", {2, 2}, 0, 0, 1))}}), tmp.path(), comm); },
-                ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
+    EXPECT_THAT(
+        [&] {
+          Save(StateOf({{"w", Node(Shard("w", {2, 2}, 0, 0, 1))}}), tmp.path(), comm);
+        },
+        ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
   });
 }
 
@@ -309,8 +317,10 @@ TEST(SaveLoadTest, ObjectsCommonStateAndNonpersistentValuesComeBack) {
     o.global_shape = {2};
     o.global_offset = {comm.rank()};
     o.data = {{"state", comm.rank() * 10}};
-    Node state = StateOf({{"rng", Node(o)}, {"iteration", Node(nlohmann::json(7))},
-                          {"local", Node(LocalNonpersistentObject{nlohmann::json("never saved")})}});
+    Node state =
+        StateOf({{"rng", Node(o)},
+                 {"iteration", Node(nlohmann::json(7))},
+                 {"local", Node(LocalNonpersistentObject{nlohmann::json("never saved")})}});
     Save(state, tmp.path(), comm);
   });
   RunRanks(2, [&](Communicator& comm) {
@@ -318,8 +328,9 @@ TEST(SaveLoadTest, ObjectsCommonStateAndNonpersistentValuesComeBack) {
     want.key = "rng";
     want.global_shape = {2};
     want.global_offset = {comm.rank()};
-    Node request = StateOf({{"rng", Node(want)},
-                            {"local", Node(LocalNonpersistentObject{nlohmann::json(comm.rank())})}});
+    Node request =
+        StateOf({{"rng", Node(want)},
+                 {"local", Node(LocalNonpersistentObject{nlohmann::json(comm.rank())})}});
     LoadResult r = Load(request, tmp.path(), comm);
     EXPECT_EQ(r.state_dict.at("rng").as<nlohmann::json>()["state"], comm.rank() * 10);
     EXPECT_EQ(r.state_dict.at("iteration").as<nlohmann::json>(), 7);

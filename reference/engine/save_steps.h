@@ -10,8 +10,8 @@
 
 #include <cstddef>
 #include <functional>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 #include "comm/communicator.h"

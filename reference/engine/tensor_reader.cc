@@ -5,7 +5,7 @@
 namespace distckpt {
 
 PlanBytes ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
-                           const TensorPlan& plan, Tensor& dst, VerifyPolicy policy) {
+                            const TensorPlan& plan, Tensor& dst, VerifyPolicy policy) {
   const size_t src_size = DTypeSize(stored.dtype);
   const size_t dst_size = DTypeSize(dst.dtype());
   const bool same_dtype = stored.dtype == dst.dtype();
@@ -37,8 +37,9 @@ PlanBytes ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored
     if (!same_dtype) {
       const std::byte* cursor = staging.data();
       for (const CopyRun& run : cp.runs) {
-        ConvertElements(cursor, stored.dtype, dst.data() + static_cast<size_t>(run.b_index) * dst_size,
-                        dst.dtype(), static_cast<size_t>(run.count));
+        ConvertElements(cursor, stored.dtype,
+                        dst.data() + static_cast<size_t>(run.b_index) * dst_size, dst.dtype(),
+                        static_cast<size_t>(run.count));
         cursor += static_cast<size_t>(run.count) * src_size;
       }
     }

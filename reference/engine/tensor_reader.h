@@ -21,7 +21,7 @@ struct PlanBytes {
 };
 
 PlanBytes ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
-                           const TensorPlan& plan, Tensor& dst, VerifyPolicy policy);
+                            const TensorPlan& plan, Tensor& dst, VerifyPolicy policy);
 
 }  // namespace distckpt
 

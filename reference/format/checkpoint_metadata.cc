@@ -57,7 +57,8 @@ void CheckTensorTiling(const StoredTensor& tensor, const std::string& source) {
     const auto [a, b] = check.overlaps[0];
     Fail(ErrorKind::kCorruption, "{}: tensor '{}': stored {} and {} overlap in {}", source,
          tensor.key, DescribeChunk(tensor, std::min(owner[a], owner[b])),
-         DescribeChunk(tensor, std::max(owner[a], owner[b])), Intersect(boxes[a], boxes[b])->ToString());
+         DescribeChunk(tensor, std::max(owner[a], owner[b])),
+         Intersect(boxes[a], boxes[b])->ToString());
   }
   if (check.gap) {
     Fail(ErrorKind::kIncomplete,

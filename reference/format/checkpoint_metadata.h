@@ -9,11 +9,10 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/box.h"
 #include "core/dtype.h"
@@ -26,9 +25,9 @@ namespace distckpt {
 struct StoredChunk {
   Box box;
   std::optional<FlatRange> flat;
-  std::string file;         // relative to the checkpoint directory
-  uint64_t offset = 0;      // byte offset of the first element in `file`
-  uint64_t length = 0;      // bytes
+  std::string file;                  // relative to the checkpoint directory
+  uint64_t offset = 0;               // byte offset of the first element in `file`
+  uint64_t length = 0;               // bytes
   std::optional<uint64_t> checksum;  // xxHash3-64 of the `length` bytes
   int writer_rank = 0;
 
@@ -60,12 +59,12 @@ struct StoredObject {
 struct CheckpointMetadata {
   std::string format = "native";  // "native" or "dcp"
   int format_version = 1;
-  std::string writer;             // "distckpt 0.1.0"
-  std::string topology;           // topology string at save, "" if unknown
-  std::map<std::string, StoredTensor> tensors;   // by key
-  std::map<std::string, StoredObject> objects;   // by unique key
-  nlohmann::json common = nlohmann::json::object();  // non-sharded state
-  nlohmann::json content = nlohmann::json::object(); // free-form (content_metadata)
+  std::string writer;                                 // "distckpt 0.1.0"
+  std::string topology;                               // topology string at save, "" if unknown
+  std::map<std::string, StoredTensor> tensors;        // by key
+  std::map<std::string, StoredObject> objects;        // by unique key
+  nlohmann::json common = nlohmann::json::object();   // non-sharded state
+  nlohmann::json content = nlohmann::json::object();  // free-form (content_metadata)
 
   // Adds another rank's pieces (tensors merged by key; dtype and global shape
   // must agree, else CheckpointError(kShapeMismatch) naming the key; an

@@ -130,11 +130,10 @@ TEST(CheckChunkTilingTest, AcceptsExactTilings) {
   EXPECT_NO_THROW(CheckOne(Tiled({}, {Chunk({}, {}, 0)})));  // a scalar
   EXPECT_NO_THROW(CheckOne(Tiled({4, 2}, {Chunk({2, 0}, {2, 2}, 1), Chunk({0, 0}, {2, 2}, 0)})));
   // Flattened pieces of two chunks (distributed optimizer), and an empty trailing shard.
-  EXPECT_NO_THROW(CheckOne(Tiled({4, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4),
-                                          Flat(Chunk({0, 0}, {2, 3}, 1), 4, 6),
-                                          Flat(Chunk({2, 0}, {2, 3}, 0), 0, 1),
-                                          Flat(Chunk({2, 0}, {2, 3}, 1), 1, 6),
-                                          Chunk({4, 0}, {0, 3}, 2)})));
+  EXPECT_NO_THROW(CheckOne(
+      Tiled({4, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4), Flat(Chunk({0, 0}, {2, 3}, 1), 4, 6),
+                     Flat(Chunk({2, 0}, {2, 3}, 0), 0, 1), Flat(Chunk({2, 0}, {2, 3}, 1), 1, 6),
+                     Chunk({4, 0}, {0, 3}, 2)})));
   // Tensors of no elements: any empty chunks, or none.
   EXPECT_NO_THROW(CheckOne(Tiled({4, 0}, {Chunk({0, 0}, {2, 0}, 0), Chunk({2, 0}, {2, 0}, 1)})));
   EXPECT_NO_THROW(CheckOne(Tiled({0}, {})));
@@ -143,20 +142,23 @@ TEST(CheckChunkTilingTest, AcceptsExactTilings) {
 TEST(CheckChunkTilingTest, OverlapNamesSourceKeyChunksAndRegion) {
   // metadata.json with one digit changed: chunk offset [0] -> [1] of 102 elements in two
   // chunks of 51 overlaps [51:52] and leaves [0:1] uncovered; counting elements passes it.
-  EXPECT_THAT([] { CheckOne(Tiled({102}, {Chunk({1}, {51}, 0), Chunk({51}, {51}, 2)})); },
-              ThrowsError(ErrorKind::kCorruption,
-                          "ck/metadata.json: tensor 'w': stored chunks[0] [1:52] (file __0_0.bin, "
-                          "rank 0) and chunks[1] [51:102] (file __2_0.bin, rank 2) overlap in "
-                          "[51:52]"));
-  StoredTensor twice = Tiled({4, 2}, {Chunk({0, 0}, {2, 2}, 0), Chunk({2, 0}, {2, 2}, 1)});
-  twice.chunks.push_back(twice.chunks[0]);
-  EXPECT_THAT([&] { CheckOne(twice); },
-              ThrowsError(ErrorKind::kCorruption, "chunks[0] [0:2, 0:2] (file __0_0.bin, rank 0) "
-                                                  "and chunks[2] [0:2, 0:2]"));
   EXPECT_THAT(
       [] {
-        CheckOne(Tiled({2, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4),
-                                Flat(Chunk({0, 0}, {2, 3}, 1), 3, 6)}));
+        CheckOne(Tiled({102}, {Chunk({1}, {51}, 0), Chunk({51}, {51}, 2)}));
+      },
+      ThrowsError(ErrorKind::kCorruption,
+                  "ck/metadata.json: tensor 'w': stored chunks[0] [1:52] (file __0_0.bin, "
+                  "rank 0) and chunks[1] [51:102] (file __2_0.bin, rank 2) overlap in "
+                  "[51:52]"));
+  StoredTensor twice = Tiled({4, 2}, {Chunk({0, 0}, {2, 2}, 0), Chunk({2, 0}, {2, 2}, 1)});
+  twice.chunks.push_back(twice.chunks[0]);
+  EXPECT_THAT([&] { CheckOne(twice); }, ThrowsError(ErrorKind::kCorruption,
+                                                    "chunks[0] [0:2, 0:2] (file __0_0.bin, rank 0) "
+                                                    "and chunks[2] [0:2, 0:2]"));
+  EXPECT_THAT(
+      [] {
+        CheckOne(Tiled(
+            {2, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4), Flat(Chunk({0, 0}, {2, 3}, 1), 3, 6)}));
       },
       ThrowsError(ErrorKind::kCorruption,
                   "chunks[0] [0:2, 0:3] flat [0, 4) (file __0_0.bin, rank 0) and chunks[1] "
@@ -164,24 +166,37 @@ TEST(CheckChunkTilingTest, OverlapNamesSourceKeyChunksAndRegion) {
 }
 
 TEST(CheckChunkTilingTest, GapIsIncompleteNamingTheRegion) {
-  EXPECT_THAT([] { CheckOne(Tiled({6, 4}, {Chunk({0, 0}, {2, 4}, 0), Chunk({4, 0}, {2, 4}, 2)})); },
-              ThrowsError(ErrorKind::kIncomplete,
-                          "ck/metadata.json: tensor 'w': elements [2:4, 0:4] of global shape "
-                          "(6, 4) are in no stored chunk (16 of 24 elements stored in 2 chunks)"));
-  EXPECT_THAT([] { CheckOne(Tiled({2, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4)})); },
-              ThrowsError(ErrorKind::kIncomplete, "elements [1:2, 1:3] of global shape (2, 3)"));
+  EXPECT_THAT(
+      [] {
+        CheckOne(Tiled({6, 4}, {Chunk({0, 0}, {2, 4}, 0), Chunk({4, 0}, {2, 4}, 2)}));
+      },
+      ThrowsError(ErrorKind::kIncomplete,
+                  "ck/metadata.json: tensor 'w': elements [2:4, 0:4] of global shape "
+                  "(6, 4) are in no stored chunk (16 of 24 elements stored in 2 chunks)"));
+  EXPECT_THAT(
+      [] {
+        CheckOne(Tiled({2, 3}, {Flat(Chunk({0, 0}, {2, 3}, 0), 0, 4)}));
+      },
+      ThrowsError(ErrorKind::kIncomplete, "elements [1:2, 1:3] of global shape (2, 3)"));
   EXPECT_THAT([] { CheckOne(Tiled({3}, {})); },
-              ThrowsError(ErrorKind::kIncomplete, "elements [0:3] of global shape (3,) are in no "
-                                                  "stored chunk (0 of 3 elements stored in 0 chunks)"));
+              ThrowsError(ErrorKind::kIncomplete,
+                          "elements [0:3] of global shape (3,) are in no "
+                          "stored chunk (0 of 3 elements stored in 0 chunks)"));
 }
 
 TEST(CheckChunkTilingTest, ChunkOutsideTheShapeOrOfAnotherRankIsCorruption) {
-  EXPECT_THAT([] { CheckOne(Tiled({4}, {Chunk({0}, {2}, 0), Chunk({2}, {3}, 1)})); },
-              ThrowsError(ErrorKind::kCorruption,
-                          "tensor 'w': chunks[1] [2:5] (file __1_0.bin, rank 1) lies outside the "
-                          "global shape (4,)"));
-  EXPECT_THAT([] { CheckOne(Tiled({4}, {Chunk({0, 0}, {4, 1}, 0)})); },
-              ThrowsError(ErrorKind::kCorruption, "has 2 dims, the tensor has 1"));
+  EXPECT_THAT(
+      [] {
+        CheckOne(Tiled({4}, {Chunk({0}, {2}, 0), Chunk({2}, {3}, 1)}));
+      },
+      ThrowsError(ErrorKind::kCorruption,
+                  "tensor 'w': chunks[1] [2:5] (file __1_0.bin, rank 1) lies outside the "
+                  "global shape (4,)"));
+  EXPECT_THAT(
+      [] {
+        CheckOne(Tiled({4}, {Chunk({0, 0}, {4, 1}, 0)}));
+      },
+      ThrowsError(ErrorKind::kCorruption, "has 2 dims, the tensor has 1"));
 }
 
 }  // namespace

@@ -33,14 +33,18 @@ bool IsRankFileName(std::string_view name, std::string_view suffix) {
 
 DataFileWriter::DataFileWriter(Env* env, std::string dir, int rank, std::string file_name,
                                CheckpointMetadata metadata)
-    : env_(env), dir_(std::move(dir)), rank_(rank), file_name_(std::move(file_name)),
+    : env_(env),
+      dir_(std::move(dir)),
+      rank_(rank),
+      file_name_(std::move(file_name)),
       metadata_(std::move(metadata)) {
   metadata_.writer = "distckpt " DISTCKPT_VERSION;
 }
 
 void DataFileWriter::CheckOpen() const {
   if (finished_) {
-    Fail(ErrorKind::kInvalidArgument, "{} writer of rank {} already finished", metadata_.format, rank_);
+    Fail(ErrorKind::kInvalidArgument, "{} writer of rank {} already finished", metadata_.format,
+         rank_);
   }
 }
 
@@ -63,18 +67,21 @@ StoredChunk DataFileWriter::WriteTensorChunk(const std::string& key, DType dtype
          box.ToString(), key, ShapeToString(global_shape));
   }
   if (flat && (flat->start < 0 || flat->start > flat->stop || flat->stop > box.volume())) {
-    Fail(ErrorKind::kInvalidArgument, "flat range [{}, {}) of tensor '{}' chunk {} exceeds its {} elements",
-         flat->start, flat->stop, key, box.ToString(), box.volume());
+    Fail(ErrorKind::kInvalidArgument,
+         "flat range [{}, {}) of tensor '{}' chunk {} exceeds its {} elements", flat->start,
+         flat->stop, key, box.ToString(), box.volume());
   }
   StoredChunk chunk;
   chunk.box = box;
   chunk.flat = flat;
   chunk.length = static_cast<uint64_t>(chunk.numel()) * DTypeSize(dtype);
   if (bytes.size() != chunk.length) {
-    Fail(ErrorKind::kInvalidArgument, "tensor '{}' chunk {}: got {} bytes, but {} elements of {} take {}",
-         key, box.ToString(), bytes.size(), chunk.numel(), DTypeName(dtype), chunk.length);
+    Fail(ErrorKind::kInvalidArgument,
+         "tensor '{}' chunk {}: got {} bytes, but {} elements of {} take {}", key, box.ToString(),
+         bytes.size(), chunk.numel(), DTypeName(dtype), chunk.length);
   }
-  auto [it, inserted] = metadata_.tensors.try_emplace(key, StoredTensor{key, dtype, global_shape, {}});
+  auto [it, inserted] =
+      metadata_.tensors.try_emplace(key, StoredTensor{key, dtype, global_shape, {}});
   StoredTensor& tensor = it->second;
   if (!inserted && (tensor.dtype != dtype || tensor.global_shape != global_shape)) {
     Fail(ErrorKind::kShapeMismatch,

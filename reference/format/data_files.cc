@@ -20,8 +20,9 @@ const RandomAccessFile& DataFiles::Open(const std::string& name, uint64_t offset
     file = slot.get();
   }
   if (file->size() < offset || file->size() - offset < length) {
-    Fail(ErrorKind::kCorruption, "data file {} is truncated: {} needs bytes [{}, {}), the file has {}",
-         file->path(), what(), offset, offset + length, file->size());
+    Fail(ErrorKind::kCorruption,
+         "data file {} is truncated: {} needs bytes [{}, {}), the file has {}", file->path(),
+         what(), offset, offset + length, file->size());
   }
   return *file;
 }

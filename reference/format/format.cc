@@ -20,8 +20,8 @@ std::string FormatNames() {
 const std::vector<const Format*>& AllFormats() {
   // New formats are added here; detection tries them in order ("dcp" reads
   // every DCP checkpoint, so "dcp-1.13" is only ever chosen by name).
-  static const std::vector<const Format*> formats = {&NativeFormat(), &DcpFormat(DcpTarget::kTorch2),
-                                                     &DcpFormat(DcpTarget::kTorch113)};
+  static const std::vector<const Format*> formats = {
+      &NativeFormat(), &DcpFormat(DcpTarget::kTorch2), &DcpFormat(DcpTarget::kTorch113)};
   return formats;
 }
 
@@ -46,9 +46,12 @@ const Format& DetectFormat(Env* env, const std::string& dir) {
 
 std::string_view VerifyPolicyName(VerifyPolicy policy) {
   switch (policy) {
-    case VerifyPolicy::kAlways: return "always";
-    case VerifyPolicy::kNever: return "never";
-    default: return "whole";
+    case VerifyPolicy::kAlways:
+      return "always";
+    case VerifyPolicy::kNever:
+      return "never";
+    default:
+      return "whole";
   }
 }
 
@@ -56,7 +59,8 @@ VerifyPolicy ParseVerifyPolicy(std::string_view name) {
   for (VerifyPolicy p : {VerifyPolicy::kWhenWhole, VerifyPolicy::kAlways, VerifyPolicy::kNever}) {
     if (name == VerifyPolicyName(p)) return p;
   }
-  Fail(ErrorKind::kInvalidArgument, "unknown verify policy '{}' (expected whole, always or never)", name);
+  Fail(ErrorKind::kInvalidArgument, "unknown verify policy '{}' (expected whole, always or never)",
+       name);
 }
 
 }  // namespace distckpt

@@ -30,8 +30,8 @@ std::string PrepareStagedDirectory(Env* env, const std::string& dir, bool overwr
   }
   if (layout.is_committed(env, dir)) {
     if (!overwrite) {
-      Fail(ErrorKind::kInvalidArgument, "refusing to overwrite committed checkpoint {} (pass overwrite)",
-           dir);
+      Fail(ErrorKind::kInvalidArgument,
+           "refusing to overwrite committed checkpoint {} (pass overwrite)", dir);
     }
     if (env->FileExists(old)) {
       Fail(ErrorKind::kInvalidArgument,
@@ -74,7 +74,8 @@ void RequireCheckpointDirectory(Env* env, const std::string& dir, const StagedLa
   Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist{}", dir,
        layout.is_committed(env, staging)
            ? fmt::format(" (an interrupted overwrite left the new checkpoint in {}; the next save "
-                         "to {} finishes the swap)", staging, dir)
+                         "to {} finishes the swap)",
+                         staging, dir)
            : "");
 }
 

@@ -30,7 +30,8 @@ Tensor DequantizeFp8(const Tensor& codes, float scale_inv, DType nominal) {
   const auto* bits = codes.data_as<uint8_t>();
   for (int64_t i = 0; i < codes.numel(); ++i) {
     float v = codes.dtype() == DType::kF8E4M3FN ? E4M3FNToFloat(bits[i]) : E5M2ToFloat(bits[i]);
-    StoreFromDouble(out.data(), nominal, static_cast<size_t>(i), static_cast<double>(v * scale_inv));
+    StoreFromDouble(out.data(), nominal, static_cast<size_t>(i),
+                    static_cast<double>(v * scale_inv));
   }
   return out;
 }

@@ -1,9 +1,9 @@
 #include "fp8/quantize.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <gtest/gtest.h>
 
 #include "core/error_testing.h"
 
@@ -27,7 +27,8 @@ TEST(Fp8QuantizeTest, ScalesRoundsToNearestEvenAndCountsSaturation) {
   EXPECT_EQ(E4M3FNToFloat(q.codes.data_as<uint8_t>()[3]), -448.0f);
   EXPECT_TRUE(std::isnan(E4M3FNToFloat(q.codes.data_as<uint8_t>()[4])));
   // Ties go to even: 1.0625 is halfway between 1.0 (mantissa 000) and 1.125 (001).
-  EXPECT_EQ(E4M3FNToFloat(QuantizeFp8(F32({1.0625f}), DType::kF8E4M3FN, 1.0f).codes.data_as<uint8_t>()[0]),
+  EXPECT_EQ(E4M3FNToFloat(
+                QuantizeFp8(F32({1.0625f}), DType::kF8E4M3FN, 1.0f).codes.data_as<uint8_t>()[0]),
             1.0f);
   Fp8Quantized e5 = QuantizeFp8(F32({1e6f, 3.0f}), DType::kF8E5M2, 1.0f);
   EXPECT_EQ(e5.saturated, 1);
@@ -58,7 +59,8 @@ TEST(Fp8QuantizeTest, AllCodesRoundTripThroughDequantiseAndQuantise) {
       if (std::isinf(v)) {
         EXPECT_EQ(E5M2ToFloat(got), std::copysign(57344.0f, v)) << c;
       } else if (std::isnan(v)) {
-        EXPECT_TRUE(std::isnan(fp8 == DType::kF8E4M3FN ? E4M3FNToFloat(got) : E5M2ToFloat(got))) << c;
+        EXPECT_TRUE(std::isnan(fp8 == DType::kF8E4M3FN ? E4M3FNToFloat(got) : E5M2ToFloat(got)))
+            << c;
       } else {
         EXPECT_EQ(got, c) << DTypeName(fp8) << " code " << c;
       }

@@ -71,7 +71,8 @@ FlatRange MegatronFsdpRows(const MegatronFsdpBucket& bucket, const std::vector<S
                            int param, int64_t rank) {
   const FlatRange& item = bucket.params[param];
   int64_t shard = bucket.shard_size();
-  int64_t start = std::max(item.start, rank * shard), stop = std::min(item.stop, (rank + 1) * shard);
+  int64_t start = std::max(item.start, rank * shard),
+          stop = std::min(item.stop, (rank + 1) * shard);
   int64_t row = RowSize(shapes[param]);
   if (start >= stop || row == 0) return {0, 0};
   return {(start - item.start) / row, (stop - item.start) / row};
@@ -87,7 +88,8 @@ FsdpLayout ParseFsdpLayout(std::string_view name) {
   if (name == "none") return FsdpLayout::kNone;
   if (name == "megatron") return FsdpLayout::kMegatron;
   if (name == "fsdp2") return FsdpLayout::kFsdp2;
-  Fail(ErrorKind::kInvalidArgument, "unknown fsdp layout '{}' (expected none, megatron or fsdp2)", name);
+  Fail(ErrorKind::kInvalidArgument, "unknown fsdp layout '{}' (expected none, megatron or fsdp2)",
+       name);
 }
 
 std::vector<ShardedTensor> ShardForFsdp(FsdpLayout layout, const std::vector<ShardedTensor>& shards,
@@ -95,7 +97,8 @@ std::vector<ShardedTensor> ShardForFsdp(FsdpLayout layout, const std::vector<Sha
   if (layout == FsdpLayout::kNone) return shards;
   std::vector<FlatRange> rows(shards.size());
   if (layout == FsdpLayout::kFsdp2) {
-    for (size_t i = 0; i < shards.size(); ++i) rows[i] = Fsdp2Rows(shards[i].local_shape.at(0), dp, dp_rank);
+    for (size_t i = 0; i < shards.size(); ++i)
+      rows[i] = Fsdp2Rows(shards[i].local_shape.at(0), dp, dp_rank);
   } else {
     std::map<DType, std::vector<size_t>> buckets;
     for (size_t i = 0; i < shards.size(); ++i) buckets[shards[i].dtype].push_back(i);
@@ -113,7 +116,8 @@ std::vector<ShardedTensor> ShardForFsdp(FsdpLayout layout, const std::vector<Sha
     const ShardedTensor& s = shards[i];
     if (s.flattened_range || s.local_shape.empty() || s.replica_id.size() != 3) {
       Fail(ErrorKind::kInvalidArgument,
-           "fsdp: '{}' must be an unflattened, at least 1-d shard with a (PP, TP, DP) replica id", s.key);
+           "fsdp: '{}' must be an unflattened, at least 1-d shard with a (PP, TP, DP) replica id",
+           s.key);
     }
     ShardedTensor t = s.WithoutData();
     const size_t axis = static_cast<size_t>(s.prepend_axis_num);

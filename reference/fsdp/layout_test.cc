@@ -90,9 +90,12 @@ TEST(ShardForFsdpTest, UnevenShardsDropDpFromReplicaId) {
 }
 
 TEST(FsdpLayoutTest, RefusesBadInput) {
-  EXPECT_THAT([] { LayoutMegatronFsdpBucket({{4}}, 0); }, ThrowsError(ErrorKind::kInvalidArgument, "dp >= 1"));
-  EXPECT_THAT([] { LayoutMegatronFsdpBucket({{}}, 2); }, ThrowsError(ErrorKind::kInvalidArgument, "0-d"));
-  EXPECT_THAT([] { ParseFsdpLayout("fsdp1"); }, ThrowsError(ErrorKind::kInvalidArgument, "unknown fsdp layout"));
+  EXPECT_THAT([] { LayoutMegatronFsdpBucket({{4}}, 0); },
+              ThrowsError(ErrorKind::kInvalidArgument, "dp >= 1"));
+  EXPECT_THAT([] { LayoutMegatronFsdpBucket({{}}, 2); },
+              ThrowsError(ErrorKind::kInvalidArgument, "0-d"));
+  EXPECT_THAT([] { ParseFsdpLayout("fsdp1"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "unknown fsdp layout"));
 }
 
 }  // namespace

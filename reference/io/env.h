@@ -24,8 +24,8 @@ class WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual void Append(std::span<const std::byte> data) = 0;
-  virtual void Sync() = 0;   // fdatasync
-  virtual void Close() = 0;  // idempotent
+  virtual void Sync() = 0;            // fdatasync
+  virtual void Close() = 0;           // idempotent
   virtual uint64_t size() const = 0;  // bytes appended so far
 };
 
@@ -43,13 +43,14 @@ class Env {
   virtual ~Env() = default;
   static Env* Default();  // POSIX
 
-  virtual std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) = 0;  // create/truncate
+  virtual std::unique_ptr<WritableFile> NewWritableFile(
+      const std::string& path) = 0;  // create/truncate
   virtual std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) = 0;
   virtual bool FileExists(const std::string& path) = 0;
   virtual bool IsDirectory(const std::string& path) = 0;
   virtual uint64_t FileSize(const std::string& path) = 0;
   virtual std::vector<std::string> ListDir(const std::string& dir) = 0;  // names, sorted, no . / ..
-  virtual void CreateDirs(const std::string& dir) = 0;  // mkdir -p
+  virtual void CreateDirs(const std::string& dir) = 0;                   // mkdir -p
   virtual void RemoveFile(const std::string& path) = 0;
   virtual void RemoveAll(const std::string& path) = 0;  // rm -rf; missing is fine
   virtual void RenameFile(const std::string& from, const std::string& to) = 0;

@@ -1,8 +1,8 @@
 #include "io/env.h"
 
-#include <thread>
-
 #include <gtest/gtest.h>
+
+#include <thread>
 
 #include "io/fault_env.h"
 #include "io/testing.h"

@@ -5,6 +5,7 @@
 #ifndef DISTCKPT_IO_TESTING_H_
 #define DISTCKPT_IO_TESTING_H_
 
+#include <gmock/gmock.h>
 #include <stdlib.h>
 
 #include <cstddef>
@@ -12,8 +13,6 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-
-#include <gmock/gmock.h>
 
 #include "core/error.h"
 #include "core/error_testing.h"  // ThrowsError

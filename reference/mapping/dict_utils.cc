@@ -2,9 +2,9 @@
 // pre-processing (§1.8).
 #include "mapping/dict_utils.h"
 
-#include <charconv>
-
 #include <fmt/format.h>
+
+#include <charconv>
 
 #include "core/error.h"
 #include "mapping/py_format.h"

@@ -1,9 +1,9 @@
 // Python-style formatting helpers (see py_format.h).
 #include "mapping/py_format.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace distckpt {
 

@@ -1,10 +1,10 @@
 // ShardedObject: unique keys and their parser (megatron-semantics §1.3).
 #include "mapping/sharded_object.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "mapping/py_format.h"

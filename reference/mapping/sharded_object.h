@@ -6,9 +6,8 @@
 #ifndef DISTCKPT_MAPPING_SHARDED_OBJECT_H_
 #define DISTCKPT_MAPPING_SHARDED_OBJECT_H_
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/box.h"
 #include "mapping/sharded_tensor.h"
@@ -29,7 +28,8 @@ struct ShardedObject {
   // Parses a unique key (splitting at the LAST '/', so keys may contain '/':
   // Megatron splits at the only one and breaks on such keys, §12). A shape one
   // shorter than the offset gets a trailing -1 (backward compatibility).
-  static ShardedObject EmptyFromUniqueKey(const std::string& unique_key, ReplicaId replica_id = {0});
+  static ShardedObject EmptyFromUniqueKey(const std::string& unique_key,
+                                          ReplicaId replica_id = {0});
   ShardedObject WithoutData() const;
   std::string ToString() const;  // ShardedObject(key='...')
 };

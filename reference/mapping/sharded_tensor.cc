@@ -2,9 +2,9 @@
 // narrowing and Megatron's repr (megatron-semantics §1.1, §1.2).
 #include "mapping/sharded_tensor.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "mapping/py_format.h"

@@ -58,7 +58,9 @@ struct ShardedTensor {
   // Elements this shard holds (flattened range size, or chunk volume).
   int64_t LocalNumel() const;
   ShardedTensor WithoutData() const;
-  // Megatron's repr: ShardedTensor(key='k', dtype=..., local_shape=(..), global_shape=(..), global_offset=(..), axis_fragmentations=(..), replica_id=.., prepend_axis_num=.., allow_shape_mismatch=.., flattened_range=..)
+  // Megatron's repr: ShardedTensor(key='k', dtype=..., local_shape=(..), global_shape=(..),
+  // global_offset=(..), axis_fragmentations=(..), replica_id=.., prepend_axis_num=..,
+  // allow_shape_mismatch=.., flattened_range=..)
   std::string ToString() const;
 
   // from_rank_offsets: see megatron-semantics §1.1 "Constructors".

@@ -12,11 +12,10 @@
 
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/tensor.h"
 #include "mapping/sharded_object.h"
@@ -32,9 +31,9 @@ using StateDict = Node;  // by convention a dict at top level
 // ShardedTensorFactory (§1.4): builds a sub-tree of ShardedTensors at save and
 // load time, and merges the loaded sub-tree back into one Tensor.
 struct ShardedTensorFactory {
-  using BuildFn = std::function<Node(const std::string& key, const Tensor& data,
-                                     const ReplicaId& replica_id,
-                                     const std::optional<FlatRange>& flattened_range)>;
+  using BuildFn =
+      std::function<Node(const std::string& key, const Tensor& data, const ReplicaId& replica_id,
+                         const std::optional<FlatRange>& flattened_range)>;
   using MergeFn = std::function<Tensor(const Node& loaded)>;
   std::string key;
   Tensor data;
@@ -60,11 +59,26 @@ class Node {
   Node(Tensor t) : value_(std::move(t)) {}
   Node(nlohmann::json j) : value_(std::move(j)) {}
 
-  template <typename T> bool is() const { return std::holds_alternative<T>(value_); }
-  template <typename T> T& as() { return std::get<T>(value_); }
-  template <typename T> const T& as() const { return std::get<T>(value_); }
-  template <typename T> T* get_if() { return std::get_if<T>(&value_); }
-  template <typename T> const T* get_if() const { return std::get_if<T>(&value_); }
+  template <typename T>
+  bool is() const {
+    return std::holds_alternative<T>(value_);
+  }
+  template <typename T>
+  T& as() {
+    return std::get<T>(value_);
+  }
+  template <typename T>
+  const T& as() const {
+    return std::get<T>(value_);
+  }
+  template <typename T>
+  T* get_if() {
+    return std::get_if<T>(&value_);
+  }
+  template <typename T>
+  const T* get_if() const {
+    return std::get_if<T>(&value_);
+  }
   bool is_container() const { return is<Dict>() || is<List>(); }
   Value& value() { return value_; }
   const Value& value() const { return value_; }

@@ -2,12 +2,12 @@
 // megatron-semantics §2.3 (validate_integrity_and_strict_load, step 1).
 #include "mapping/strict.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <iterator>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "mapping/dict_utils.h"

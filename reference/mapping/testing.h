@@ -5,11 +5,11 @@
 #ifndef DISTCKPT_MAPPING_TESTING_H_
 #define DISTCKPT_MAPPING_TESTING_H_
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "core/tensor.h"

@@ -3,11 +3,11 @@
 // ShardedObject checks and the common-state comparison.
 #include "mapping/validation.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "mapping/dict_utils.h"

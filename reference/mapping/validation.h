@@ -7,11 +7,10 @@
 #ifndef DISTCKPT_MAPPING_VALIDATION_H_
 #define DISTCKPT_MAPPING_VALIDATION_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "mapping/sharded_object.h"
 #include "mapping/sharded_tensor.h"

@@ -1,11 +1,11 @@
 // Sharding validation of one ShardedTensor key across ranks
 // (megatron-semantics §2.2): consistency, flattened-range tiling, the
 // main-replica count grid of regular grids, exact tiling of uneven shardings.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "mapping/py_format.h"
 #include "mapping/tiling.h"

@@ -3,10 +3,10 @@
 // tilings, objects, the JSON exchange form and the common-state warning.
 #include "mapping/validation.h"
 
-#include <algorithm>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "mapping/testing.h"
 

@@ -13,11 +13,11 @@ int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multi
 
 }  // namespace
 
-BufferLayout LayoutBuffer(const std::vector<int64_t>& param_numels, int64_t dp,
-                          int64_t pad_divisor, int64_t bucket_numel) {
+BufferLayout LayoutBuffer(const std::vector<int64_t>& param_numels, int64_t dp, int64_t pad_divisor,
+                          int64_t bucket_numel) {
   if (dp < 1 || pad_divisor < 1) {
-    Fail(ErrorKind::kInvalidArgument, "buffer layout needs dp >= 1 and pad_divisor >= 1, got {} and {}",
-         dp, pad_divisor);
+    Fail(ErrorKind::kInvalidArgument,
+         "buffer layout needs dp >= 1 and pad_divisor >= 1, got {} and {}", dp, pad_divisor);
   }
   const int64_t end_multiple = std::lcm(dp, pad_divisor);
   BufferLayout layout;
@@ -47,8 +47,8 @@ FlatRange DpSlice(const Bucket& bucket, int64_t dp, int64_t dp_rank) {
   return {bucket.start + dp_rank * size, bucket.start + (dp_rank + 1) * size};
 }
 
-std::vector<FlatRange> BucketSegments(const BufferLayout& layout, const Bucket& bucket,
-                                      int64_t dp, int64_t dp_rank) {
+std::vector<FlatRange> BucketSegments(const BufferLayout& layout, const Bucket& bucket, int64_t dp,
+                                      int64_t dp_rank) {
   std::set<int64_t> cuts{0, bucket.numel_unpadded};
   for (int i : bucket.params) {
     cuts.insert(layout.params[i].start - bucket.start);
@@ -61,7 +61,8 @@ std::vector<FlatRange> BucketSegments(const BufferLayout& layout, const Bucket& 
   std::vector<FlatRange> segments;
   for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) {
     FlatRange seg{*it, *std::next(it)};
-    if (seg.start >= slice.start && seg.stop <= slice.stop && seg.size() > 0) segments.push_back(seg);
+    if (seg.start >= slice.start && seg.stop <= slice.stop && seg.size() > 0)
+      segments.push_back(seg);
   }
   return segments;
 }

@@ -20,10 +20,10 @@ namespace distckpt {
 inline constexpr int64_t kParamStartAlignment = 64;
 
 struct Bucket {
-  int64_t start = 0;           // in the buffer
-  int64_t numel = 0;           // padded
+  int64_t start = 0;  // in the buffer
+  int64_t numel = 0;  // padded
   int64_t numel_unpadded = 0;
-  std::vector<int> params;     // indices into the input list
+  std::vector<int> params;  // indices into the input list
 };
 
 struct BufferLayout {
@@ -32,8 +32,8 @@ struct BufferLayout {
 };
 
 // Throws CheckpointError(kInvalidArgument) for dp < 1 or pad_divisor < 1.
-BufferLayout LayoutBuffer(const std::vector<int64_t>& param_numels, int64_t dp,
-                          int64_t pad_divisor, int64_t bucket_numel);
+BufferLayout LayoutBuffer(const std::vector<int64_t>& param_numels, int64_t dp, int64_t pad_divisor,
+                          int64_t bucket_numel);
 
 // DP rank `dp_rank`'s slice of `bucket`, in buffer coordinates.
 FlatRange DpSlice(const Bucket& bucket, int64_t dp, int64_t dp_rank);
@@ -41,8 +41,8 @@ FlatRange DpSlice(const Bucket& bucket, int64_t dp, int64_t dp_rank);
 // The bucket-relative ranges of [0, numel_unpadded) ∩ the rank's slice, cut at
 // every parameter start and end (one range per parameter piece and per
 // start-padding gap), in order; empty when the slice is all padding.
-std::vector<FlatRange> BucketSegments(const BufferLayout& layout, const Bucket& bucket,
-                                      int64_t dp, int64_t dp_rank);
+std::vector<FlatRange> BucketSegments(const BufferLayout& layout, const Bucket& bucket, int64_t dp,
+                                      int64_t dp_rank);
 
 }  // namespace distckpt
 

@@ -61,7 +61,8 @@ TEST(BucketLayoutTest, AllPaddingSliceHasNoSegments) {
 }
 
 TEST(BucketLayoutTest, RefusesBadDp) {
-  EXPECT_THAT([] { LayoutBuffer({1}, 0, 128, 0); }, ThrowsError(ErrorKind::kInvalidArgument, "dp >= 1"));
+  EXPECT_THAT([] { LayoutBuffer({1}, 0, 128, 0); },
+              ThrowsError(ErrorKind::kInvalidArgument, "dp >= 1"));
 }
 
 }  // namespace

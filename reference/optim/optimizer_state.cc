@@ -1,9 +1,9 @@
 #include "optim/optimizer_state.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "optim/bucket_layout.h"
@@ -37,8 +37,8 @@ std::vector<std::string> StateNames(OptimFormat format, DType param_dtype) {
 void AddModelSpace(OptimFormat format, const std::vector<OptimTensor>& model, OptimizerState& out) {
   for (size_t i = 0; i < model.size(); ++i) {
     for (const std::string& state : StateNames(format, model[i].tensor.dtype)) {
-      out.tensors.push_back({OptimStateKey(state, model[i].path), StateTensor(model[i].tensor, state),
-                             static_cast<int>(i)});
+      out.tensors.push_back({OptimStateKey(state, model[i].path),
+                             StateTensor(model[i].tensor, state), static_cast<int>(i)});
     }
   }
 }
@@ -49,23 +49,27 @@ void AddModelSpace(OptimFormat format, const std::vector<OptimTensor>& model, Op
 struct Instance {
   std::vector<int> members;  // indices into the model pieces
   int64_t dp = 1, dp_rank = 0;
-  int64_t group_idx = 0;     // data_parallel_group_idx: rank in the instance's model-parallel group
-  std::string key_prefix;    // "chained_{i}." for dp_reshardable with two instances
+  int64_t group_idx = 0;   // data_parallel_group_idx: rank in the instance's model-parallel group
+  std::string key_prefix;  // "chained_{i}." for dp_reshardable with two instances
 };
 
 std::vector<Instance> Instances(OptimFormat format, const std::vector<OptimTensor>& model,
                                 const Topology& topo, const RankCoords& c) {
-  Instance dense{{}, static_cast<int64_t>(topo.dp) * topo.cp, static_cast<int64_t>(c.dp) * topo.cp + c.cp,
-                 static_cast<int64_t>(c.pp) * topo.tp + c.tp, ""};
+  Instance dense{{},
+                 static_cast<int64_t>(topo.dp) * topo.cp,
+                 static_cast<int64_t>(c.dp) * topo.cp + c.cp,
+                 static_cast<int64_t>(c.pp) * topo.tp + c.tp,
+                 ""};
   // Expert model-parallel group (tp-ep-pp, tp fastest) and expert DP group.
-  Instance expert{{}, topo.edp(), c.edp,
-                  (static_cast<int64_t>(c.pp) * topo.ep + c.ep) * topo.tp + c.tp, ""};
+  Instance expert{
+      {}, topo.edp(), c.edp, (static_cast<int64_t>(c.pp) * topo.ep + c.ep) * topo.tp + c.tp, ""};
   for (size_t i = 0; i < model.size(); ++i) {
     (model[i].expert && topo.ep > 1 ? expert : dense).members.push_back(static_cast<int>(i));
   }
   std::vector<Instance> out;
   for (Instance* in : {&dense, &expert}) {
-    if (!in->members.empty() || (in == &dense && expert.members.empty())) out.push_back(std::move(*in));
+    if (!in->members.empty() || (in == &dense && expert.members.empty()))
+      out.push_back(std::move(*in));
   }
   if (out.size() > 1 && format == OptimFormat::kDpReshardable) {
     for (size_t k = 0; k < out.size(); ++k) out[k].key_prefix = fmt::format("chained_{}.", k);
@@ -202,7 +206,8 @@ OptimizerState ExpandOptimizer(const OptimizerConfig& config, const std::vector<
                                const Topology& topo, int rank) {
   for (const OptimTensor& p : model) {
     if (p.tensor.flattened_range) {
-      Fail(ErrorKind::kInvalidArgument, "optimizer: parameter '{}' is already flattened", p.tensor.key);
+      Fail(ErrorKind::kInvalidArgument, "optimizer: parameter '{}' is already flattened",
+           p.tensor.key);
     }
   }
   std::vector<int64_t> steps(model.size(), config.step);
@@ -222,7 +227,8 @@ OptimizerState ExpandOptimizer(const OptimizerConfig& config, const std::vector<
       }
       break;
     case OptimFormat::kDpReshardable:
-      for (const Instance& in : Instances(config.format, model, topo, c)) AddDpReshardable(config, model, in, out);
+      for (const Instance& in : Instances(config.format, model, topo, c))
+        AddDpReshardable(config, model, in, out);
       break;
   }
   Dict common;
@@ -239,7 +245,8 @@ OptimizerState ExpandOptimizer(const OptimizerConfig& config, const std::vector<
 }
 
 void CheckOptimizerResumable(const nlohmann::json& saved, const Topology& topo) {
-  if (!saved.is_object() || saved.value("param_state_sharding_type", "") != "dp_reshardable") return;
+  if (!saved.is_object() || saved.value("param_state_sharding_type", "") != "dp_reshardable")
+    return;
   int tp = saved.value("tp", topo.tp), pp = saved.value("pp", topo.pp);
   if (tp != topo.tp || pp != topo.pp) {
     Fail(ErrorKind::kUnsupported,
@@ -249,10 +256,11 @@ void CheckOptimizerResumable(const nlohmann::json& saved, const Topology& topo) 
   }
   int ep = saved.value("ep", topo.ep);
   if (ep != topo.ep) {
-    Fail(ErrorKind::kUnsupported,
-         "EP mismatch after resume ({} vs {}): not supported for DistributedOptimizer with sharding "
-         "type dp_reshardable (the expert parameters' buffers depend on EP)",
-         ep, topo.ep);
+    Fail(
+        ErrorKind::kUnsupported,
+        "EP mismatch after resume ({} vs {}): not supported for DistributedOptimizer with sharding "
+        "type dp_reshardable (the expert parameters' buffers depend on EP)",
+        ep, topo.ep);
   }
 }
 

@@ -33,11 +33,10 @@
 #define DISTCKPT_OPTIM_OPTIMIZER_STATE_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "mapping/sharded_object.h"
 #include "mapping/sharded_tensor.h"
@@ -62,9 +61,9 @@ struct OptimizerConfig {
 };
 
 struct OptimTensor {
-  std::string path;     // dict path of the leaf
-  ShardedTensor tensor; // metadata only
-  int source = -1;      // output: index of the model parameter it is the state of (-1: bucket space)
+  std::string path;      // dict path of the leaf
+  ShardedTensor tensor;  // metadata only
+  int source = -1;  // output: index of the model parameter it is the state of (-1: bucket space)
   bool expert = false;  // input: an expert-parallel parameter (Megatron's allreduce=False)
 };
 struct OptimObject {

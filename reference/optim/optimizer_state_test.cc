@@ -90,7 +90,8 @@ TEST(OptimizerStateTest, DpReshardableWritesBucketSpaceSegmentsAndUnpaddedSizes)
   int rank = topo.world_size() - 1;  // tp 1, pp 1, dp 1
   OptimizerState s = ExpandOptimizer(config, Model(topo, rank), topo, rank);
   // bf16 buffer: w [0, 24), b [64, 70): unpadded 70, padded 72, DP slices of 36.
-  const std::string key = "optimizer.distributed.dp_group_idx_3.gbuf_idx_0.dtype_bf16.bucket_idx_0.";
+  const std::string key =
+      "optimizer.distributed.dp_group_idx_3.gbuf_idx_0.dtype_bf16.bucket_idx_0.";
   ASSERT_EQ(s.tensors.size(), 6u);  // gap [36, 64) and b [64, 70), three states each
   EXPECT_EQ(s.tensors[0].tensor.key, key + "param");
   EXPECT_EQ(s.tensors[0].tensor.global_shape, (Shape{70}));
@@ -99,7 +100,8 @@ TEST(OptimizerStateTest, DpReshardableWritesBucketSpaceSegmentsAndUnpaddedSizes)
   EXPECT_EQ(s.tensors[3].tensor.global_offset, (Shape{64}));
   EXPECT_FALSE(s.tensors[0].tensor.axis_fragmentations);
   ASSERT_EQ(s.objects.size(), 1u);
-  EXPECT_EQ(s.objects[0].object.key, "optimizer.distributed.dp_group_idx_3.per_bucket_numel_unpadded");
+  EXPECT_EQ(s.objects[0].object.key,
+            "optimizer.distributed.dp_group_idx_3.per_bucket_numel_unpadded");
   EXPECT_EQ(s.objects[0].object.data, nlohmann::json({{"gbuf_idx_0.dtype_bf16", {70}}}));
   EXPECT_EQ(s.objects[0].object.replica_id, (ReplicaId{0, 0, 1}));
 }
@@ -129,11 +131,14 @@ TEST(OptimizerStateTest, ExpertParametersHaveTheirOwnInstanceOverTheExpertDpGrou
   ASSERT_EQ(s.tensors.back().tensor.key, expert + "gbuf_idx_0.dtype_bf16.bucket_idx_0.exp_avg_sq");
   EXPECT_EQ(s.tensors.back().tensor.global_offset, (Shape{4}));
   EXPECT_EQ(s.tensors.back().tensor.local_shape, (Shape{4}));
-  EXPECT_EQ(s.tensors.front().tensor.key.rfind("chained_0.optimizer.distributed.dp_group_idx_0.", 0), 0u);
+  EXPECT_EQ(
+      s.tensors.front().tensor.key.rfind("chained_0.optimizer.distributed.dp_group_idx_0.", 0), 0u);
   ASSERT_EQ(s.objects.size(), 2u);
   EXPECT_EQ(s.objects[1].object.key, expert + "per_bucket_numel_unpadded");
   EXPECT_EQ(s.objects[1].object.replica_id, (ReplicaId{0, 0, 1}));
-  nlohmann::json common = {{"param_state_sharding_type", "dp_reshardable"}, {"tp", 1}, {"pp", 1},
+  nlohmann::json common = {{"param_state_sharding_type", "dp_reshardable"},
+                           {"tp", 1},
+                           {"pp", 1},
                            {"ep", s.common.at("ep").as<nlohmann::json>()}};
   EXPECT_NO_THROW(CheckOptimizerResumable(common, Topology::Parse("dp=8,ep=2")));
   EXPECT_THAT([&] { CheckOptimizerResumable(common, Topology::Parse("dp=4,ep=4")); },
@@ -154,8 +159,11 @@ TEST(OptimizerStateTest, ExpertParametersHaveTheirOwnInstanceOverTheExpertDpGrou
 
 TEST(OptimizerStateTest, StepMustBeSharedAcrossParameters) {
   EXPECT_EQ(CommonStep({7, 7, 7}), 7);
-  EXPECT_THAT([] { CommonStep({7, 8}); },
-              ThrowsError(ErrorKind::kInvalidArgument, "The optimizer step differs per parameter"));
+  EXPECT_THAT(
+      [] {
+        CommonStep({7, 8});
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "The optimizer step differs per parameter"));
   Topology topo = Topology::Parse("tp=1");
   OptimizerConfig config{.uneven_step = true};
   EXPECT_THAT([&] { ExpandOptimizer(config, Model(topo, 0), topo, 0); },
@@ -165,14 +173,16 @@ TEST(OptimizerStateTest, StepMustBeSharedAcrossParameters) {
 TEST(OptimizerStateTest, DpReshardableRefusesOtherTpOrPp) {
   nlohmann::json saved = {{"param_state_sharding_type", "dp_reshardable"}, {"tp", 2}, {"pp", 2}};
   EXPECT_NO_THROW(CheckOptimizerResumable(saved, Topology::Parse("tp=2,pp=2,dp=4")));
-  EXPECT_THAT([&] { CheckOptimizerResumable(saved, Topology::Parse("tp=2,pp=4")); },
-              ThrowsError(ErrorKind::kUnsupported, "(TP, PP) mismatch after resume ((2, 2) vs (2, 4))"));
+  EXPECT_THAT(
+      [&] { CheckOptimizerResumable(saved, Topology::Parse("tp=2,pp=4")); },
+      ThrowsError(ErrorKind::kUnsupported, "(TP, PP) mismatch after resume ((2, 2) vs (2, 4))"));
   saved["param_state_sharding_type"] = "fully_reshardable";
   EXPECT_NO_THROW(CheckOptimizerResumable(saved, Topology::Parse("tp=2,pp=4")));
 }
 
 TEST(OptimizerStateTest, FormatNamesRoundTripAndUnknownIsRefused) {
-  for (const char* name : {"plain", "fully_sharded_model_space", "dp_reshardable", "fully_reshardable"}) {
+  for (const char* name :
+       {"plain", "fully_sharded_model_space", "dp_reshardable", "fully_reshardable"}) {
     EXPECT_EQ(OptimFormatName(ParseOptimFormat(name)), name);
   }
   EXPECT_THAT([] { ParseOptimFormat("fully_sharded_bucket_space"); },

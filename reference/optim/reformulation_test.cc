@@ -35,10 +35,16 @@ TEST(ReformulationTest, SameGridReadsItsOwnChunk) {
 }
 
 TEST(ReformulationTest, RefusesIndivisibleCheckpointShape) {
-  EXPECT_THAT([] { ReformulatedChunkOffsets({7, 4}, {2, 1}, {1, 1}, {0, 0}); },
-              ThrowsError(ErrorKind::kInvalidArgument, "axis 0 of size 7"));
-  EXPECT_THAT([] { ReformulatedChunkOffsets({8}, {2, 1}, {1}, {0}); },
-              ThrowsError(ErrorKind::kInvalidArgument));
+  EXPECT_THAT(
+      [] {
+        ReformulatedChunkOffsets({7, 4}, {2, 1}, {1, 1}, {0, 0});
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "axis 0 of size 7"));
+  EXPECT_THAT(
+      [] {
+        ReformulatedChunkOffsets({8}, {2, 1}, {1}, {0});
+      },
+      ThrowsError(ErrorKind::kInvalidArgument));
 }
 
 }  // namespace

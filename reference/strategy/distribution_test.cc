@@ -94,13 +94,16 @@ TEST(DistributionTest, MegatronSaveDistributionOverWorld) {
 std::pair<std::optional<ShardDistribution>, std::optional<ShardDistribution>> DistributionsAlongDp(
     bool is_loading) {
   Topology topo = Topology::Parse("tp=2,dp=4");
-  return {ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict), is_loading),
-          ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict), is_loading)};
+  return {ComputeDistribution(ShardsOfGroup(topo.Group(0, MeshDim::kDp), MegatronStateDict),
+                              is_loading),
+          ComputeDistribution(ShardsOfGroup(topo.Group(1, MeshDim::kDp), MegatronStateDict),
+                              is_loading)};
 }
 
 // TP rank 0's group holds every main replica: the same for save and load.
-const KeyToRanks kTpRank0AlongDp = {{"keyB", {0, 1, 2, 3}}, {"keyD", {0}},         {"keyC", {1}},
-                                    {"keyE", {2}},          {"key_TP_repl1", {3}}, {"key_TP_repl2", {3}}};
+const KeyToRanks kTpRank0AlongDp = {{"keyB", {0, 1, 2, 3}}, {"keyD", {0}},
+                                    {"keyC", {1}},          {"keyE", {2}},
+                                    {"key_TP_repl1", {3}},  {"key_TP_repl2", {3}}};
 
 // test_save_distribution[parallelization_along_dp=True]: DP groups of TP2.
 TEST(DistributionTest, MegatronSaveDistributionAlongDp) {

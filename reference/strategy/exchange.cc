@@ -99,7 +99,8 @@ void Deliver(const std::string& payload, const ShardRoute& route,
 // Adds one exchange's `local` figures to `stats` (if any), then throws the
 // first failure every rank saw or returns the received shards.
 std::map<ShardId, Tensor> Finish(std::map<ShardId, Tensor> out, const ExchangeStats& local,
-                                 const std::optional<CheckpointError>& failure, ExchangeStats* stats) {
+                                 const std::optional<CheckpointError>& failure,
+                                 ExchangeStats* stats) {
   if (stats) {
     stats->collectives += local.collectives;
     stats->bytes_received += local.bytes_received;
@@ -200,8 +201,9 @@ Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& 
   ForEachLeaf(out, [&](const NodePath&, Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
       if (HasNoElements(*t)) {  // never read nor exchanged
-        leaf = Node(t->data.defined() ? t->data
-                                      : Tensor::Empty(t->dtype, t->flattened_range ? Shape{0} : t->local_shape));
+        leaf = Node(t->data.defined()
+                        ? t->data
+                        : Tensor::Empty(t->dtype, t->flattened_range ? Shape{0} : t->local_shape));
         return;
       }
       const Tensor& source = tensors.at(ShardIdOf(*t));

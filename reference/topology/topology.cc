@@ -1,9 +1,9 @@
 #include "topology/topology.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -16,8 +16,8 @@ int ParsePositive(std::string_view field, std::string_view value, std::string_vi
   int out = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
   if (ec != std::errc() || ptr != value.data() + value.size() || out < 1) {
-    Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': {} must be a positive integer, got '{}'",
-         text, field, value);
+    Fail(ErrorKind::kInvalidArgument,
+         "invalid topology '{}': {} must be a positive integer, got '{}'", text, field, value);
   }
   return out;
 }
@@ -36,7 +36,8 @@ std::vector<MeshDim> ParseOrder(std::string_view value, std::string_view text) {
     }
     if (dim != MeshDim::kEp) {
       if (std::find(order.begin(), order.end(), dim) != order.end()) {
-        Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': order names {} twice", text, name);
+        Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': order names {} twice", text,
+             name);
       }
       order.push_back(dim);
     }
@@ -56,33 +57,45 @@ std::vector<MeshDim> ParseOrder(std::string_view value, std::string_view text) {
 
 std::string_view MeshDimName(MeshDim dim) {
   switch (dim) {
-    case MeshDim::kTp: return "tp";
-    case MeshDim::kCp: return "cp";
-    case MeshDim::kDp: return "dp";
-    case MeshDim::kPp: return "pp";
-    case MeshDim::kEp: return "ep";
-    case MeshDim::kEdp: return "edp";
+    case MeshDim::kTp:
+      return "tp";
+    case MeshDim::kCp:
+      return "cp";
+    case MeshDim::kDp:
+      return "dp";
+    case MeshDim::kPp:
+      return "pp";
+    case MeshDim::kEp:
+      return "ep";
+    case MeshDim::kEdp:
+      return "edp";
   }
   return "?";
 }
 
 MeshDim ParseMeshDim(std::string_view name) {
-  for (MeshDim dim : {MeshDim::kTp, MeshDim::kCp, MeshDim::kDp, MeshDim::kPp, MeshDim::kEp,
-                      MeshDim::kEdp}) {
+  for (MeshDim dim :
+       {MeshDim::kTp, MeshDim::kCp, MeshDim::kDp, MeshDim::kPp, MeshDim::kEp, MeshDim::kEdp}) {
     if (MeshDimName(dim) == name) return dim;
   }
-  Fail(ErrorKind::kInvalidArgument, "unknown mesh dimension '{}' (expected tp, cp, dp, pp, ep or edp)",
-       name);
+  Fail(ErrorKind::kInvalidArgument,
+       "unknown mesh dimension '{}' (expected tp, cp, dp, pp, ep or edp)", name);
 }
 
 int RankCoords::Get(MeshDim dim) const {
   switch (dim) {
-    case MeshDim::kTp: return tp;
-    case MeshDim::kCp: return cp;
-    case MeshDim::kDp: return dp;
-    case MeshDim::kPp: return pp;
-    case MeshDim::kEp: return ep;
-    case MeshDim::kEdp: return edp;
+    case MeshDim::kTp:
+      return tp;
+    case MeshDim::kCp:
+      return cp;
+    case MeshDim::kDp:
+      return dp;
+    case MeshDim::kPp:
+      return pp;
+    case MeshDim::kEp:
+      return ep;
+    case MeshDim::kEdp:
+      return edp;
   }
   return 0;
 }
@@ -111,13 +124,20 @@ Topology Topology::Parse(std::string_view text) {
       Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': {} given twice", text, name);
     }
     seen.emplace_back(name);
-    if (name == "tp") t.tp = ParsePositive(name, value, text);
-    else if (name == "pp") t.pp = ParsePositive(name, value, text);
-    else if (name == "dp") t.dp = ParsePositive(name, value, text);
-    else if (name == "cp") t.cp = ParsePositive(name, value, text);
-    else if (name == "ep") t.ep = ParsePositive(name, value, text);
-    else if (name == "vpp") t.vpp = ParsePositive(name, value, text);
-    else if (name == "order") t.order = ParseOrder(value, text);
+    if (name == "tp")
+      t.tp = ParsePositive(name, value, text);
+    else if (name == "pp")
+      t.pp = ParsePositive(name, value, text);
+    else if (name == "dp")
+      t.dp = ParsePositive(name, value, text);
+    else if (name == "cp")
+      t.cp = ParsePositive(name, value, text);
+    else if (name == "ep")
+      t.ep = ParsePositive(name, value, text);
+    else if (name == "vpp")
+      t.vpp = ParsePositive(name, value, text);
+    else if (name == "order")
+      t.order = ParseOrder(value, text);
     else {
       Fail(ErrorKind::kInvalidArgument,
            "invalid topology '{}': unknown field '{}' (expected tp, pp, dp, cp, ep, vpp, order)",
@@ -126,20 +146,26 @@ Topology Topology::Parse(std::string_view text) {
     if (rest.empty()) break;
   }
   if ((t.dp * t.cp) % t.ep != 0) {
-    Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': ep={} must divide dp*cp={}", text, t.ep,
-         t.dp * t.cp);
+    Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': ep={} must divide dp*cp={}", text,
+         t.ep, t.dp * t.cp);
   }
   return t;
 }
 
 int Topology::Size(MeshDim dim) const {
   switch (dim) {
-    case MeshDim::kTp: return tp;
-    case MeshDim::kCp: return cp;
-    case MeshDim::kDp: return dp;
-    case MeshDim::kPp: return pp;
-    case MeshDim::kEp: return ep;
-    case MeshDim::kEdp: return edp();
+    case MeshDim::kTp:
+      return tp;
+    case MeshDim::kCp:
+      return cp;
+    case MeshDim::kDp:
+      return dp;
+    case MeshDim::kPp:
+      return pp;
+    case MeshDim::kEp:
+      return ep;
+    case MeshDim::kEdp:
+      return edp();
   }
   return 1;
 }
@@ -156,11 +182,20 @@ RankCoords Topology::Coords(int rank) const {
     int coord = r % size;
     r /= size;
     switch (dim) {
-      case MeshDim::kTp: c.tp = coord; break;
-      case MeshDim::kCp: c.cp = coord; break;
-      case MeshDim::kDp: c.dp = coord; break;
-      case MeshDim::kPp: c.pp = coord; break;
-      default: break;
+      case MeshDim::kTp:
+        c.tp = coord;
+        break;
+      case MeshDim::kCp:
+        c.cp = coord;
+        break;
+      case MeshDim::kDp:
+        c.dp = coord;
+        break;
+      case MeshDim::kPp:
+        c.pp = coord;
+        break;
+      default:
+        break;
     }
   }
   // Expert view: the combined (cp, dp) index splits into ep (fastest) and edp,
@@ -184,16 +219,18 @@ std::vector<int> Topology::Group(int rank, MeshDim dim) const {
   // Members share every coordinate except `dim`; the expert dims (ep, edp)
   // partition the (cp, dp) plane, so each is varied with the other fixed.
   std::vector<MeshDim> fixed{MeshDim::kTp, MeshDim::kPp};
-  if (dim == MeshDim::kEp) fixed.push_back(MeshDim::kEdp);
-  else if (dim == MeshDim::kEdp) fixed.push_back(MeshDim::kEp);
-  else fixed = {MeshDim::kTp, MeshDim::kCp, MeshDim::kDp, MeshDim::kPp};
+  if (dim == MeshDim::kEp)
+    fixed.push_back(MeshDim::kEdp);
+  else if (dim == MeshDim::kEdp)
+    fixed.push_back(MeshDim::kEp);
+  else
+    fixed = {MeshDim::kTp, MeshDim::kCp, MeshDim::kDp, MeshDim::kPp};
   RankCoords me = Coords(rank);
   std::vector<std::pair<int, int>> members;  // (coordinate along dim, rank)
   for (int r = 0; r < world_size(); ++r) {
     RankCoords c = Coords(r);
-    bool same = std::all_of(fixed.begin(), fixed.end(), [&](MeshDim d) {
-      return d == dim || c.Get(d) == me.Get(d);
-    });
+    bool same = std::all_of(fixed.begin(), fixed.end(),
+                            [&](MeshDim d) { return d == dim || c.Get(d) == me.Get(d); });
     if (same) members.emplace_back(c.Get(dim), r);
   }
   std::sort(members.begin(), members.end());

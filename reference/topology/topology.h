@@ -18,8 +18,8 @@
 namespace distckpt {
 
 enum class MeshDim { kTp, kCp, kDp, kPp, kEp, kEdp };
-std::string_view MeshDimName(MeshDim dim);                 // "tp", "cp", ...
-MeshDim ParseMeshDim(std::string_view name);              // throws kInvalidArgument
+std::string_view MeshDimName(MeshDim dim);    // "tp", "cp", ...
+MeshDim ParseMeshDim(std::string_view name);  // throws kInvalidArgument
 
 struct RankCoords {
   int tp = 0, cp = 0, dp = 0, pp = 0;
@@ -43,7 +43,8 @@ class Topology {
   int RankOf(const RankCoords& coords) const;
   // Global ranks sharing every coordinate but `dim` with `rank`, ordered by `dim`'s coordinate.
   std::vector<int> Group(int rank, MeshDim dim) const;
-  // Canonical string: sizes that are not 1 (tp,cp,ep,dp,pp,vpp), order if not default; "tp=1" for a single rank.
+  // Canonical string: sizes that are not 1 (tp,cp,ep,dp,pp,vpp), order if not default; "tp=1" for a
+  // single rank.
   std::string ToString() const;
   friend bool operator==(const Topology&, const Topology&) = default;
 };

@@ -69,8 +69,8 @@ TEST(TopologyTest, Groups) {
 }
 
 TEST(TopologyTest, RejectsBadInput) {
-  for (const char* bad : {"tp=0", "tp=x", "tp=2,tp=2", "zz=1", "tp", "dp=3,ep=2", "tp=2,,pp=2",
-                          "order=tp-foo", ""}) {
+  for (const char* bad :
+       {"tp=0", "tp=x", "tp=2,tp=2", "zz=1", "tp", "dp=3,ep=2", "tp=2,,pp=2", "order=tp-foo", ""}) {
     EXPECT_THROW(Topology::Parse(bad), CheckpointError) << bad;
   }
   try {

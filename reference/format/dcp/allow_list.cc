@@ -1,10 +1,10 @@
 #include "format/dcp/allow_list.h"
 
+#include <fmt/format.h>
+
 #include <initializer_list>
 #include <string>
 #include <unordered_set>
-
-#include <fmt/format.h>
 
 namespace distckpt {
 namespace {
@@ -14,9 +14,9 @@ struct AllowedModule {
   std::initializer_list<std::string_view> names;
 };
 
-constexpr std::string_view kDcpMetadataClasses[] = {
-    "Metadata", "TensorStorageMetadata", "ChunkStorageMetadata", "BytesStorageMetadata",
-    "MetadataIndex"};
+constexpr std::string_view kDcpMetadataClasses[] = {"Metadata", "TensorStorageMetadata",
+                                                    "ChunkStorageMetadata", "BytesStorageMetadata",
+                                                    "MetadataIndex"};
 
 const std::unordered_set<std::string>& AllowList() {
   static const std::unordered_set<std::string> allowed = [] {
@@ -33,14 +33,49 @@ const std::unordered_set<std::string>& AllowList() {
          {"SavePlan", "WriteItem", "WriteItemType", "TensorWriteData"}},
         {"megatron.core.dist_checkpointing.strategies.torch", {"MCoreMetadata", "MCoreSavePlan"}},
         {"torch",
-         {"Size", "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
-          "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "int16", "int32", "int64", "uint8",
-          "uint16", "uint32", "uint64", "bool", "complex32", "complex64", "complex128", "qint8",
-          "quint8", "qint32", "quint4x2", "quint2x4", "DoubleStorage", "FloatStorage",
-          "HalfStorage", "BFloat16Storage", "LongStorage", "IntStorage", "ShortStorage",
-          "CharStorage", "ByteStorage", "BoolStorage", "ComplexFloatStorage",
-          "ComplexDoubleStorage", "QUInt8Storage", "QInt8Storage", "QInt32Storage",
-          "QUInt4x2Storage", "QUInt2x4Storage"}},
+         {"Size",
+          "float64",
+          "float32",
+          "float16",
+          "bfloat16",
+          "float8_e4m3fn",
+          "float8_e5m2",
+          "float8_e4m3fnuz",
+          "float8_e5m2fnuz",
+          "int8",
+          "int16",
+          "int32",
+          "int64",
+          "uint8",
+          "uint16",
+          "uint32",
+          "uint64",
+          "bool",
+          "complex32",
+          "complex64",
+          "complex128",
+          "qint8",
+          "quint8",
+          "qint32",
+          "quint4x2",
+          "quint2x4",
+          "DoubleStorage",
+          "FloatStorage",
+          "HalfStorage",
+          "BFloat16Storage",
+          "LongStorage",
+          "IntStorage",
+          "ShortStorage",
+          "CharStorage",
+          "ByteStorage",
+          "BoolStorage",
+          "ComplexFloatStorage",
+          "ComplexDoubleStorage",
+          "QUInt8Storage",
+          "QInt8Storage",
+          "QInt32Storage",
+          "QUInt4x2Storage",
+          "QUInt2x4Storage"}},
         {"torch.storage", {"UntypedStorage"}},
         {"torch.serialization", {"_get_layout"}},
         {"torch._utils", {"_rebuild_tensor_v2", "_rebuild_tensor_v3"}},
@@ -65,7 +100,8 @@ const std::unordered_set<std::string>& AllowList() {
     }
     for (std::string_view module : {"torch.distributed.checkpoint.metadata",
                                     "torch.distributed._shard.checkpoint.metadata"}) {
-      for (std::string_view name : kDcpMetadataClasses) set.insert(fmt::format("{}.{}", module, name));
+      for (std::string_view name : kDcpMetadataClasses)
+        set.insert(fmt::format("{}.{}", module, name));
     }
     return set;
   }();

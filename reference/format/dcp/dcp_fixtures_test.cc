@@ -49,11 +49,13 @@ TEST_P(TorchFixtureTest, EveryTensorAndObjectMatchesExpectedJson) {
     // the dict as one bytes item, its tensor inside.
     EXPECT_EQ(common.at("nested").at("lr"), 0.125);
     if (torch2) {
-      CheckTensor(*reader, "nested.w", {{"dtype", "float32"}, {"shape", {2, 2}}, {"values", "v(i) = i * 0.5"}});
+      CheckTensor(*reader, "nested.w",
+                  {{"dtype", "float32"}, {"shape", {2, 2}}, {"values", "v(i) = i * 0.5"}});
     } else {
       EXPECT_EQ(common.at("nested").at("w"),
-                nlohmann::json({{"__tensor__", {{"dtype", "float32"}, {"shape", {2, 2}},
-                                                {"data", {0.0, 0.5, 1.0, 1.5}}}}}));
+                nlohmann::json(
+                    {{"__tensor__",
+                      {{"dtype", "float32"}, {"shape", {2, 2}}, {"data", {0.0, 0.5, 1.0, 1.5}}}}}));
     }
   }
   EXPECT_EQ(reader->metadata().format, "dcp");
@@ -67,7 +69,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TorchFixtureTest,
                                          "torch-2.6/r1_file_per_item", "torch-2.6/r2_sharded"),
                          [](const auto& info) {
                            std::string name = info.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           for (char& c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
 
@@ -98,7 +101,7 @@ TEST(TorchFixtureTest, ContiguousChunksReadOnlyTheRequestedBytes) {
   EXPECT_EQ(reader->stats().bytes_read, 1180u);
 
   std::vector<std::byte> whole = ReadGlobal(*reader, t, VerifyPolicy::kWhenWhole);
-  EXPECT_EQ(reader->stats().chunks_verified, 2u);  // whole reads check the zip's CRC32
+  EXPECT_EQ(reader->stats().chunks_verified, 2u);     // whole reads check the zip's CRC32
   EXPECT_EQ(reader->stats().bytes_read, 2u * 1180u);  // plus chunk 1's item (1180 bytes too), once
 }
 
@@ -106,8 +109,10 @@ TEST(RawStdlibFixtureTest, BothTargetsReadIdentically) {
   for (const char* target : {"raw-stdlib/target-2.x", "raw-stdlib/target-1.13"}) {
     SCOPED_TRACE(target);
     std::unique_ptr<CheckpointReader> reader = Open(DcpFixture(target));
-    CheckTensor(*reader, "row_f32", {{"dtype", "float32"}, {"shape", {5, 4}}, {"values", "v(i) = i * 0.5"}});
-    CheckTensor(*reader, "rep_bf16", {{"dtype", "bfloat16"}, {"shape", {6}}, {"values", "v(i) = i * 0.25 - 1"}});
+    CheckTensor(*reader, "row_f32",
+                {{"dtype", "float32"}, {"shape", {5, 4}}, {"values", "v(i) = i * 0.5"}});
+    CheckTensor(*reader, "rep_bf16",
+                {{"dtype", "bfloat16"}, {"shape", {6}}, {"values", "v(i) = i * 0.25 - 1"}});
     CheckTensor(*reader, "rep_i64", {{"dtype", "int64"}, {"shape", {2, 3}}, {"values", ""}});
     EXPECT_EQ(reader->metadata().common, nlohmann::json({{"step", 7}}));
   }

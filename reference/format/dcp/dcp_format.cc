@@ -55,12 +55,16 @@ bool IsMegatronConfig(Env* env, const std::string& path) {
 // Committed iff .metadata exists (written last); an uncommitted save leaves
 // data files, Megatron's files and temps. Every other file is the user's.
 const StagedLayout& Layout() {
-  static const StagedLayout layout{
-      [](Env* env, const std::string& dir) { return env->FileExists(JoinPath(dir, kDcpMetadataFileName)); },
-      [](const std::string& name) {
-        return IsDcpDataFileName(name) || name == ".metadata.tmp" || name == kMegatronCommonFileName ||
-               name == "common.pt.tmp" || name == kMegatronConfigFileName || name == "metadata.json.tmp";
-      }};
+  static const StagedLayout layout{[](Env* env, const std::string& dir) {
+                                     return env->FileExists(JoinPath(dir, kDcpMetadataFileName));
+                                   },
+                                   [](const std::string& name) {
+                                     return IsDcpDataFileName(name) || name == ".metadata.tmp" ||
+                                            name == kMegatronCommonFileName ||
+                                            name == "common.pt.tmp" ||
+                                            name == kMegatronConfigFileName ||
+                                            name == "metadata.json.tmp";
+                                   }};
   return layout;
 }
 
@@ -82,8 +86,10 @@ class DcpFormatImpl : public Format {
   std::string PrepareDirectory(Env* env, const std::string& dir, bool overwrite) const override {
     const std::string config = JoinPath(dir, kMegatronConfigFileName);
     if (!Detect(env, dir) && env->FileExists(config) && !IsMegatronConfig(env, config)) {
-      Fail(ErrorKind::kInvalidArgument, "{} holds a metadata.json of another format; refusing to "
-           "write a DCP checkpoint over it", dir);
+      Fail(ErrorKind::kInvalidArgument,
+           "{} holds a metadata.json of another format; refusing to "
+           "write a DCP checkpoint over it",
+           dir);
     }
     return PrepareStagedDirectory(env, dir, overwrite, Layout());
   }
@@ -93,8 +99,8 @@ class DcpFormatImpl : public Format {
     return NewStreamWriter(env, write_dir, rank, 0);
   }
 
-  std::unique_ptr<CheckpointWriter> NewStreamWriter(Env* env, const std::string& write_dir, int rank,
-                                                    int stream) const override {
+  std::unique_ptr<CheckpointWriter> NewStreamWriter(Env* env, const std::string& write_dir,
+                                                    int rank, int stream) const override {
     return std::make_unique<DcpWriter>(env, write_dir, rank, stream, std::string(name()));
   }
 
@@ -108,7 +114,8 @@ class DcpFormatImpl : public Format {
     const ItemLengths lengths(env, write_dir, metadata);
     DcpMetadata dcp = DcpFromMetadata(WithoutDuplicateEmptyChunks(metadata), target_, lengths);
     // Megatron's files first, .metadata last: without it the directory is not a checkpoint.
-    WriteFileAtomic(env, JoinPath(write_dir, kMegatronCommonFileName), TorchSaveJson(metadata.common));
+    WriteFileAtomic(env, JoinPath(write_dir, kMegatronCommonFileName),
+                    TorchSaveJson(metadata.common));
     WriteFileAtomic(env, JoinPath(write_dir, kMegatronConfigFileName), TorchDistConfigText());
     WriteFileAtomic(env, JoinPath(write_dir, kDcpMetadataFileName), EncodeDcpMetadata(dcp));
     SwapInStaging(env, dir, write_dir);  // overwrite only
@@ -118,15 +125,19 @@ class DcpFormatImpl : public Format {
     RequireCheckpointDirectory(env, dir, Layout());
     const std::string path = JoinPath(dir, kDcpMetadataFileName);
     if (!env->FileExists(path)) {
-      Fail(ErrorKind::kIncomplete, "{} is not a DCP checkpoint (.metadata missing: save did not "
-           "commit)", dir);
+      Fail(ErrorKind::kIncomplete,
+           "{} is not a DCP checkpoint (.metadata missing: save did not "
+           "commit)",
+           dir);
     }
     const std::string config = JoinPath(dir, kMegatronConfigFileName);
     if (env->FileExists(config)) {
       std::optional<std::string> backend = MegatronShardedBackend(ReadFileToString(env, config));
       if (backend && *backend != "torch_dist") {
-        Fail(ErrorKind::kUnsupported, "{}: Megatron sharded backend '{}'; distckpt reads "
-             "torch_dist (DCP) checkpoints", config, *backend);
+        Fail(ErrorKind::kUnsupported,
+             "{}: Megatron sharded backend '{}'; distckpt reads "
+             "torch_dist (DCP) checkpoints",
+             config, *backend);
       }
     }
     DcpLayout layout = LayoutFromDcp(DecodeDcpMetadata(ReadFileToString(env, path), path), path);

@@ -18,7 +18,8 @@ namespace {
 
 std::string Iota(DType dtype, int64_t n, int64_t start) {
   std::string out(static_cast<size_t>(n) * DTypeSize(dtype), '\0');
-  for (int64_t i = 0; i < n; ++i) StoreFromDouble(out.data(), dtype, static_cast<size_t>(i), double(start + i));
+  for (int64_t i = 0; i < n; ++i)
+    StoreFromDouble(out.data(), dtype, static_cast<size_t>(i), double(start + i));
   return out;
 }
 
@@ -38,7 +39,8 @@ void Save(const std::string& dir, const Format& format, Env* env = Env::Default(
       for (int64_t row = 0; row < 4; ++row) out += Iota(DType::kF32, 3, row * 6 + 3 * rank);
       return out;
     }();
-    w->WriteTensorChunk("w", DType::kF32, {4, 6}, Box{{0, 3 * rank}, {4, 3}}, std::nullopt, Bytes(cols));
+    w->WriteTensorChunk("w", DType::kF32, {4, 6}, Box{{0, 3 * rank}, {4, 3}}, std::nullopt,
+                        Bytes(cols));
     for (int dp = 0; dp < 2; ++dp) {  // row block `rank` (2, 6) flattened: [0, 5) and [5, 12)
       FlatRange f = dp == 0 ? FlatRange{0, 5} : FlatRange{5, 12};
       w->WriteTensorChunk("flat", DType::kF32, {4, 6}, Box{{2 * rank, 0}, {2, 6}}, f,
@@ -48,7 +50,8 @@ void Save(const std::string& dir, const Format& format, Env* env = Env::Default(
     w->WriteObject("rng", fmt::format("rng/shard_{}_2", rank), {2}, {rank}, Bytes(rng));
     merged.MergeFrom(w->Finish());
   }
-  merged.common = {{"iteration", iteration}, {"args", {{"lr", 0.5}}}, {"content_metadata", {{"tag", "t"}}}};
+  merged.common = {
+      {"iteration", iteration}, {"args", {{"lr", 0.5}}}, {"content_metadata", {{"tag", "t"}}}};
   format.Commit(env, dir, write_dir, merged);
 }
 
@@ -57,9 +60,11 @@ TEST(DcpFormatTest, WritesMegatronsTorchDistLayout) {
   Save(tmp.path() + "/ck", DcpFormat());
   const std::string dir = tmp.path() + "/ck";
   EXPECT_EQ(Env::Default()->ListDir(dir),
-            (std::vector<std::string>{".metadata", "__0_0.distcp", "__1_0.distcp", "common.pt", "metadata.json"}));
+            (std::vector<std::string>{".metadata", "__0_0.distcp", "__1_0.distcp", "common.pt",
+                                      "metadata.json"}));
   EXPECT_EQ(MegatronShardedBackend(ReadFileBytes(dir + "/metadata.json")), "torch_dist");
-  EXPECT_EQ(TorchLoadJson(ZipReader(ReadFileBytes(dir + "/common.pt"), "common.pt")).at("iteration"), 42);
+  EXPECT_EQ(
+      TorchLoadJson(ZipReader(ReadFileBytes(dir + "/common.pt"), "common.pt")).at("iteration"), 42);
 
   // .metadata holds the reformulated N-D flattened tensor and its original shape.
   DcpMetadata dcp = DecodeDcpMetadata(ReadFileBytes(dir + "/.metadata"), "md");
@@ -72,7 +77,8 @@ TEST(DcpFormatTest, WritesMegatronsTorchDistLayout) {
   EXPECT_EQ(dcp.distckpt_info.at("topology"), "tp=2");
   // Every item's length reaches exactly to the next item.
   for (const DcpStorage& s : dcp.storage) {
-    EXPECT_NO_THROW(ZipReader(ReadFileBytes(dir + "/" + s.relative_path).substr(s.offset_in_file, s.length), s.fqn));
+    EXPECT_NO_THROW(ZipReader(
+        ReadFileBytes(dir + "/" + s.relative_path).substr(s.offset_in_file, s.length), s.fqn));
   }
 }
 
@@ -91,7 +97,8 @@ TEST(DcpFormatTest, ReadsBackWhatItWrote) {
       const StoredTensor& t = md.tensors.at(key);
       EXPECT_EQ(t.global_shape, (Shape{4, 6}));
       std::vector<std::byte> data = ReadGlobal(*reader, t);
-      for (size_t i = 0; i < 24; ++i) ASSERT_EQ(LoadAsDouble(data.data(), DType::kF32, i), double(i));
+      for (size_t i = 0; i < 24; ++i)
+        ASSERT_EQ(LoadAsDouble(data.data(), DType::kF32, i), double(i));
     }
     EXPECT_EQ(md.tensors.at("flat").chunks[3].box, (Box{{2, 0}, {2, 6}}));
     EXPECT_EQ(md.tensors.at("flat").chunks[3].flat, (FlatRange{5, 12}));
@@ -134,7 +141,8 @@ TEST(DcpFormatTest, MegatronHeadKeepsCommonStateAsAnObject) {
   md.format = "dcp";
   DcpFormat().Commit(env, tmp.path(), tmp.path(), md);
   std::filesystem::remove(tmp.path() + "/common.pt");
-  EXPECT_EQ(DcpFormat().OpenReader(env, tmp.path())->metadata().common, nlohmann::json({{"iteration", 9}}));
+  EXPECT_EQ(DcpFormat().OpenReader(env, tmp.path())->metadata().common,
+            nlohmann::json({{"iteration", 9}}));
 }
 
 TEST(DcpFormatTest, LargeContiguousItemsReadOnlyTheRunsPlusHeadAndTail) {
@@ -163,7 +171,8 @@ TEST(DcpFormatTest, StridedItemsAreReadWholeAndGathered) {
   // A (3, 2) chunk stored as torch keeps a transposed view: storage [0..5] of a
   // (2, 3) tensor, stride (1, 3). Elements in row-major order: 0 3 1 4 2 5.
   ScopedTempDir tmp;
-  const std::string pickle = RebuildTensorPickle(6, 0, {3, 2}, {1, 3}), storage = Iota(DType::kF32, 6, 0);
+  const std::string pickle = RebuildTensorPickle(6, 0, {3, 2}, {1, 3}),
+                    storage = Iota(DType::kF32, 6, 0);
   const std::string item = ZipToString([&](ZipWriter& zip) {
     zip.AddRecord("data.pkl", pickle);
     zip.AddRecord("data/0", storage);
@@ -177,10 +186,12 @@ TEST(DcpFormatTest, StridedItemsAreReadWholeAndGathered) {
   auto reader = DcpFormat().OpenReader(Env::Default(), tmp.path());
   float got[2];
   ReadRun run{2 * 4, sizeof got, reinterpret_cast<std::byte*>(got)};  // row 1
-  reader->ReadChunk(reader->metadata().tensors.at("t"), reader->metadata().tensors.at("t").chunks[0],
-                    {&run, 1}, VerifyPolicy::kWhenWhole);
+  reader->ReadChunk(reader->metadata().tensors.at("t"),
+                    reader->metadata().tensors.at("t").chunks[0], {&run, 1},
+                    VerifyPolicy::kWhenWhole);
   EXPECT_THAT(got, testing::ElementsAre(1, 4));
-  EXPECT_EQ(reader->stats().bytes_read, item.size());  // a small item: one read, records from memory
+  EXPECT_EQ(reader->stats().bytes_read,
+            item.size());  // a small item: one read, records from memory
   EXPECT_EQ(reader->stats().chunks_verified, 1u);
 }
 
@@ -198,7 +209,9 @@ TEST(DcpFormatTest, DuplicateEmptyItemsDoNotExtendTheItemBefore) {
   merged.format = "dcp";
   for (int rank = 0; rank < 2; ++rank) {
     auto w = DcpFormat().NewWriter(env, write_dir, rank);
-    if (rank == 1) w->WriteTensorChunk("w", DType::kF32, {4}, Box{{0}, {4}}, std::nullopt, Bytes(Iota(DType::kF32, 4, 0)));
+    if (rank == 1)
+      w->WriteTensorChunk("w", DType::kF32, {4}, Box{{0}, {4}}, std::nullopt,
+                          Bytes(Iota(DType::kF32, 4, 0)));
     w->WriteTensorChunk("z", DType::kF32, {0}, Box{{0}, {0}}, std::nullopt, {});
     merged.MergeFrom(w->Finish());
   }
@@ -240,8 +253,10 @@ TEST(DcpFormatTest, FlattenedChunksOffAGridAreUnsupported) {
   ScopedTempDir tmp;
   Env* env = Env::Default();
   auto w = DcpFormat().NewWriter(env, tmp.path(), 0);
-  w->WriteTensorChunk("f", DType::kF32, {5}, Box{{0}, {3}}, FlatRange{0, 3}, Bytes(Iota(DType::kF32, 3, 0)));
-  w->WriteTensorChunk("f", DType::kF32, {5}, Box{{3}, {2}}, FlatRange{0, 2}, Bytes(Iota(DType::kF32, 2, 3)));
+  w->WriteTensorChunk("f", DType::kF32, {5}, Box{{0}, {3}}, FlatRange{0, 3},
+                      Bytes(Iota(DType::kF32, 3, 0)));
+  w->WriteTensorChunk("f", DType::kF32, {5}, Box{{3}, {2}}, FlatRange{0, 2},
+                      Bytes(Iota(DType::kF32, 2, 3)));
   CheckpointMetadata md = w->Finish();
   md.format = "dcp";
   EXPECT_THAT([&] { DcpFormat().Commit(env, tmp.path(), tmp.path(), md); },
@@ -252,13 +267,26 @@ TEST(DcpFormatTest, FlattenedChunksOffAGridAreUnsupported) {
 TEST(DcpFormatTest, WriterRefusesBadChunks) {
   ScopedTempDir tmp;
   auto w = DcpFormat().NewWriter(Env::Default(), tmp.path(), 0);
-  EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF32, {4}, Box{{2}, {3}}, std::nullopt, Bytes(Iota(DType::kF32, 3, 0))); },
-              ThrowsError(ErrorKind::kInvalidArgument, "lies outside its global shape (4,)"));
-  EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF32, {4}, Box{{0}, {2}}, std::nullopt, Bytes(Iota(DType::kF32, 3, 0))); },
-              ThrowsError(ErrorKind::kInvalidArgument, "got 12 bytes, but 2 elements of f32 take 8"));
-  w->WriteTensorChunk("a", DType::kF32, {4}, Box{{0}, {2}}, std::nullopt, Bytes(Iota(DType::kF32, 2, 0)));
-  EXPECT_THAT([&] { w->WriteTensorChunk("a", DType::kF64, {4}, Box{{2}, {2}}, std::nullopt, Bytes(Iota(DType::kF64, 2, 0))); },
-              ThrowsError(ErrorKind::kShapeMismatch, "'a'"));
+  EXPECT_THAT(
+      [&] {
+        w->WriteTensorChunk("a", DType::kF32, {4}, Box{{2}, {3}}, std::nullopt,
+                            Bytes(Iota(DType::kF32, 3, 0)));
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "lies outside its global shape (4,)"));
+  EXPECT_THAT(
+      [&] {
+        w->WriteTensorChunk("a", DType::kF32, {4}, Box{{0}, {2}}, std::nullopt,
+                            Bytes(Iota(DType::kF32, 3, 0)));
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "got 12 bytes, but 2 elements of f32 take 8"));
+  w->WriteTensorChunk("a", DType::kF32, {4}, Box{{0}, {2}}, std::nullopt,
+                      Bytes(Iota(DType::kF32, 2, 0)));
+  EXPECT_THAT(
+      [&] {
+        w->WriteTensorChunk("a", DType::kF64, {4}, Box{{2}, {2}}, std::nullopt,
+                            Bytes(Iota(DType::kF64, 2, 0)));
+      },
+      ThrowsError(ErrorKind::kShapeMismatch, "'a'"));
   EXPECT_THAT([&] { w->WriteObject("o", "o/shard_0_1", {1}, {0}, Bytes(std::string("{oops"))); },
               ThrowsError(ErrorKind::kInvalidArgument, "not JSON"));
 }
@@ -323,8 +351,9 @@ TEST(DcpFormatTest, OverwriteIsAtomicAndKeepsTheOldCheckpointOnFailure) {
   // A crash between "rename ck -> ck.old" and "rename ck.staging -> ck".
   Save(dir + ".staging", DcpFormat(), env, false, 4);
   env->RenameFile(dir, dir + ".old");
-  EXPECT_THAT([&] { DcpFormat().OpenReader(env, dir); },
-              ThrowsError(ErrorKind::kIncomplete, "left the new checkpoint in " + dir + ".staging"));
+  EXPECT_THAT(
+      [&] { DcpFormat().OpenReader(env, dir); },
+      ThrowsError(ErrorKind::kIncomplete, "left the new checkpoint in " + dir + ".staging"));
   Save(dir, DcpFormat(), env, true, 5);  // finishes the swap, then overwrites
   EXPECT_EQ(Iteration(dir), 5);
   EXPECT_EQ(env->ListDir(tmp.path()), std::vector<std::string>{"ck"});
@@ -333,20 +362,25 @@ TEST(DcpFormatTest, OverwriteIsAtomicAndKeepsTheOldCheckpointOnFailure) {
 TEST(DcpFormatTest, OpenRefusesIncompleteAndForeignCheckpoints) {
   ScopedTempDir tmp;
   Env* env = Env::Default();
-  EXPECT_THAT([&] { DcpFormat().OpenReader(env, tmp.path() + "/none"); }, ThrowsError(ErrorKind::kIncomplete));
+  EXPECT_THAT([&] { DcpFormat().OpenReader(env, tmp.path() + "/none"); },
+              ThrowsError(ErrorKind::kIncomplete));
   EXPECT_THAT([&] { DcpFormat().OpenReader(env, tmp.path()); },
               ThrowsError(ErrorKind::kIncomplete, ".metadata missing"));
   const std::string dir = tmp.path() + "/zarr";
   CopyDir(DcpFixture("raw-stdlib/target-2.x"), dir);
-  WriteFileBytes(dir + "/metadata.json", R"({"sharded_backend": "zarr", "sharded_backend_version": 1})");
-  EXPECT_THAT([&] { DcpFormat().OpenReader(env, dir); }, ThrowsError(ErrorKind::kUnsupported, "'zarr'"));
+  WriteFileBytes(dir + "/metadata.json",
+                 R"({"sharded_backend": "zarr", "sharded_backend_version": 1})");
+  EXPECT_THAT([&] { DcpFormat().OpenReader(env, dir); },
+              ThrowsError(ErrorKind::kUnsupported, "'zarr'"));
 }
 
 TEST(DcpLayoutTest, RefusesPathsOutsideTheDirectory) {
-  DcpMetadata md = DecodeDcpMetadata(ReadFileBytes(DcpFixture("raw-stdlib/target-2.x/.metadata")), "md");
+  DcpMetadata md =
+      DecodeDcpMetadata(ReadFileBytes(DcpFixture("raw-stdlib/target-2.x/.metadata")), "md");
   for (const char* path : {"../secret", "/etc/passwd", "a/b.distcp", ""}) {
     md.storage[1].relative_path = path;
-    EXPECT_THAT([&] { LayoutFromDcp(md, "md"); }, ThrowsError(ErrorKind::kCorruption, "not a plain file name"));
+    EXPECT_THAT([&] { LayoutFromDcp(md, "md"); },
+                ThrowsError(ErrorKind::kCorruption, "not a plain file name"));
   }
   EXPECT_EQ(DcpFileRank("__12_3.distcp"), 12);
   EXPECT_EQ(DcpFileRank("hint__7_0.distcp"), 7);

@@ -22,8 +22,9 @@ std::string Values(DType dtype, int64_t n, int64_t start = 0) {
       int64_t v = FixtureI64(i);
       std::memcpy(out.data() + k * 8, &v, 8);
     } else {
-      StoreFromDouble(out.data(), dtype, static_cast<size_t>(k),
-                      FixtureValue(dtype == DType::kF32 ? "v(i) = i * 0.5" : "v(i) = i * 0.25 - 1", i));
+      StoreFromDouble(
+          out.data(), dtype, static_cast<size_t>(k),
+          FixtureValue(dtype == DType::kF32 ? "v(i) = i * 0.5" : "v(i) = i * 0.25 - 1", i));
     }
   }
   return out;
@@ -38,7 +39,8 @@ DcpMetadata RawwriteMetadata(DcpTarget target) {
                 {"rep_i64", false, DType::kI64, {2, 3}, {{{0, 0}, {2, 3}}}},
                 {"step", true, DType::kF32, {}, {}}};
   md.planner_data.emplace();
-  for (const DcpEntry& e : md.entries) md.planner_data->emplace_back(e.fqn, std::vector<std::string>{e.fqn});
+  for (const DcpEntry& e : md.entries)
+    md.planner_data->emplace_back(e.fqn, std::vector<std::string>{e.fqn});
   md.storage = {{"step", std::nullopt, std::nullopt, "__0_0.distcp", 0, 402, {}},
                 {"row_f32", Shape{0, 0}, 0, "__0_0.distcp", 402, 718, {}},
                 {"rep_bf16", Shape{0}, 0, "__0_0.distcp", 1120, 654, {}},
@@ -51,7 +53,8 @@ TEST(DcpGoldenTest, MetadataPickleIsByteIdentical) {
   for (auto [target, dir] : {std::pair{DcpTarget::kTorch2, "target-2.x"},
                              std::pair{DcpTarget::kTorch113, "target-1.13"}}) {
     SCOPED_TRACE(dir);
-    const std::string golden = ReadFileBytes(DcpFixture(std::string("raw-stdlib/") + dir + "/.metadata"));
+    const std::string golden =
+        ReadFileBytes(DcpFixture(std::string("raw-stdlib/") + dir + "/.metadata"));
     ASSERT_FALSE(golden.empty());
     EXPECT_EQ(EncodeDcpMetadata(RawwriteMetadata(target)), golden);
     // And decoding the golden file gives back exactly that metadata.

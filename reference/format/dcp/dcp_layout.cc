@@ -44,8 +44,10 @@ void UnflattenChunk(const DcpChunk& c, const Shape& local, const std::string& wh
   chunk.box.shape = local;
   for (size_t d = 0; d < r; ++d) {
     if (c.sizes[d] != 1) {
-      Fail(ErrorKind::kCorruption, "{}: N-D flattened chunk at {} has size {}, expected 1 on every "
-           "axis but the last", what, ShapeToString(c.offsets), ShapeToString(c.sizes));
+      Fail(ErrorKind::kCorruption,
+           "{}: N-D flattened chunk at {} has size {}, expected 1 on every "
+           "axis but the last",
+           what, ShapeToString(c.offsets), ShapeToString(c.sizes));
     }
     chunk.box.offset[d] = c.offsets[d] * local[d];
   }
@@ -59,7 +61,8 @@ int DcpFileRank(std::string_view file) {
   if (at == std::string_view::npos) return 0;
   int rank = 0;
   bool digits = false;
-  for (size_t i = at + 2; i < file.size() && std::isdigit(static_cast<unsigned char>(file[i])); ++i) {
+  for (size_t i = at + 2; i < file.size() && std::isdigit(static_cast<unsigned char>(file[i]));
+       ++i) {
     if (rank > 100'000'000) return 0;
     rank = rank * 10 + (file[i] - '0');
     digits = true;
@@ -87,8 +90,10 @@ DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source) {
   std::map<DcpItemKey, const DcpStorage*> by_item;
   for (const DcpStorage& s : dcp.storage) {
     if (!IsPlainFileName(s.relative_path)) {
-      Fail(ErrorKind::kCorruption, "{}: storage_data['{}'] names '{}', which is not a plain file "
-           "name inside the checkpoint directory", source, s.fqn, s.relative_path);
+      Fail(ErrorKind::kCorruption,
+           "{}: storage_data['{}'] names '{}', which is not a plain file "
+           "name inside the checkpoint directory",
+           source, s.fqn, s.relative_path);
     }
     storage[{s.fqn, s.offset}] = &s;
     by_item[{s.relative_path, s.offset_in_file}] = &s;
@@ -102,8 +107,9 @@ DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source) {
     for (const DcpStorage& s : dcp.storage) {
       auto [it, added] = first.try_emplace({s.relative_path, s.offset_in_file}, &s);
       if (!added) {
-        Fail(ErrorKind::kCorruption, "{}: storage_data entries '{}' and '{}' both start at byte {} of {}",
-             source, it->second->fqn, s.fqn, s.offset_in_file, s.relative_path);
+        Fail(ErrorKind::kCorruption,
+             "{}: storage_data entries '{}' and '{}' both start at byte {} of {}", source,
+             it->second->fqn, s.fqn, s.offset_in_file, s.relative_path);
       }
     }
   }
@@ -112,8 +118,9 @@ DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source) {
     const DcpStorage& s = *it->second;
     if (next != by_item.end() && next->first.first == s.relative_path &&
         s.length > next->first.second - s.offset_in_file) {  // sorted: next starts after s
-      Fail(ErrorKind::kCorruption, "{}: storage_data entry '{}' (bytes [{}, {}) of {}) overlaps '{}' at byte {}",
-           source, s.fqn, s.offset_in_file, s.offset_in_file + s.length, s.relative_path, next->second->fqn,
+      Fail(ErrorKind::kCorruption,
+           "{}: storage_data entry '{}' (bytes [{}, {}) of {}) overlaps '{}' at byte {}", source,
+           s.fqn, s.offset_in_file, s.offset_in_file + s.length, s.relative_path, next->second->fqn,
            next->first.second);
     }
   }
@@ -142,8 +149,14 @@ DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source) {
                                  s.relative_path, s.offset_in_file, s.length});
         continue;
       }
-      StoredObject o{object->key, e.fqn, object->global_shape, object->global_offset,
-                     s.relative_path, s.offset_in_file, s.length, std::nullopt,
+      StoredObject o{object->key,
+                     e.fqn,
+                     object->global_shape,
+                     object->global_offset,
+                     s.relative_path,
+                     s.offset_in_file,
+                     s.length,
+                     std::nullopt,
                      DcpFileRank(s.relative_path)};
       md.objects.emplace(e.fqn, std::move(o));
       continue;
@@ -175,8 +188,9 @@ DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source) {
   return layout;
 }
 
-DcpMetadata DcpFromMetadata(const CheckpointMetadata& md, DcpTarget target,
-                            const std::function<uint64_t(const std::string&, uint64_t)>& item_length) {
+DcpMetadata DcpFromMetadata(
+    const CheckpointMetadata& md, DcpTarget target,
+    const std::function<uint64_t(const std::string&, uint64_t)>& item_length) {
   DcpMetadata dcp;
   dcp.target = target;
   dcp.planner_data.emplace();
@@ -194,12 +208,15 @@ DcpMetadata DcpFromMetadata(const CheckpointMetadata& md, DcpTarget target,
       for (const StoredChunk& c : t.chunks) {
         grid &= c.box.shape == local;
         for (size_t d = 0; grid && d < local.size(); ++d) {
-          grid = local[d] > 0 && t.global_shape[d] % local[d] == 0 && c.box.offset[d] % local[d] == 0;
+          grid =
+              local[d] > 0 && t.global_shape[d] % local[d] == 0 && c.box.offset[d] % local[d] == 0;
         }
       }
       if (!grid) {
-        Fail(ErrorKind::kUnsupported, "tensor '{}': flattened chunks that do not lie on a regular "
-             "grid cannot be stored in DCP (Megatron's N-D flattened layout needs one)", key);
+        Fail(ErrorKind::kUnsupported,
+             "tensor '{}': flattened chunks that do not lie on a regular "
+             "grid cannot be stored in DCP (Megatron's N-D flattened layout needs one)",
+             key);
       }
       e.size.clear();
       for (size_t d = 0; d < local.size(); ++d) e.size.push_back(t.global_shape[d] / local[d]);
@@ -218,8 +235,13 @@ DcpMetadata DcpFromMetadata(const CheckpointMetadata& md, DcpTarget target,
         chunk.offsets.push_back(f.start);
         chunk.sizes.push_back(f.size());
       }
-      dcp.storage.push_back({key, chunk.offsets, static_cast<int64_t>(i), c.file, c.offset,
-                             item_length(c.file, c.offset), {}});
+      dcp.storage.push_back({key,
+                             chunk.offsets,
+                             static_cast<int64_t>(i),
+                             c.file,
+                             c.offset,
+                             item_length(c.file, c.offset),
+                             {}});
       e.chunks.push_back(std::move(chunk));
     }
     dcp.entries.push_back(std::move(e));

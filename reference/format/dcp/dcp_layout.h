@@ -65,8 +65,9 @@ struct DcpLayout {
 DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source);
 
 // `item_length(file, offset)`: bytes of the item that starts there.
-DcpMetadata DcpFromMetadata(const CheckpointMetadata& metadata, DcpTarget target,
-                            const std::function<uint64_t(const std::string&, uint64_t)>& item_length);
+DcpMetadata DcpFromMetadata(
+    const CheckpointMetadata& metadata, DcpTarget target,
+    const std::function<uint64_t(const std::string&, uint64_t)>& item_length);
 
 // The rank in a data file name "[hint]__<rank>_<i>.distcp"; 0 if it has none.
 int DcpFileRank(std::string_view file);

@@ -19,10 +19,10 @@ struct ClassPaths {
 constexpr ClassPaths kTorch2Paths = {
     "torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
     "torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING"};
-constexpr ClassPaths kTorch113Paths = {
-    "torch.distributed._shard.checkpoint.metadata",
-    "torch.distributed._shard.checkpoint.filesystem",
-    "torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING"};
+constexpr ClassPaths kTorch113Paths = {"torch.distributed._shard.checkpoint.metadata",
+                                       "torch.distributed._shard.checkpoint.filesystem",
+                                       "torch.distributed._shard.sharded_tensor.metadata",
+                                       "MEM_FORMAT_ENCODING"};
 
 const ClassPaths& PathsFor(DcpTarget target) {
   return target == DcpTarget::kTorch113 ? kTorch113Paths : kTorch2Paths;
@@ -40,28 +40,33 @@ class Decoder {
     DcpMetadata md;
     if (IsDcpClass(root, "Metadata")) {
       md.target = root.callable->text == kTorch113Paths.metadata ? DcpTarget::kTorch113
-                                                                  : DcpTarget::kTorch2;
+                                                                 : DcpTarget::kTorch2;
     } else if (!root.IsInstance("megatron.core.dist_checkpointing.strategies.torch",
                                 "MCoreMetadata")) {
       Fail(ErrorKind::kCorruption, "{}: the pickle holds a {} {}, not a DCP Metadata", source_,
            PyKindName(root.kind), root.GlobalName());
     }
-    const PyValue& sdm = Dict(PyRequireField(root, "state_dict_metadata", source_), "state_dict_metadata");
+    const PyValue& sdm =
+        Dict(PyRequireField(root, "state_dict_metadata", source_), "state_dict_metadata");
     for (const auto& [key, value] : sdm.entries) {
       md.entries.push_back(Entry(PyToStr(*key, source_ + ": state_dict_metadata key"), *value));
     }
     if (const PyValue* pd = root.Field("planner_data"); pd && pd->kind == PyKind::kDict) {
       md.planner_data.emplace();
       for (const auto& [key, path] : pd->entries) {
-        if (key->kind != PyKind::kStr || (path->kind != PyKind::kTuple && path->kind != PyKind::kList)) continue;
+        if (key->kind != PyKind::kStr ||
+            (path->kind != PyKind::kTuple && path->kind != PyKind::kList))
+          continue;
         std::vector<std::string> parts;
         for (const PyValue* p : path->items) {
-          parts.push_back(p->kind == PyKind::kInt ? std::to_string(p->integer) : PyToStr(*p, source_ + ": planner_data"));
+          parts.push_back(p->kind == PyKind::kInt ? std::to_string(p->integer)
+                                                  : PyToStr(*p, source_ + ": planner_data"));
         }
         md.planner_data->emplace_back(key->text, std::move(parts));
       }
     }
-    const PyValue& sd = Dict(PyRequireField(root, "storage_data", source_), "storage_data (not written by FileSystemWriter?)");
+    const PyValue& sd = Dict(PyRequireField(root, "storage_data", source_),
+                             "storage_data (not written by FileSystemWriter?)");
     for (const auto& [index, info] : sd.entries) md.storage.push_back(Storage(*index, *info));
     if (const PyValue* mcore = root.Field("mcore_data"); mcore && mcore->kind == PyKind::kDict) {
       for (const auto& [key, value] : mcore->entries) {
@@ -73,7 +78,8 @@ class Decoder {
     }
     if (const PyValue* info = root.Field("distckpt"); info && info->kind == PyKind::kDict) {
       for (const auto& [key, value] : info->entries) {
-        if (key->kind == PyKind::kStr && value->kind == PyKind::kStr) md.distckpt_info[key->text] = value->text;
+        if (key->kind == PyKind::kStr && value->kind == PyKind::kStr)
+          md.distckpt_info[key->text] = value->text;
       }
     }
     if (const PyValue* version = root.Field("version"); version && version->kind == PyKind::kStr) {
@@ -103,15 +109,17 @@ class Decoder {
            PyKindName(v.kind), v.GlobalName());
     }
     const PyValue& props = PyRequireField(v, "properties", what);
-    const PyValue* dtype = props.state && props.state->kind == PyKind::kTuple && !props.state->items.empty()
-                               ? props.state->items[0]
-                               : props.Field("dtype");
+    const PyValue* dtype =
+        props.state && props.state->kind == PyKind::kTuple && !props.state->items.empty()
+            ? props.state->items[0]
+            : props.Field("dtype");
     if (!dtype || dtype->kind != PyKind::kGlobal || dtype->text != "torch") {
       Fail(ErrorKind::kCorruption, "{}: TensorProperties without a torch dtype", what);
     }
     std::optional<DType> parsed = ParseDType(dtype->name);
     if (!parsed) {
-      Fail(ErrorKind::kUnsupported, "{}: dtype torch.{} is not one distckpt holds", what, dtype->name);
+      Fail(ErrorKind::kUnsupported, "{}: dtype torch.{} is not one distckpt holds", what,
+           dtype->name);
     }
     e.dtype = *parsed;
     e.size = PyToShape(PyRequireField(v, "size", what), what + ".size");
@@ -151,7 +159,8 @@ class Decoder {
       Fail(ErrorKind::kCorruption, "{}: value is a {} {}, not a _StorageInfo", entry,
            PyKindName(info.kind), info.GlobalName());
     }
-    s.relative_path = PyToStr(PyRequireField(info, "relative_path", entry), entry + " relative_path");
+    s.relative_path =
+        PyToStr(PyRequireField(info, "relative_path", entry), entry + " relative_path");
     int64_t offset = PyToInt(PyRequireField(info, "offset", entry), entry + " offset");
     int64_t length = PyToInt(PyRequireField(info, "length", entry), entry + " length");
     if (offset < 0 || length < 0 || offset > INT64_MAX - length) {

@@ -71,7 +71,7 @@ struct DcpMetadata {
   // fqn -> path in the original nested state dict (list indices as strings).
   std::optional<std::vector<std::pair<std::string, std::vector<std::string>>>> planner_data;
   std::vector<DcpStorage> storage;
-  std::map<std::string, Shape> mcore_orig_shapes;   // Megatron mcore_data
+  std::map<std::string, Shape> mcore_orig_shapes;    // Megatron mcore_data
   std::map<std::string, std::string> distckpt_info;  // "writer", "topology"
   std::optional<std::string> version;
   friend bool operator==(const DcpMetadata&, const DcpMetadata&) = default;

@@ -34,19 +34,22 @@ TEST(DcpMetadataTest, RoundTripsBothTargets) {
     EXPECT_EQ(DecodeDcpMetadata(pickle, "md"), md);
     const bool torch2 = target == DcpTarget::kTorch2;
     EXPECT_EQ(pickle.find("torch.distributed.checkpoint.metadata") != std::string::npos, torch2);
-    EXPECT_EQ(pickle.find("torch.distributed._shard.checkpoint.metadata") != std::string::npos, !torch2);
+    EXPECT_EQ(pickle.find("torch.distributed._shard.checkpoint.metadata") != std::string::npos,
+              !torch2);
   }
 }
 
 TEST(DcpMetadataTest, DecodesTorchWrittenMetadata) {
   // Python 3.13 / torch 2.6: protocol 4, memo, storage_meta with a pathlib._local.PosixPath.
-  DcpMetadata md = DecodeDcpMetadata(ReadFileBytes(DcpFixture("torch-2.6/r2_sharded/.metadata")), "2.6");
+  DcpMetadata md =
+      DecodeDcpMetadata(ReadFileBytes(DcpFixture("torch-2.6/r2_sharded/.metadata")), "2.6");
   EXPECT_EQ(md.target, DcpTarget::kTorch2);
   EXPECT_EQ(md.entries.size(), 6u);
   EXPECT_EQ(md.storage.size(), 9u);
   ASSERT_TRUE(md.planner_data.has_value());
   // Python 3.11 / torch 1.13: getattr(MEM_FORMAT_ENCODING, ...) spelling, planner_data None.
-  DcpMetadata old = DecodeDcpMetadata(ReadFileBytes(DcpFixture("torch-1.13/r2_sharded/.metadata")), "1.13");
+  DcpMetadata old =
+      DecodeDcpMetadata(ReadFileBytes(DcpFixture("torch-1.13/r2_sharded/.metadata")), "1.13");
   EXPECT_EQ(old.target, DcpTarget::kTorch113);
   EXPECT_FALSE(old.planner_data.has_value());
   EXPECT_EQ(old.entries.size(), 6u);
@@ -55,7 +58,8 @@ TEST(DcpMetadataTest, DecodesTorchWrittenMetadata) {
 // A Metadata pickle whose state dict is written by `fields`.
 std::string MetadataPickle(const std::function<void(PickleWriter&)>& fields) {
   PickleWriter w;
-  w.Object("torch.distributed.checkpoint.metadata", "Metadata", [&] { w.Dict(false, [&] { fields(w); }); });
+  w.Object("torch.distributed.checkpoint.metadata", "Metadata",
+           [&] { w.Dict(false, [&] { fields(w); }); });
   return w.Finish();
 }
 
@@ -69,7 +73,8 @@ void EmptyFields(PickleWriter& w) {
 }
 
 TEST(DcpMetadataTest, ToleratesNewerFields) {
-  // storage_meta = StorageMeta(checkpoint_id=PosixPath('ck'), save_id='x', load_id=None), version '1.0.0'
+  // storage_meta = StorageMeta(checkpoint_id=PosixPath('ck'), save_id='x', load_id=None), version
+  // '1.0.0'
   const std::string pickle = MetadataPickle([](PickleWriter& w) {
     EmptyFields(w);
     w.Str("storage_meta");
@@ -96,8 +101,15 @@ TEST(DcpMetadataTest, RefusesMalformedMetadata) {
   not_metadata.Json({{"state_dict_metadata", 1}});
   EXPECT_THAT([&] { DecodeDcpMetadata(not_metadata.Finish(), "m"); },
               ThrowsError(ErrorKind::kCorruption, "m: the pickle holds a dict"));
-  EXPECT_THAT([] { DecodeDcpMetadata(MetadataPickle([](PickleWriter& w) { w.Str("planner_data"); w.None(); }), "m"); },
-              ThrowsError(ErrorKind::kCorruption, "no field 'state_dict_metadata'"));
+  EXPECT_THAT(
+      [] {
+        DecodeDcpMetadata(MetadataPickle([](PickleWriter& w) {
+                            w.Str("planner_data");
+                            w.None();
+                          }),
+                          "m");
+      },
+      ThrowsError(ErrorKind::kCorruption, "no field 'state_dict_metadata'"));
 
   DcpMetadata md = Example(DcpTarget::kTorch2);
   md.entries[0].chunks[1].offsets = {0, 4};  // 4 + 3 > 6
@@ -106,7 +118,8 @@ TEST(DcpMetadataTest, RefusesMalformedMetadata) {
   md = Example(DcpTarget::kTorch2);
   md.storage.pop_back();
   md.storage.front().relative_path = "../../etc/passwd";  // decoded; LayoutFromDcp refuses it
-  EXPECT_EQ(DecodeDcpMetadata(EncodeDcpMetadata(md), "m").storage.front().relative_path, "../../etc/passwd");
+  EXPECT_EQ(DecodeDcpMetadata(EncodeDcpMetadata(md), "m").storage.front().relative_path,
+            "../../etc/passwd");
 }
 
 TEST(DcpMetadataTest, UnknownDTypesAreUnsupported) {

@@ -1,10 +1,10 @@
 #include "format/dcp/dcp_reader.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
-
-#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "format/dcp/megatron_files.h"
@@ -15,7 +15,7 @@ namespace {
 using Describe = std::function<std::string()>;
 
 constexpr uint64_t kSmallItem = 4 << 10;  // read whole
-constexpr uint64_t kEdge = 1 << 10;        // head / tail of a larger item
+constexpr uint64_t kEdge = 1 << 10;       // head / tail of a larger item
 
 // The bytes of one item larger than kSmallItem: a cached head (local
 // headers, data.pkl) and tail (zip directory); other bytes read as asked.
@@ -32,7 +32,8 @@ class ItemSource {
   }
 
  private:
-  void Copy(std::vector<std::byte>& cache, uint64_t start, uint64_t offset, std::span<std::byte> dst) {
+  void Copy(std::vector<std::byte>& cache, uint64_t start, uint64_t offset,
+            std::span<std::byte> dst) {
     if (cache.empty()) {
       cache.resize(kEdge);
       file_.Read(base_ + start, cache);
@@ -60,8 +61,10 @@ uint64_t CheckedRunBytes(std::span<const ReadRun> runs, uint64_t length, const D
   for (const ReadRun& run : runs) {
     if (run.offset_in_chunk < end || run.offset_in_chunk > length ||
         run.length > length - run.offset_in_chunk) {
-      Fail(ErrorKind::kInvalidArgument, "read runs for {} are unsorted, overlap or exceed its {} "
-           "bytes (run at {}, {} bytes)", what(), length, run.offset_in_chunk, run.length);
+      Fail(ErrorKind::kInvalidArgument,
+           "read runs for {} are unsorted, overlap or exceed its {} "
+           "bytes (run at {}, {} bytes)",
+           what(), length, run.offset_in_chunk, run.length);
     }
     end = run.offset_in_chunk + run.length;
     covered += run.length;
@@ -71,8 +74,10 @@ uint64_t CheckedRunBytes(std::span<const ReadRun> runs, uint64_t length, const D
 
 void CheckCrc(uint32_t actual, uint32_t expected, const std::string& file, const Describe& what) {
   if (actual != expected) {
-    Fail(ErrorKind::kCorruption, "CRC32 mismatch in {} for {}: the zip records {:08x}, the data "
-         "hashes to {:08x}", file, what(), expected, actual);
+    Fail(ErrorKind::kCorruption,
+         "CRC32 mismatch in {} for {}: the zip records {:08x}, the data "
+         "hashes to {:08x}",
+         file, what(), expected, actual);
   }
 }
 
@@ -92,8 +97,10 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
                               const Describe& what, std::shared_ptr<const std::string>* whole) {
   auto item = layout_.items.find({file, offset});
   if (item != layout_.items.end() && !item->second.transforms.empty()) {
-    Fail(ErrorKind::kUnsupported, "{} in {} was written with stream transforms [{}], which "
-         "distckpt cannot decode", what(), JoinPath(dir_, file), fmt::join(item->second.transforms, ", "));
+    Fail(ErrorKind::kUnsupported,
+         "{} in {} was written with stream transforms [{}], which "
+         "distckpt cannot decode",
+         what(), JoinPath(dir_, file), fmt::join(item->second.transforms, ", "));
   }
   const RandomAccessFile& f = files_.Open(file, offset, length, what);
   std::string source = fmt::format("{} (item at byte {}, {})", f.path(), offset, what());
@@ -103,7 +110,9 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
     stats_.bytes_read += length;
     if (whole) *whole = bytes;
     return ZipReader(
-        [bytes](uint64_t at, std::span<std::byte> dst) { std::memcpy(dst.data(), bytes->data() + at, dst.size()); },
+        [bytes](uint64_t at, std::span<std::byte> dst) {
+          std::memcpy(dst.data(), bytes->data() + at, dst.size());
+        },
         length, std::move(source));
   }
   auto cache = std::make_shared<ItemSource>(f, offset, length, stats_);
@@ -130,16 +139,19 @@ const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const S
   const TorchTensor& t = item.tensor;
   const bool shape_ok = chunk.flat ? t.numel() == chunk.flat->size() : t.size == chunk.box.shape;
   if (t.dtype != tensor.dtype || !shape_ok) {
-    Fail(ErrorKind::kCorruption, "{}: the item holds a {} tensor of size {}, .metadata expects {} "
-         "{}", zip.source(), TorchDTypeName(t.dtype), ShapeToString(t.size),
-         TorchDTypeName(tensor.dtype),
-         chunk.flat ? fmt::format("with {} elements", chunk.flat->size()) : ShapeToString(chunk.box.shape));
+    Fail(ErrorKind::kCorruption,
+         "{}: the item holds a {} tensor of size {}, .metadata expects {} "
+         "{}",
+         zip.source(), TorchDTypeName(t.dtype), ShapeToString(t.size), TorchDTypeName(tensor.dtype),
+         chunk.flat ? fmt::format("with {} elements", chunk.flat->size())
+                    : ShapeToString(chunk.box.shape));
   }
   const ZipReader::Entry& record = zip.Get("data/" + t.storage_key);
   if (record.method != 0 || record.size < t.storage_bytes) {
-    Fail(ErrorKind::kCorruption, "{}: storage record data/{} is {} bytes (method {}), the tensor "
-         "needs {} stored bytes", zip.source(), t.storage_key, record.size, record.method,
-         t.storage_bytes);
+    Fail(ErrorKind::kCorruption,
+         "{}: storage record data/{} is {} bytes (method {}), the tensor "
+         "needs {} stored bytes",
+         zip.source(), t.storage_key, record.size, record.method, t.storage_bytes);
   }
   item.record_offset = chunk.offset + zip.DataOffset(record);
   item.record_size = record.size;
@@ -154,12 +166,14 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const uint64_t covered = CheckedRunBytes(runs, chunk.length, what);
   if (covered == 0 && chunk.length > 0) return;
   const TensorItem& item = Item(tensor, chunk, what);
-  const RandomAccessFile& file = files_.Open(chunk.file, item.record_offset, item.record_size, what);
+  const RandomAccessFile& file =
+      files_.Open(chunk.file, item.record_offset, item.record_size, what);
   // Bytes [offset, offset + dst.size()) of the storage record: from memory
   // for a small item (counted when it was read), else from the data file.
   auto read_record = [&](uint64_t offset, std::span<std::byte> dst) {
     if (item.bytes) {
-      std::memcpy(dst.data(), item.bytes->data() + (item.record_offset - chunk.offset) + offset, dst.size());
+      std::memcpy(dst.data(), item.bytes->data() + (item.record_offset - chunk.offset) + offset,
+                  dst.size());
     } else {
       file.Read(item.record_offset + offset, dst);
       stats_.bytes_read += dst.size();
@@ -168,8 +182,8 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const TorchTensor& t = item.tensor;
   const uint64_t start = static_cast<uint64_t>(t.storage_offset) * DTypeSize(t.dtype);
   // The runs tile the chunk, and the chunk is the whole record: its CRC applies.
-  const bool whole = covered == chunk.length && t.IsContiguous() && start == 0 &&
-                     item.record_size == chunk.length;
+  const bool whole =
+      covered == chunk.length && t.IsContiguous() && start == 0 && item.record_size == chunk.length;
   const bool verify = policy != VerifyPolicy::kNever;
 
   if (t.IsContiguous() && (whole || policy != VerifyPolicy::kAlways)) {
@@ -177,7 +191,8 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
     for (size_t i = 0; i < runs.size();) {
       size_t j = i;  // merge runs adjacent both in the record and in memory
       uint64_t length = runs[i].length;
-      while (j + 1 < runs.size() && runs[j + 1].offset_in_chunk == runs[j].offset_in_chunk + runs[j].length &&
+      while (j + 1 < runs.size() &&
+             runs[j + 1].offset_in_chunk == runs[j].offset_in_chunk + runs[j].length &&
              runs[j + 1].dst == runs[j].dst + runs[j].length) {
         length += runs[++j].length;
       }
@@ -232,7 +247,8 @@ nlohmann::json DcpReader::ReadCommonState() {
   const std::string path = JoinPath(dir_, kMegatronCommonFileName);
   if (env_->FileExists(path)) {
     std::unique_ptr<RandomAccessFile> f = env_->NewRandomAccessFile(path);
-    ZipReader zip([&](uint64_t at, std::span<std::byte> dst) { f->Read(at, dst); }, f->size(), path);
+    ZipReader zip([&](uint64_t at, std::span<std::byte> dst) { f->Read(at, dst); }, f->size(),
+                  path);
     common = TorchLoadJson(zip);
     if (!common.is_object()) {
       Fail(ErrorKind::kCorruption, "{}: holds a {}, not the common state dict", path,

@@ -36,12 +36,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
-#include "format/dcp/dcp_layout.h"
 #include "format/data_files.h"
+#include "format/dcp/dcp_layout.h"
 #include "format/dcp/torch_save.h"
 #include "format/format.h"
 

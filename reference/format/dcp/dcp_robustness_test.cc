@@ -1,12 +1,11 @@
 // Bad input never crashes: a malicious .metadata, truncated or damaged
 // files, stream transforms. Every failure is a CheckpointError naming the
 // file; nothing is executed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "format/dcp/dcp_format.h"
 #include "format/dcp/dcp_metadata.h"
@@ -21,7 +20,8 @@ constexpr const char* kFixture = "torch-2.6/r2_sharded";
 // Reads every tensor and object; true when all of them hold the fixture's values.
 bool ReadsCorrectly(const std::string& dir) {
   auto reader = DcpFormat().OpenReader(Env::Default(), dir);
-  nlohmann::json expected = nlohmann::json::parse(ReadFileBytes(DcpFixture(kFixture) + "/expected.json"));
+  nlohmann::json expected =
+      nlohmann::json::parse(ReadFileBytes(DcpFixture(kFixture) + "/expected.json"));
   for (const auto& [key, t] : reader->metadata().tensors) {
     std::vector<std::byte> data = ReadGlobal(*reader, t);
     for (size_t i = 0; i < static_cast<size_t>(Volume(t.global_shape)); ++i) {
@@ -42,7 +42,8 @@ TEST(DcpRobustnessTest, MaliciousMetadataIsRefusedAndNothingRuns) {
   WriteFileBytes(dir + "/.metadata", w.Finish());
   EXPECT_EQ(DetectFormat(Env::Default(), dir).name(), "dcp");
   EXPECT_THAT([&] { DcpFormat().OpenReader(Env::Default(), dir); },
-              ThrowsError(ErrorKind::kUnsupported, dir + "/.metadata: refusing to unpickle global 'os.system'"));
+              ThrowsError(ErrorKind::kUnsupported,
+                          dir + "/.metadata: refusing to unpickle global 'os.system'"));
   EXPECT_NE(::access(marker.c_str(), F_OK), 0);
 }
 
@@ -54,7 +55,8 @@ TEST(DcpRobustnessTest, EveryTruncatedMetadataIsCorruptionNamingIt) {
   for (size_t n = 0; n < full.size(); ++n) {
     WriteFileBytes(dir + "/.metadata", full.substr(0, n));
     EXPECT_THAT([&] { DcpFormat().OpenReader(Env::Default(), dir); },
-                ThrowsError(ErrorKind::kCorruption, dir + "/.metadata")) << n;
+                ThrowsError(ErrorKind::kCorruption, dir + "/.metadata"))
+        << n;
   }
 }
 
@@ -65,10 +67,13 @@ TEST(DcpRobustnessTest, TruncatedDataFilesNameTheFile) {
   const std::string full = ReadFileBytes(dir + "/__0_0.distcp");
   for (size_t n = 0; n < full.size(); n += 61) {
     WriteFileBytes(dir + "/__0_0.distcp", full.substr(0, n));
-    EXPECT_THAT([&] { ReadsCorrectly(dir); }, ThrowsError(ErrorKind::kCorruption, dir + "/__0_0.distcp")) << n;
+    EXPECT_THAT([&] { ReadsCorrectly(dir); },
+                ThrowsError(ErrorKind::kCorruption, dir + "/__0_0.distcp"))
+        << n;
   }
   std::filesystem::remove(dir + "/__0_0.distcp");
-  EXPECT_THAT([&] { ReadsCorrectly(dir); }, ThrowsError(ErrorKind::kCorruption, "__0_0.distcp is missing"));
+  EXPECT_THAT([&] { ReadsCorrectly(dir); },
+              ThrowsError(ErrorKind::kCorruption, "__0_0.distcp is missing"));
 }
 
 TEST(DcpRobustnessTest, FlippedBytesAreCaughtOrHarmless) {
@@ -155,8 +160,10 @@ TEST(DcpRobustnessTest, ItemsThatContradictMetadataAreCorruption) {
   std::swap(md.storage[1].offset, md.storage[2].offset);
   WriteFileBytes(dir + "/.metadata", EncodeDcpMetadata(md));
   auto reader = DcpFormat().OpenReader(Env::Default(), dir);
-  EXPECT_THAT([&] { ReadGlobal(*reader, reader->metadata().tensors.at("row_f32")); },
-              ThrowsError(ErrorKind::kCorruption, "holds a bfloat16 tensor of size (6,), .metadata expects float32 (3, 4)"));
+  EXPECT_THAT(
+      [&] { ReadGlobal(*reader, reader->metadata().tensors.at("row_f32")); },
+      ThrowsError(ErrorKind::kCorruption,
+                  "holds a bfloat16 tensor of size (6,), .metadata expects float32 (3, 4)"));
 }
 
 }  // namespace

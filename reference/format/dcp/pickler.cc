@@ -26,7 +26,8 @@ void PickleWriter::Int(int64_t value) {
     LE(static_cast<uint32_t>(static_cast<int32_t>(value)), 4);
   } else {
     // LONG1, (bit_length + 8) // 8 bytes of two's complement, as dcp_rawwrite.py.
-    uint64_t magnitude = value < 0 ? ~static_cast<uint64_t>(value) + 1 : static_cast<uint64_t>(value);
+    uint64_t magnitude =
+        value < 0 ? ~static_cast<uint64_t>(value) + 1 : static_cast<uint64_t>(value);
     int bits = 64 - __builtin_clzll(magnitude);
     int n = (bits + 8) / 8;
     Op('\x8a');
@@ -117,12 +118,18 @@ void PickleWriter::BinPersId() { Op('Q'); }
 
 void PickleWriter::Json(const nlohmann::json& value) {
   switch (value.type()) {
-    case nlohmann::json::value_t::null: return None();
-    case nlohmann::json::value_t::boolean: return Bool(value.get<bool>());
-    case nlohmann::json::value_t::number_integer: return Int(value.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return UInt(value.get<uint64_t>());
-    case nlohmann::json::value_t::number_float: return Float(value.get<double>());
-    case nlohmann::json::value_t::string: return Str(value.get_ref<const std::string&>());
+    case nlohmann::json::value_t::null:
+      return None();
+    case nlohmann::json::value_t::boolean:
+      return Bool(value.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return Int(value.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return UInt(value.get<uint64_t>());
+    case nlohmann::json::value_t::number_float:
+      return Float(value.get<double>());
+    case nlohmann::json::value_t::string:
+      return Str(value.get_ref<const std::string&>());
     case nlohmann::json::value_t::array:
       return List(value.empty(), [&] {
         for (const nlohmann::json& item : value) Json(item);

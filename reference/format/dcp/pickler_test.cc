@@ -60,8 +60,11 @@ TEST(PickleWriterTest, TuplesUseTheShortestOpcode) {
 }
 
 TEST(PickleWriterTest, JsonRoundTripsThroughTheUnpickler) {
-  const nlohmann::json value = {{"a", {1, -2, 3.5, nullptr, true}}, {"b", {{"c", "d"}}}, {"e", nlohmann::json::object()},
-                                {"f", nlohmann::json::array()}, {"u", UINT64_MAX}};
+  const nlohmann::json value = {{"a", {1, -2, 3.5, nullptr, true}},
+                                {"b", {{"c", "d"}}},
+                                {"e", nlohmann::json::object()},
+                                {"f", nlohmann::json::array()},
+                                {"u", UINT64_MAX}};
   PickleWriter w;
   w.Json(value);
   PyTree tree = Unpickle(w.Finish(), "json");

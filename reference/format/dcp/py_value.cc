@@ -20,21 +20,34 @@ std::string Describe(const PyValue& v) {
 
 std::string_view PyKindName(PyKind kind) {
   switch (kind) {
-    case PyKind::kNone: return "None";
-    case PyKind::kBool: return "bool";
+    case PyKind::kNone:
+      return "None";
+    case PyKind::kBool:
+      return "bool";
     case PyKind::kInt:
     case PyKind::kUInt:
-    case PyKind::kBigInt: return "int";
-    case PyKind::kFloat: return "float";
-    case PyKind::kStr: return "str";
-    case PyKind::kBytes: return "bytes";
-    case PyKind::kList: return "list";
-    case PyKind::kTuple: return "tuple";
-    case PyKind::kDict: return "dict";
-    case PyKind::kSet: return "set";
-    case PyKind::kGlobal: return "global";
-    case PyKind::kObject: return "object of";
-    case PyKind::kPersistent: return "persistent id";
+    case PyKind::kBigInt:
+      return "int";
+    case PyKind::kFloat:
+      return "float";
+    case PyKind::kStr:
+      return "str";
+    case PyKind::kBytes:
+      return "bytes";
+    case PyKind::kList:
+      return "list";
+    case PyKind::kTuple:
+      return "tuple";
+    case PyKind::kDict:
+      return "dict";
+    case PyKind::kSet:
+      return "set";
+    case PyKind::kGlobal:
+      return "global";
+    case PyKind::kObject:
+      return "object of";
+    case PyKind::kPersistent:
+      return "persistent id";
   }
   return "?";
 }

@@ -26,8 +26,21 @@
 namespace distckpt {
 
 enum class PyKind {
-  kNone, kBool, kInt, kUInt, kBigInt, kFloat, kStr, kBytes,
-  kList, kTuple, kDict, kSet, kGlobal, kObject, kPersistent,
+  kNone,
+  kBool,
+  kInt,
+  kUInt,
+  kBigInt,
+  kFloat,
+  kStr,
+  kBytes,
+  kList,
+  kTuple,
+  kDict,
+  kSet,
+  kGlobal,
+  kObject,
+  kPersistent,
 };
 
 struct PyValue {
@@ -43,10 +56,10 @@ struct PyValue {
   // kList, kTuple, kSet items; kPersistent: the persistent id.
   std::vector<const PyValue*> items;
   std::vector<std::pair<const PyValue*, const PyValue*>> entries;  // kDict, in insertion order
-  const PyValue* callable = nullptr;  // kObject: the kGlobal called
-  const PyValue* args = nullptr;      // kObject: a kTuple
-  const PyValue* state = nullptr;     // kObject: BUILD state, or nullptr
-  uint32_t depth = 1;                 // nesting seen while unpickling
+  const PyValue* callable = nullptr;                               // kObject: the kGlobal called
+  const PyValue* args = nullptr;                                   // kObject: a kTuple
+  const PyValue* state = nullptr;  // kObject: BUILD state, or nullptr
+  uint32_t depth = 1;              // nesting seen while unpickling
 
   bool Is(std::string_view module, std::string_view global_name) const;
   // For kObject: true if the class / callable is `module.name`.

@@ -4,13 +4,13 @@
 #ifndef DISTCKPT_FORMAT_DCP_TESTING_H_
 #define DISTCKPT_FORMAT_DCP_TESTING_H_
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/dtype.h"
 #include "format/dcp/pickler.h"
@@ -47,21 +47,22 @@ inline void CopyDir(const std::string& from, const std::string& to) {
 inline std::string RebuildTensorPickle(int64_t numel, int64_t offset, const Shape& size,
                                        const Shape& stride) {
   PickleWriter w;
-  w.Reduce([&] { w.Global("torch._utils", "_rebuild_tensor_v2"); }, 6, [&] {
-    w.Tuple(5, [&] {
-      w.Str("storage");
-      w.Global("torch", "FloatStorage");
-      w.Str("0");
-      w.Str("cpu");
-      w.Int(numel);
-    });
-    w.BinPersId();
-    w.Int(offset);
-    w.TupleOfInts(size);
-    w.TupleOfInts(stride);
-    w.Bool(false);
-    w.Reduce([&] { w.Global("collections", "OrderedDict"); }, 0, [] {});
-  });
+  w.Reduce([&] { w.Global("torch._utils", "_rebuild_tensor_v2"); }, 6,
+           [&] {
+             w.Tuple(5, [&] {
+               w.Str("storage");
+               w.Global("torch", "FloatStorage");
+               w.Str("0");
+               w.Str("cpu");
+               w.Int(numel);
+             });
+             w.BinPersId();
+             w.Int(offset);
+             w.TupleOfInts(size);
+             w.TupleOfInts(stride);
+             w.Bool(false);
+             w.Reduce([&] { w.Global("collections", "OrderedDict"); }, 0, [] {});
+           });
   return w.Finish();
 }
 

@@ -16,12 +16,12 @@ struct TorchDType {
 };
 
 constexpr TorchDType kTorchDTypes[] = {
-    {DType::kF64, "float64", "DoubleStorage"},  {DType::kF32, "float32", "FloatStorage"},
-    {DType::kF16, "float16", "HalfStorage"},    {DType::kBF16, "bfloat16", "BFloat16Storage"},
-    {DType::kF8E4M3FN, "float8_e4m3fn", ""},    {DType::kF8E5M2, "float8_e5m2", ""},
-    {DType::kI8, "int8", "CharStorage"},        {DType::kI16, "int16", "ShortStorage"},
-    {DType::kI32, "int32", "IntStorage"},       {DType::kI64, "int64", "LongStorage"},
-    {DType::kU8, "uint8", "ByteStorage"},       {DType::kBool, "bool", "BoolStorage"},
+    {DType::kF64, "float64", "DoubleStorage"}, {DType::kF32, "float32", "FloatStorage"},
+    {DType::kF16, "float16", "HalfStorage"},   {DType::kBF16, "bfloat16", "BFloat16Storage"},
+    {DType::kF8E4M3FN, "float8_e4m3fn", ""},   {DType::kF8E5M2, "float8_e5m2", ""},
+    {DType::kI8, "int8", "CharStorage"},       {DType::kI16, "int16", "ShortStorage"},
+    {DType::kI32, "int32", "IntStorage"},      {DType::kI64, "int64", "LongStorage"},
+    {DType::kU8, "uint8", "ByteStorage"},      {DType::kBool, "bool", "BoolStorage"},
 };
 
 const TorchDType& Info(DType dtype) {
@@ -79,21 +79,34 @@ class Jsonizer {
       Fail(ErrorKind::kCorruption, "{}: value nested deeper than {}", zip_.source(), max_depth_);
     }
     switch (v.kind) {
-      case PyKind::kNone: return nullptr;
-      case PyKind::kBool: return v.boolean;
-      case PyKind::kInt: return v.integer;
-      case PyKind::kUInt: return v.uinteger;
-      case PyKind::kBigInt: return {{"__bigint_le__", Hex(v.text)}};
-      case PyKind::kFloat: return v.real;
-      case PyKind::kStr: return v.text;
-      case PyKind::kBytes: return {{"__bytes__", Hex(v.text)}};
+      case PyKind::kNone:
+        return nullptr;
+      case PyKind::kBool:
+        return v.boolean;
+      case PyKind::kInt:
+        return v.integer;
+      case PyKind::kUInt:
+        return v.uinteger;
+      case PyKind::kBigInt:
+        return {{"__bigint_le__", Hex(v.text)}};
+      case PyKind::kFloat:
+        return v.real;
+      case PyKind::kStr:
+        return v.text;
+      case PyKind::kBytes:
+        return {{"__bytes__", Hex(v.text)}};
       case PyKind::kList:
       case PyKind::kTuple:
-      case PyKind::kSet: return Array(v.items, depth);
-      case PyKind::kDict: return Object(v, depth);
-      case PyKind::kGlobal: return v.GlobalName();
-      case PyKind::kPersistent: return {{"__persistent__", Convert(*v.items[0], depth + 1)}};
-      case PyKind::kObject: break;
+      case PyKind::kSet:
+        return Array(v.items, depth);
+      case PyKind::kDict:
+        return Object(v, depth);
+      case PyKind::kGlobal:
+        return v.GlobalName();
+      case PyKind::kPersistent:
+        return {{"__persistent__", Convert(*v.items[0], depth + 1)}};
+      case PyKind::kObject:
+        break;
     }
     if (std::optional<TorchTensor> t = AsTorchTensor(v, zip_.source())) return Tensor(*t);
     if (v.IsInstance("torch", "Size")) return PyToShape(v, zip_.source());
@@ -121,14 +134,19 @@ class Jsonizer {
 
   std::string Key(const PyValue& k) {
     switch (k.kind) {
-      case PyKind::kStr: return k.text;
-      case PyKind::kInt: return std::to_string(k.integer);
-      case PyKind::kBool: return k.boolean ? "True" : "False";
-      case PyKind::kNone: return "None";
-      case PyKind::kFloat: return fmt::format("{}", k.real);
+      case PyKind::kStr:
+        return k.text;
+      case PyKind::kInt:
+        return std::to_string(k.integer);
+      case PyKind::kBool:
+        return k.boolean ? "True" : "False";
+      case PyKind::kNone:
+        return "None";
+      case PyKind::kFloat:
+        return fmt::format("{}", k.real);
       default:
-        Fail(ErrorKind::kUnsupported, "{}: dict key of type {} cannot be a JSON key",
-             zip_.source(), PyKindName(k.kind));
+        Fail(ErrorKind::kUnsupported, "{}: dict key of type {} cannot be a JSON key", zip_.source(),
+             PyKindName(k.kind));
     }
   }
 
@@ -152,7 +170,8 @@ class Jsonizer {
         data.push_back(static_cast<int64_t>(LoadAsDouble(elems.data(), t.dtype, i)));
       }
     }
-    return {{"__tensor__", {{"dtype", TorchDTypeName(t.dtype)}, {"shape", t.size}, {"data", data}}}};
+    return {
+        {"__tensor__", {{"dtype", TorchDTypeName(t.dtype)}, {"shape", t.size}, {"data", data}}}};
   }
 
   const ZipReader& zip_;
@@ -183,8 +202,10 @@ std::optional<TorchTensor> AsTorchTensor(const PyValue& v, const std::string& so
   }
   const std::vector<const PyValue*>& id = PyToSequence(*args[0]->items[0], what);
   if (id.size() != 5 || id[0]->kind != PyKind::kStr || id[0]->text != "storage") {
-    Fail(ErrorKind::kCorruption, "{}: storage persistent id is not ('storage', class, key, "
-         "location, numel)", what);
+    Fail(ErrorKind::kCorruption,
+         "{}: storage persistent id is not ('storage', class, key, "
+         "location, numel)",
+         what);
   }
   TorchTensor t;
   // An UntypedStorage counts bytes; a typed storage class counts its own elements.
@@ -212,9 +233,10 @@ std::optional<TorchTensor> AsTorchTensor(const PyValue& v, const std::string& so
     }
   }
   if (count > 0 && (last + 1) * DTypeSize(t.dtype) > t.storage_bytes) {
-    Fail(ErrorKind::kCorruption, "{}: size {} stride {} offset {} reaches past the storage's {} "
-         "bytes", what, ShapeToString(t.size), ShapeToString(t.stride), t.storage_offset,
-         t.storage_bytes);
+    Fail(ErrorKind::kCorruption,
+         "{}: size {} stride {} offset {} reaches past the storage's {} "
+         "bytes",
+         what, ShapeToString(t.size), ShapeToString(t.stride), t.storage_offset, t.storage_bytes);
   }
   return t;
 }
@@ -258,7 +280,8 @@ void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
   const bool v3 = info.storage.empty();  // float8: UntypedStorage counted in bytes
   PickleWriter w;
   w.Reduce([&] { w.Global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"); },
-           v3 ? 7 : 6, [&] {
+           v3 ? 7 : 6,
+           [&] {
              w.Tuple(5, [&] {
                w.Str("storage");
                v3 ? w.Global("torch.storage", "UntypedStorage") : w.Global("torch", info.storage);

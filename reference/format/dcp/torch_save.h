@@ -26,12 +26,11 @@
 #define DISTCKPT_FORMAT_DCP_TORCH_SAVE_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "core/box.h"
 #include "core/dtype.h"
@@ -45,7 +44,7 @@ std::string_view TorchDTypeName(DType dtype);
 
 struct TorchTensor {
   DType dtype = DType::kF32;
-  std::string storage_key;    // record "data/<key>"
+  std::string storage_key;  // record "data/<key>"
   uint64_t storage_bytes = 0;
   int64_t storage_offset = 0;  // elements
   Shape size;

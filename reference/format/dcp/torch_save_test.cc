@@ -20,7 +20,8 @@ std::string SaveTensor(DType dtype, const Shape& shape, const std::string& data)
 }
 
 // An archive whose data.pkl is `pickle` and whose data/0 is `storage`.
-std::string Archive(const std::string& pickle, const std::string& storage, const std::string& order = "little") {
+std::string Archive(const std::string& pickle, const std::string& storage,
+                    const std::string& order = "little") {
   return ZipToString([&](ZipWriter& zip) {
     zip.AddRecord("data.pkl", pickle);
     zip.AddRecord("byteorder", order);
@@ -51,46 +52,69 @@ TEST(TorchSaveTest, EveryDTypeRoundTrips) {
     EXPECT_EQ(zip.ReadRecord(zip.Get("data/" + t.storage_key)), data);
     // float8 has no legacy storage class: _rebuild_tensor_v3 with an UntypedStorage.
     const bool v3 = dtype == DType::kF8E4M3FN || dtype == DType::kF8E5M2;
-    EXPECT_EQ(zip.ReadRecord(zip.Get("data.pkl")).find("_rebuild_tensor_v3") != std::string::npos, v3);
+    EXPECT_EQ(zip.ReadRecord(zip.Get("data.pkl")).find("_rebuild_tensor_v3") != std::string::npos,
+              v3);
   }
 }
 
 TEST(TorchSaveTest, StridedViewsAreGatheredInRowMajorOrder) {
-  // A transposed (3, 2) view of a row-major (2, 3) storage [0..5]: stride (1, 3), as torch keeps it.
-  const std::string bytes = Archive(RebuildTensorPickle(6, 0, {3, 2}, {1, 3}), Floats({0, 1, 2, 3, 4, 5}));
+  // A transposed (3, 2) view of a row-major (2, 3) storage [0..5]: stride (1, 3), as torch keeps
+  // it.
+  const std::string bytes =
+      Archive(RebuildTensorPickle(6, 0, {3, 2}, {1, 3}), Floats({0, 1, 2, 3, 4, 5}));
   ZipReader zip(bytes, "t");
   TorchTensor t = ReadTensorRecord(zip);
   EXPECT_FALSE(t.IsContiguous());
   std::string storage = zip.ReadRecord(zip.Get("data/0"));
   float out[6];
-  GatherRowMajor(t, std::as_bytes(std::span(storage.data(), storage.size())), reinterpret_cast<std::byte*>(out));
+  GatherRowMajor(t, std::as_bytes(std::span(storage.data(), storage.size())),
+                 reinterpret_cast<std::byte*>(out));
   EXPECT_THAT(out, testing::ElementsAre(0, 3, 1, 4, 2, 5));
   // A storage offset and a size-1 dimension keep a view contiguous.
-  TorchTensor offset = *AsTorchTensor(*Unpickle(RebuildTensorPickle(6, 2, {1, 4}, {9, 1}), "v").root(), "v");
+  TorchTensor offset =
+      *AsTorchTensor(*Unpickle(RebuildTensorPickle(6, 2, {1, 4}, {9, 1}), "v").root(), "v");
   EXPECT_TRUE(offset.IsContiguous());
 }
 
 TEST(TorchSaveTest, ViewsOutsideTheirStorageAreCorruption) {
-  EXPECT_THAT([] { AsTorchTensor(*Unpickle(RebuildTensorPickle(6, 1, {2, 3}, {3, 1}), "v").root(), "v"); },
-              ThrowsError(ErrorKind::kCorruption, "reaches past the storage"));
-  EXPECT_THAT([] { AsTorchTensor(*Unpickle(RebuildTensorPickle(6, 0, {3, 2}, {1, 4}), "v").root(), "v"); },
-              ThrowsError(ErrorKind::kCorruption, "reaches past the storage"));
-  EXPECT_THAT([] { AsTorchTensor(*Unpickle(RebuildTensorPickle(6, 0, {2, 3}, {3}), "v").root(), "v"); },
-              ThrowsError(ErrorKind::kCorruption, "stride"));
+  EXPECT_THAT(
+      [] {
+        AsTorchTensor(*Unpickle(RebuildTensorPickle(6, 1, {2, 3}, {3, 1}), "v").root(), "v");
+      },
+      ThrowsError(ErrorKind::kCorruption, "reaches past the storage"));
+  EXPECT_THAT(
+      [] {
+        AsTorchTensor(*Unpickle(RebuildTensorPickle(6, 0, {3, 2}, {1, 4}), "v").root(), "v");
+      },
+      ThrowsError(ErrorKind::kCorruption, "reaches past the storage"));
+  EXPECT_THAT(
+      [] {
+        AsTorchTensor(*Unpickle(RebuildTensorPickle(6, 0, {2, 3}, {3}), "v").root(), "v");
+      },
+      ThrowsError(ErrorKind::kCorruption, "stride"));
   EXPECT_THAT([] { AsTorchTensor(*Unpickle(RebuildTensorPickle(-1, 0, {}, {}), "v").root(), "v"); },
               ThrowsError(ErrorKind::kCorruption, "storage of -1 elements"));
 }
 
 TEST(TorchSaveTest, ByteOrderIsChecked) {
   const std::string pickle = RebuildTensorPickle(2, 0, {2}, {1});
-  EXPECT_THAT([&] { ReadTensorRecord(ZipReader(Archive(pickle, Floats({1, 2}), "big"), "be")); },
-              ThrowsError(ErrorKind::kUnsupported, "big-endian"));
-  EXPECT_THAT([&] { ReadTensorRecord(ZipReader(Archive(pickle, Floats({1, 2}), "middle"), "me")); },
-              ThrowsError(ErrorKind::kCorruption, "byteorder"));
+  EXPECT_THAT(
+      [&] {
+        ReadTensorRecord(ZipReader(Archive(pickle, Floats({1, 2}), "big"), "be"));
+      },
+      ThrowsError(ErrorKind::kUnsupported, "big-endian"));
+  EXPECT_THAT(
+      [&] {
+        ReadTensorRecord(ZipReader(Archive(pickle, Floats({1, 2}), "middle"), "me"));
+      },
+      ThrowsError(ErrorKind::kCorruption, "byteorder"));
 }
 
 TEST(TorchSaveTest, JsonValuesRoundTrip) {
-  const nlohmann::json value = {{"step", 7}, {"lr", 0.125}, {"name", "x"}, {"list", {1, {2, 3}}},
+  const nlohmann::json value = {{"step", 7},
+                                {"lr", 0.125},
+                                {"name", "x"},
+                                {"list", {1, {2, 3}}},
                                 {"nested", {{"flag", false}, {"none", nullptr}}}};
   const std::string bytes = TorchSaveJson(value);
   EXPECT_EQ(TorchLoadJson(ZipReader(bytes, "v")), value);
@@ -107,7 +131,8 @@ TEST(TorchSaveTest, PythonValuesBecomeJson) {
     w.Str("ns");
     w.Object("argparse", "Namespace", [&] { w.Json({{"a", 1}}); });
     w.Str("enum");
-    w.Reduce([&] { w.Global("megatron.core.transformer.enums", "AttnBackend"); }, 1, [&] { w.Int(5); });
+    w.Reduce([&] { w.Global("megatron.core.transformer.enums", "AttnBackend"); }, 1,
+             [&] { w.Int(5); });
     w.Str("dtype");
     w.Global("torch", "bfloat16");
     w.Str("size");
@@ -116,18 +141,23 @@ TEST(TorchSaveTest, PythonValuesBecomeJson) {
   nlohmann::json got = TorchLoadJson(ZipReader(Archive(w.Finish(), ""), "values"));
   EXPECT_EQ(got.at("1"), nullptr);
   EXPECT_EQ(got.at("ns"), nlohmann::json({{"a", 1}}));
-  EXPECT_EQ(got.at("enum"), nlohmann::json({{"__object__", "megatron.core.transformer.enums.AttnBackend"},
-                                            {"args", {5}}}));
+  EXPECT_EQ(got.at("enum"),
+            nlohmann::json(
+                {{"__object__", "megatron.core.transformer.enums.AttnBackend"}, {"args", {5}}}));
   EXPECT_EQ(got.at("dtype"), "torch.bfloat16");
   EXPECT_EQ(got.at("size"), nlohmann::json({2}));
   const std::string tensor = Archive(RebuildTensorPickle(2, 0, {2}, {1}), Floats({1.5, 2.5}));
   EXPECT_EQ(TorchLoadJson(ZipReader(tensor, "t")),
-            nlohmann::json({{"__tensor__", {{"dtype", "float32"}, {"shape", {2}}, {"data", {1.5, 2.5}}}}}));
+            nlohmann::json(
+                {{"__tensor__", {{"dtype", "float32"}, {"shape", {2}}, {"data", {1.5, 2.5}}}}}));
 }
 
 TEST(TorchSaveTest, CyclesAreBoundedNotInfinite) {
   // x = []; x.append(x)
-  const std::string cyclic = Archive("\x80\x02]q\x00h\x00" "a."s, "");
+  const std::string cyclic = Archive(
+      "\x80\x02]q\x00h\x00"
+      "a."s,
+      "");
   EXPECT_THAT([&] { TorchLoadJson(ZipReader(cyclic, "cycle")); },
               ThrowsError(ErrorKind::kCorruption, "nested deeper than"));
 }

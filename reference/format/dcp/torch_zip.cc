@@ -43,7 +43,8 @@ struct Cursor {
     return v;
   }
   std::string_view Text(size_t n) {
-    if (pos + n > buf.size()) Fail(ErrorKind::kCorruption, "{}: zip entry name is truncated", source);
+    if (pos + n > buf.size())
+      Fail(ErrorKind::kCorruption, "{}: zip entry name is truncated", source);
     std::string_view s(reinterpret_cast<const char*>(buf.data()) + pos, n);
     pos += n;
     return s;
@@ -77,7 +78,8 @@ void ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data
   const uint32_t crc = Crc32(data);
   const bool zip64 = force_zip64_ || data.size() >= kMax32;
   const size_t zip64_extra = zip64 ? 20 : 0;
-  const size_t pad = (kAlignment - (offset_ + 30 + full.size() + zip64_extra + 4) % kAlignment) % kAlignment;
+  const size_t pad =
+      (kAlignment - (offset_ + 30 + full.size() + zip64_extra + 4) % kAlignment) % kAlignment;
   std::string header;
   PutLE(header, kLocalSig, 4);
   PutLE(header, zip64 ? 45 : 20, 2);  // version needed
@@ -189,8 +191,9 @@ ZipReader::ZipReader(std::string_view bytes, std::string source)
 
 void ZipReader::Read(uint64_t offset, std::span<std::byte> dst) const {
   if (offset > size_ || dst.size() > size_ - offset) {
-    Fail(ErrorKind::kCorruption, "{}: zip archive is truncated: bytes [{}, {}) lie past its {} bytes",
-         source_, offset, offset + dst.size(), size_);
+    Fail(ErrorKind::kCorruption,
+         "{}: zip archive is truncated: bytes [{}, {}) lie past its {} bytes", source_, offset,
+         offset + dst.size(), size_);
   }
   read_(offset, dst);
 }
@@ -214,8 +217,10 @@ void ZipReader::Parse() {
     if (end_pos != std::string::npos || tail.size() == size_) break;
   }
   if (end_pos == std::string::npos) {
-    Fail(ErrorKind::kCorruption, "{}: no zip end-of-central-directory record (truncated or not a "
-         "torch.save archive)", source_);
+    Fail(ErrorKind::kCorruption,
+         "{}: no zip end-of-central-directory record (truncated or not a "
+         "torch.save archive)",
+         source_);
   }
   const uint64_t tail_start = size_ - tail.size();
   const std::byte* end = tail.data() + end_pos;
@@ -233,8 +238,10 @@ void ZipReader::Parse() {
     cd_offset = GetLE(record + 48, 8);
   }
   if (cd_offset > size_ || cd_size > size_ - cd_offset || count > cd_size / 46) {
-    Fail(ErrorKind::kCorruption, "{}: zip central directory ({} entries, {} bytes at {}) does not "
-         "fit in the archive's {} bytes", source_, count, cd_size, cd_offset, size_);
+    Fail(ErrorKind::kCorruption,
+         "{}: zip central directory ({} entries, {} bytes at {}) does not "
+         "fit in the archive's {} bytes",
+         source_, count, cd_size, cd_offset, size_);
   }
   std::vector<std::byte> cd_bytes;
   std::span<const std::byte> cd;
@@ -309,8 +316,10 @@ uint64_t ZipReader::DataOffset(const Entry& entry) const {
 
 std::string ZipReader::ReadRecord(const Entry& entry) const {
   if (entry.method != 0) {
-    Fail(ErrorKind::kUnsupported, "{}: record '{}' is compressed (zip method {}); torch.save "
-         "archives store records uncompressed", source_, entry.name, entry.method);
+    Fail(ErrorKind::kUnsupported,
+         "{}: record '{}' is compressed (zip method {}); torch.save "
+         "archives store records uncompressed",
+         source_, entry.name, entry.method);
   }
   const uint64_t offset = DataOffset(entry);  // checks the record lies inside the archive
   std::string data(entry.size, '\0');

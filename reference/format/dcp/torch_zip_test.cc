@@ -13,8 +13,11 @@ using namespace std::string_literals;
 
 std::string Archive(bool zip64) {
   std::string out;
-  ZipWriter zip([&](std::span<const std::byte> b) { out.append(reinterpret_cast<const char*>(b.data()), b.size()); },
-                "archive", zip64);
+  ZipWriter zip(
+      [&](std::span<const std::byte> b) {
+        out.append(reinterpret_cast<const char*>(b.data()), b.size());
+      },
+      "archive", zip64);
   zip.AddRecord("data.pkl", "\x80\x02K\x07."s);
   zip.AddRecord("byteorder", "little");
   zip.AddRecord("data/0", std::string(1000, 'x'));
@@ -42,7 +45,8 @@ TEST(ZipTest, RecordsReadBackAlignedWithTheirCrc) {
     EXPECT_EQ(zip.ReadRecord(zip.Get("version")), "3\n");
     EXPECT_EQ(zip.Get("data.pkl").crc, Crc32(std::as_bytes(std::span("\x80\x02K\x07.", 5))));
     EXPECT_EQ(zip.Find("missing"), nullptr);
-    EXPECT_THAT([&] { zip.Get("missing"); }, ThrowsError(ErrorKind::kCorruption, "no record 'missing'"));
+    EXPECT_THAT([&] { zip.Get("missing"); },
+                ThrowsError(ErrorKind::kCorruption, "no record 'missing'"));
   }
 }
 
@@ -52,7 +56,7 @@ TEST(ZipTest, Zip64WritesItsRecordsOnlyWhenNeeded) {
   EXPECT_EQ(plain.find("PK\x06\x06"s), std::string::npos);
   EXPECT_NE(big.find("PK\x06\x06"s), std::string::npos);  // zip64 end record
   EXPECT_NE(big.find("PK\x06\x07"s), std::string::npos);  // and its locator
-  EXPECT_EQ(U32(big, 18), 0xffffffffu);                   // local header sizes defer to the extra field
+  EXPECT_EQ(U32(big, 18), 0xffffffffu);  // local header sizes defer to the extra field
   EXPECT_EQ(U32(plain, 18), 5u);
 }
 
@@ -72,10 +76,13 @@ TEST(ZipTest, EveryTruncationIsCorruption) {
   const std::string bytes = Archive(false);
   for (size_t n = 0; n < bytes.size(); ++n) {
     const std::string cut = bytes.substr(0, n);
-    EXPECT_THAT([&] {
-      ZipReader zip(cut, "cut.zip");
-      for (const ZipReader::Entry& e : zip.entries()) zip.ReadRecord(e);
-    }, ThrowsError(ErrorKind::kCorruption, "cut.zip")) << n;
+    EXPECT_THAT(
+        [&] {
+          ZipReader zip(cut, "cut.zip");
+          for (const ZipReader::Entry& e : zip.entries()) zip.ReadRecord(e);
+        },
+        ThrowsError(ErrorKind::kCorruption, "cut.zip"))
+        << n;
   }
 }
 
@@ -88,7 +95,8 @@ TEST(ZipTest, FlippedBytesAreCaughtOrHarmless) {
     try {
       ZipReader zip(damaged, "flip.zip");
       for (const char* name : {"data.pkl", "data/0", "version"}) {
-        EXPECT_EQ(zip.ReadRecord(zip.Get(name)), ZipReader(bytes, "ok").ReadRecord(ZipReader(bytes, "ok").Get(name)));
+        EXPECT_EQ(zip.ReadRecord(zip.Get(name)),
+                  ZipReader(bytes, "ok").ReadRecord(ZipReader(bytes, "ok").Get(name)));
       }
     } catch (const CheckpointError& e) {
       ++caught;
@@ -103,7 +111,8 @@ TEST(ZipTest, CompressedRecordsAreUnsupported) {
   const size_t central = bytes.find("PK\x01\x02"s);
   bytes[central + 10] = 8;  // method: deflate
   ZipReader zip(bytes, "deflate.zip");
-  EXPECT_THAT([&] { zip.ReadRecord(zip.entries()[0]); }, ThrowsError(ErrorKind::kUnsupported, "compressed"));
+  EXPECT_THAT([&] { zip.ReadRecord(zip.entries()[0]); },
+              ThrowsError(ErrorKind::kUnsupported, "compressed"));
 }
 
 }  // namespace

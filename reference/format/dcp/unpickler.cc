@@ -11,16 +11,59 @@ namespace {
 
 // Opcodes (Python's Lib/pickle.py names).
 enum Op : unsigned char {
-  kMark = '(', kStop = '.', kPop = '0', kPopMark = '1', kDup = '2', kBinFloat = 'G',
-  kBinInt = 'J', kBinInt1 = 'K', kBinInt2 = 'M', kNone = 'N', kBinPersId = 'Q', kReduce = 'R',
-  kBinString = 'T', kShortBinString = 'U', kBinUnicode = 'X', kAppend = 'a', kBuild = 'b',
-  kGlobal = 'c', kDict = 'd', kEmptyDict = '}', kAppends = 'e', kBinGet = 'h', kLongBinGet = 'j',
-  kList = 'l', kEmptyList = ']', kBinPut = 'q', kLongBinPut = 'r', kSetItem = 's', kTuple = 't',
-  kEmptyTuple = ')', kSetItems = 'u', kBinBytes = 'B', kShortBinBytes = 'C', kProto = 0x80,
-  kNewObj = 0x81, kTuple1 = 0x85, kTuple2 = 0x86, kTuple3 = 0x87, kNewTrue = 0x88,
-  kNewFalse = 0x89, kLong1 = 0x8a, kLong4 = 0x8b, kShortBinUnicode = 0x8c, kBinUnicode8 = 0x8d,
-  kBinBytes8 = 0x8e, kEmptySet = 0x8f, kAddItems = 0x90, kFrozenSet = 0x91, kNewObjEx = 0x92,
-  kStackGlobal = 0x93, kMemoize = 0x94, kFrame = 0x95, kByteArray8 = 0x96,
+  kMark = '(',
+  kStop = '.',
+  kPop = '0',
+  kPopMark = '1',
+  kDup = '2',
+  kBinFloat = 'G',
+  kBinInt = 'J',
+  kBinInt1 = 'K',
+  kBinInt2 = 'M',
+  kNone = 'N',
+  kBinPersId = 'Q',
+  kReduce = 'R',
+  kBinString = 'T',
+  kShortBinString = 'U',
+  kBinUnicode = 'X',
+  kAppend = 'a',
+  kBuild = 'b',
+  kGlobal = 'c',
+  kDict = 'd',
+  kEmptyDict = '}',
+  kAppends = 'e',
+  kBinGet = 'h',
+  kLongBinGet = 'j',
+  kList = 'l',
+  kEmptyList = ']',
+  kBinPut = 'q',
+  kLongBinPut = 'r',
+  kSetItem = 's',
+  kTuple = 't',
+  kEmptyTuple = ')',
+  kSetItems = 'u',
+  kBinBytes = 'B',
+  kShortBinBytes = 'C',
+  kProto = 0x80,
+  kNewObj = 0x81,
+  kTuple1 = 0x85,
+  kTuple2 = 0x86,
+  kTuple3 = 0x87,
+  kNewTrue = 0x88,
+  kNewFalse = 0x89,
+  kLong1 = 0x8a,
+  kLong4 = 0x8b,
+  kShortBinUnicode = 0x8c,
+  kBinUnicode8 = 0x8d,
+  kBinBytes8 = 0x8e,
+  kEmptySet = 0x8f,
+  kAddItems = 0x90,
+  kFrozenSet = 0x91,
+  kNewObjEx = 0x92,
+  kStackGlobal = 0x93,
+  kMemoize = 0x94,
+  kFrame = 0x95,
+  kByteArray8 = 0x96,
 };
 
 class Unpickler {
@@ -94,7 +137,8 @@ class Unpickler {
 
   std::vector<PyValue*> PopMark() {
     if (marks_.empty()) Corrupt("no MARK on the stack");
-    std::vector<PyValue*> items(stack_.begin() + static_cast<ptrdiff_t>(marks_.back()), stack_.end());
+    std::vector<PyValue*> items(stack_.begin() + static_cast<ptrdiff_t>(marks_.back()),
+                                stack_.end());
     stack_.resize(marks_.back());
     marks_.pop_back();
     return items;
@@ -262,15 +306,26 @@ class Unpickler {
         if (n > in_.size() - pos_) Corrupt("FRAME longer than the stream");
         break;
       }
-      case kStop: return true;
-      case kMark: marks_.push_back(stack_.size()); break;
-      case kPop:
-        if (!marks_.empty() && stack_.size() == marks_.back()) marks_.pop_back();
-        else Pop();
+      case kStop:
+        return true;
+      case kMark:
+        marks_.push_back(stack_.size());
         break;
-      case kPopMark: PopMark(); break;
-      case kDup: Push(Top()); break;
-      case kNone: Push(New(PyKind::kNone)); break;
+      case kPop:
+        if (!marks_.empty() && stack_.size() == marks_.back())
+          marks_.pop_back();
+        else
+          Pop();
+        break;
+      case kPopMark:
+        PopMark();
+        break;
+      case kDup:
+        Push(Top());
+        break;
+      case kNone:
+        Push(New(PyKind::kNone));
+        break;
       case kNewTrue:
       case kNewFalse: {
         PyValue* v = New(PyKind::kBool);
@@ -291,8 +346,12 @@ class Unpickler {
         Push(v);
         break;
       }
-      case kLong1: PushLong(ReadLE(1)); break;
-      case kLong4: PushLong(ReadLE(4)); break;
+      case kLong1:
+        PushLong(ReadLE(1));
+        break;
+      case kLong4:
+        PushLong(ReadLE(4));
+        break;
       case kBinFloat: {
         uint64_t bits = 0;
         for (char c : Take(8)) bits = (bits << 8) | static_cast<unsigned char>(c);  // big-endian
@@ -301,17 +360,37 @@ class Unpickler {
         Push(v);
         break;
       }
-      case kShortBinUnicode: PushStr(PyKind::kStr, ReadLE(1)); break;
-      case kBinUnicode: PushStr(PyKind::kStr, ReadLE(4)); break;
-      case kBinUnicode8: PushStr(PyKind::kStr, ReadLE(8)); break;
-      case kShortBinString: PushStr(PyKind::kStr, ReadLE(1)); break;  // Python 2 str, ASCII
-      case kBinString: PushStr(PyKind::kStr, ReadLE(4)); break;
-      case kShortBinBytes: PushStr(PyKind::kBytes, ReadLE(1)); break;
-      case kBinBytes: PushStr(PyKind::kBytes, ReadLE(4)); break;
+      case kShortBinUnicode:
+        PushStr(PyKind::kStr, ReadLE(1));
+        break;
+      case kBinUnicode:
+        PushStr(PyKind::kStr, ReadLE(4));
+        break;
+      case kBinUnicode8:
+        PushStr(PyKind::kStr, ReadLE(8));
+        break;
+      case kShortBinString:
+        PushStr(PyKind::kStr, ReadLE(1));
+        break;  // Python 2 str, ASCII
+      case kBinString:
+        PushStr(PyKind::kStr, ReadLE(4));
+        break;
+      case kShortBinBytes:
+        PushStr(PyKind::kBytes, ReadLE(1));
+        break;
+      case kBinBytes:
+        PushStr(PyKind::kBytes, ReadLE(4));
+        break;
       case kBinBytes8:
-      case kByteArray8: PushStr(PyKind::kBytes, ReadLE(8)); break;
-      case kEmptyTuple: Push(New(PyKind::kTuple)); break;
-      case kTuple: Push(Container(PyKind::kTuple, PopMark())); break;
+      case kByteArray8:
+        PushStr(PyKind::kBytes, ReadLE(8));
+        break;
+      case kEmptyTuple:
+        Push(New(PyKind::kTuple));
+        break;
+      case kTuple:
+        Push(Container(PyKind::kTuple, PopMark()));
+        break;
       case kTuple1:
       case kTuple2:
       case kTuple3: {
@@ -320,8 +399,12 @@ class Unpickler {
         Push(Container(PyKind::kTuple, items));
         break;
       }
-      case kEmptyList: Push(New(PyKind::kList)); break;
-      case kList: Push(Container(PyKind::kList, PopMark())); break;
+      case kEmptyList:
+        Push(New(PyKind::kList));
+        break;
+      case kList:
+        Push(Container(PyKind::kList, PopMark()));
+        break;
       case kAppend: {
         PyValue* item = Pop();
         Append(Top(), {item});
@@ -333,9 +416,15 @@ class Unpickler {
         Append(Top(), items);
         break;
       }
-      case kEmptySet: Push(New(PyKind::kSet)); break;
-      case kFrozenSet: Push(Container(PyKind::kSet, PopMark())); break;
-      case kEmptyDict: Push(New(PyKind::kDict)); break;
+      case kEmptySet:
+        Push(New(PyKind::kSet));
+        break;
+      case kFrozenSet:
+        Push(Container(PyKind::kSet, PopMark()));
+        break;
+      case kEmptyDict:
+        Push(New(PyKind::kDict));
+        break;
       case kDict: {
         PyValue* dict = New(PyKind::kDict);
         SetItems(dict, PopMark());
@@ -353,11 +442,21 @@ class Unpickler {
         SetItems(Top(), items);
         break;
       }
-      case kBinPut: Memo(ReadLE(1)); break;
-      case kLongBinPut: Memo(ReadLE(4)); break;
-      case kMemoize: Memo(memo_.size()); break;
-      case kBinGet: Recall(ReadLE(1)); break;
-      case kLongBinGet: Recall(ReadLE(4)); break;
+      case kBinPut:
+        Memo(ReadLE(1));
+        break;
+      case kLongBinPut:
+        Memo(ReadLE(4));
+        break;
+      case kMemoize:
+        Memo(memo_.size());
+        break;
+      case kBinGet:
+        Recall(ReadLE(1));
+        break;
+      case kLongBinGet:
+        Recall(ReadLE(4));
+        break;
       case kGlobal: {
         std::string module(ReadLine());
         PushGlobal(std::move(module), std::string(ReadLine()));

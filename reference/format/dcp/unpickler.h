@@ -28,8 +28,8 @@
 namespace distckpt {
 
 struct UnpickleLimits {
-  size_t max_depth = 256;         // container nesting
-  size_t max_memo = 1u << 20;     // memo entries
+  size_t max_depth = 256;      // container nesting
+  size_t max_memo = 1u << 20;  // memo entries
   // Values created: 8 Mi nodes of 176 bytes, 1.4 GiB at most. A .metadata
   // needs one per 5-10 bytes, so this admits files up to about 40-80 MB.
   size_t max_nodes = 1u << 23;

@@ -1,9 +1,8 @@
 #include "format/dcp/unpickler.h"
 
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "core/error_testing.h"
 
@@ -17,11 +16,14 @@ PyTree Load(const std::string& bytes, const UnpickleLimits& limits = {}) {
 }
 
 TEST(UnpicklerTest, ScalarsOfEveryEncoding) {
-  // Protocol 4 with FRAME, as Python 3.8+ writes: (7, 300, -3, 2**40, -2**40, 2**64-1, 1.5, True, None, 'h\xe9', b'\x00\x01')
+  // Protocol 4 with FRAME, as Python 3.8+ writes: (7, 300, -3, 2**40, -2**40, 2**64-1, 1.5, True,
+  // None, 'h\xe9', b'\x00\x01')
   const std::string body =
-      "(K\x07M\x2c\x01J\xfd\xff\xff\xff\x8a\x06\x00\x00\x00\x00\x00\x01\x8a\x06\x00\x00\x00\x00\x00\xff"
+      "(K\x07M\x2c\x01J\xfd\xff\xff\xff\x8a\x06\x00\x00\x00\x00\x00\x01\x8a\x06\x00\x00\x00\x00\x00"
+      "\xff"
       "\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00G?\xf8\x00\x00\x00\x00\x00\x00\x88N"
-      "\x8c\x03h\xc3\xa9" "C\x02\x00\x01t\x94."s;
+      "\x8c\x03h\xc3\xa9"
+      "C\x02\x00\x01t\x94."s;
   std::string frame = "\x80\x04\x95"s;
   for (int i = 0; i < 8; ++i) frame += static_cast<char>((body.size() >> (8 * i)) & 0xff);
   const std::string stream = frame + body;
@@ -46,7 +48,10 @@ TEST(UnpicklerTest, ScalarsOfEveryEncoding) {
 
 TEST(UnpicklerTest, MemoSharesMutableContainers) {
   // x = []; ([x, x] with x appended to after memoization): both refer to one list.
-  const std::string stream = "\x80\x02]q\x00(h\x00h\x00" "e\x94K\x05" "a."s;
+  const std::string stream =
+      "\x80\x02]q\x00(h\x00h\x00"
+      "e\x94K\x05"
+      "a."s;
   PyTree tree = Load(stream);
   const PyValue& outer = *tree.root();
   ASSERT_EQ(outer.kind, PyKind::kList);
@@ -56,10 +61,14 @@ TEST(UnpicklerTest, MemoSharesMutableContainers) {
 }
 
 TEST(UnpicklerTest, AllowedCallsBuildDataOnly) {
-  // OrderedDict([('a', 1)]), PosixPath('/', 'ck', 'x'), getattr(enum, 'TORCH_CONTIGUOUS_FORMAT'), torch.Size((2, 3))
+  // OrderedDict([('a', 1)]), PosixPath('/', 'ck', 'x'), getattr(enum, 'TORCH_CONTIGUOUS_FORMAT'),
+  // torch.Size((2, 3))
   const std::string stream =
-      "\x80\x02(ccollections\nOrderedDict\n]X\x01\x00\x00\x00" "aK\x01\x86" "a\x85R"
-      "cpathlib._local\nPosixPath\nX\x01\x00\x00\x00/X\x02\x00\x00\x00" "ckX\x01\x00\x00\x00x\x87R"
+      "\x80\x02(ccollections\nOrderedDict\n]X\x01\x00\x00\x00"
+      "aK\x01\x86"
+      "a\x85R"
+      "cpathlib._local\nPosixPath\nX\x01\x00\x00\x00/X\x02\x00\x00\x00"
+      "ckX\x01\x00\x00\x00x\x87R"
       "cbuiltins\ngetattr\nctorch.distributed._shard.sharded_tensor.metadata\nMEM_FORMAT_ENCODING\n"
       "X\x17\x00\x00\x00TORCH_CONTIGUOUS_FORMAT\x86R"
       "ctorch\nSize\nK\x02K\x03\x86\x85Rt."s;
@@ -70,7 +79,8 @@ TEST(UnpicklerTest, AllowedCallsBuildDataOnly) {
   EXPECT_EQ(t.items[0]->Get("a")->integer, 1);
   EXPECT_EQ(t.items[1]->text, "/ck/x");
   EXPECT_EQ(t.items[2]->GlobalName(),
-            "torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT");
+            "torch.distributed._shard.sharded_tensor.metadata.MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_"
+            "FORMAT");
   EXPECT_EQ(PyToShape(*t.items[3], "size"), (Shape{2, 3}));
 }
 
@@ -80,18 +90,29 @@ TEST(UnpicklerTest, RefusesGlobalsOffTheAllowList) {
   const std::string cmd = "touch " + marker;
   const std::string len(1, static_cast<char>(cmd.size()));
   for (const std::string& stream :
-       {"\x80\x02\x63os\nsystem\nX"s + std::string(1, static_cast<char>(cmd.size())) + "\x00\x00\x00"s + cmd + "\x85R."s,
+       {"\x80\x02\x63os\nsystem\nX"s + std::string(1, static_cast<char>(cmd.size())) +
+            "\x00\x00\x00"s + cmd + "\x85R."s,
         "\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x93\x8c"s + len + cmd + "\x85R."s}) {
     EXPECT_THAT([&] { Load(stream); }, ThrowsError(ErrorKind::kUnsupported, "'os.system'"));
   }
   EXPECT_EQ(::access(marker.c_str(), F_OK), -1) << "something was executed";
-  EXPECT_THAT([&] { Load("\x80\x02\x63" "builtins\neval\n."s); },
-              ThrowsError(ErrorKind::kUnsupported, "'builtins.eval'"));
+  EXPECT_THAT(
+      [&] {
+        Load(
+            "\x80\x02\x63"
+            "builtins\neval\n."s);
+      },
+      ThrowsError(ErrorKind::kUnsupported, "'builtins.eval'"));
   EXPECT_THAT([&] { Load("\x80\x02\x63torch\nload\n."s); },
               ThrowsError(ErrorKind::kUnsupported, "'torch.load'"));
   // getattr only on an allowed class: getattr('x', 'y') is refused.
-  EXPECT_THAT([&] { Load("\x80\x02\x63" "builtins\ngetattr\nX\x01\x00\x00\x00xX\x01\x00\x00\x00y\x86R."s); },
-              ThrowsError(ErrorKind::kUnsupported, "getattr"));
+  EXPECT_THAT(
+      [&] {
+        Load(
+            "\x80\x02\x63"
+            "builtins\ngetattr\nX\x01\x00\x00\x00xX\x01\x00\x00\x00y\x86R."s);
+      },
+      ThrowsError(ErrorKind::kUnsupported, "getattr"));
   EXPECT_TRUE(IsAllowedGlobal("torch.distributed.checkpoint.metadata", "Metadata"));
   EXPECT_TRUE(IsAllowedGlobal("argparse", "Namespace"));
   EXPECT_FALSE(IsAllowedGlobal("torch.distributed.checkpoint.metadata", "__builtins__"));
@@ -116,10 +137,12 @@ TEST(UnpicklerTest, BoundsNestingMemoAndNodes) {
 
 TEST(UnpicklerTest, MalformedStreamsAreCorruptionNotCrashes) {
   const std::pair<std::string, std::string> cases[] = {
-      {"\x80\x02X\xff\xff\xff\xff."s, "truncated"},        // length past the end: nothing allocated
+      {"\x80\x02X\xff\xff\xff\xff."s, "truncated"},  // length past the end: nothing allocated
       {"\x80\x02\x8e\xff\xff\xff\xff\xff\xff\xff\x7f"s, "truncated"},
       {"\x80\x02K\x01"s, "no STOP"},
-      {"\x80\x02" "a."s, "stack underflow"},
+      {"\x80\x02"
+       "a."s,
+       "stack underflow"},
       {"\x80\x02(a."s, "stack underflow"},
       {"\x80\x02h\x07."s, "memo key 7"},
       {"\x80\x02K\x01K\x02\x81."s, "NEWOBJ"},
@@ -132,8 +155,10 @@ TEST(UnpicklerTest, MalformedStreamsAreCorruptionNotCrashes) {
     EXPECT_THAT([&] { Load(stream); }, ThrowsError(ErrorKind::kCorruption, message));
   }
   EXPECT_THAT([&] { Load("\x80\x06N."s); }, ThrowsError(ErrorKind::kUnsupported, "protocol 6"));
-  EXPECT_THAT([&] { Load("\x80\x02\x82\x01."s); }, ThrowsError(ErrorKind::kUnsupported, "opcode 0x82"));
-  EXPECT_THAT([&] { Load("\x80\x02K\x01K\x02."s); }, testing::Not(testing::Throws<std::exception>()));
+  EXPECT_THAT([&] { Load("\x80\x02\x82\x01."s); },
+              ThrowsError(ErrorKind::kUnsupported, "opcode 0x82"));
+  EXPECT_THAT([&] { Load("\x80\x02K\x01K\x02."s); },
+              testing::Not(testing::Throws<std::exception>()));
 }
 
 }  // namespace

@@ -27,8 +27,8 @@ class Field {
 
   [[noreturn]] void Fail(std::string_view problem) const {
     std::string path = Path();
-    distckpt::Fail(ErrorKind::kCorruption, "{}: {}: {}", source_,
-                   path.empty() ? "top level" : path, problem);
+    distckpt::Fail(ErrorKind::kCorruption, "{}: {}: {}", source_, path.empty() ? "top level" : path,
+                   problem);
   }
 
   Field Member(const char* name) const {

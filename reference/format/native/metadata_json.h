@@ -13,10 +13,9 @@
 #ifndef DISTCKPT_FORMAT_NATIVE_METADATA_JSON_H_
 #define DISTCKPT_FORMAT_NATIVE_METADATA_JSON_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "format/checkpoint_metadata.h"
 

@@ -16,9 +16,12 @@ constexpr char kTempMetadataFileName[] = "metadata.json.tmp";  // WriteFileAtomi
 // Committed iff metadata.json exists; an uncommitted save leaves data files
 // and the metadata temp. Every other file is the user's.
 const StagedLayout& Layout() {
-  static const StagedLayout layout{
-      [](Env* env, const std::string& dir) { return env->FileExists(JoinPath(dir, kMetadataFileName)); },
-      [](const std::string& name) { return IsDataFileName(name) || name == kTempMetadataFileName; }};
+  static const StagedLayout layout{[](Env* env, const std::string& dir) {
+                                     return env->FileExists(JoinPath(dir, kMetadataFileName));
+                                   },
+                                   [](const std::string& name) {
+                                     return IsDataFileName(name) || name == kTempMetadataFileName;
+                                   }};
   return layout;
 }
 
@@ -53,8 +56,8 @@ class NativeFormatImpl : public Format {
     return std::make_unique<NativeWriter>(env, write_dir, rank);
   }
 
-  std::unique_ptr<CheckpointWriter> NewStreamWriter(Env* env, const std::string& write_dir, int rank,
-                                                    int stream) const override {
+  std::unique_ptr<CheckpointWriter> NewStreamWriter(Env* env, const std::string& write_dir,
+                                                    int rank, int stream) const override {
     return std::make_unique<NativeWriter>(env, write_dir, rank, stream);
   }
 

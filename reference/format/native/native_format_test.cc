@@ -232,10 +232,9 @@ TEST(NativeFormatTest, DetectsOnlyNativeMetadata) {
       [&] { NativeFormat().OpenReader(env, dir); },
       ThrowsError(ErrorKind::kCorruption, JoinPath(dir, "metadata.json") + ": not valid JSON"));
   EXPECT_EQ(&FormatByName("native"), &NativeFormat());
-  EXPECT_THAT(
-      [] { FormatByName("zarr"); },
-      ThrowsError(ErrorKind::kInvalidArgument,
-                  "unknown checkpoint format 'zarr' (known: native, dcp, dcp-1.13)"));
+  EXPECT_THAT([] { FormatByName("zarr"); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "unknown checkpoint format 'zarr' (known: native, dcp, dcp-1.13)"));
 }
 
 TEST(NativeFormatTest, CommitRejectsForeignMetadata) {

@@ -1,11 +1,11 @@
 #include "format/native/native_reader.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "format/native/example_checkpoint.h"
 #include "io/fault_env.h"

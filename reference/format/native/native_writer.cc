@@ -36,7 +36,8 @@ uint64_t NativeWriter::AppendChecksummed(std::span<const std::byte> bytes,
   const uint64_t offset = Append({});
   Checksummer checksummer;
   for (size_t done = 0; done < bytes.size(); done += kPieceBytes) {
-    std::span<const std::byte> piece = bytes.subspan(done, std::min(kPieceBytes, bytes.size() - done));
+    std::span<const std::byte> piece =
+        bytes.subspan(done, std::min(kPieceBytes, bytes.size() - done));
     checksummer.Update(piece);
     Append(piece);
   }

@@ -1,0 +1,255 @@
+#include "cli/commands.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "cli/default_scenario.h"
+#include "comm/thread_world.h"
+#include "core/error.h"
+#include "format/format.h"
+#include "topology/topology.h"
+#ifdef DISTCKPT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace distckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+const PairSpec* PairAt(const Scenario& s, int index) {
+  if (index < 0) return nullptr;
+  if (index >= static_cast<int>(s.pairs.size())) {
+    Fail(ErrorKind::kInvalidArgument, "scenario '{}' has {} pairs; --pair {} is out of range",
+         s.name, s.pairs.size(), index);
+  }
+  return &s.pairs[index];
+}
+
+struct RankReport {
+  StepReport report;   // the same on every rank
+  bool prints = true;  // rank 0 prints and writes the report file
+};
+
+// Runs `step` on every rank of the chosen backend.
+template <typename Step>
+RankReport OnRanks(const std::string& backend, int world, Step&& step) {
+  if (backend == "threads") {
+    std::vector<StepReport> reports(world);
+    RunRanks(world, [&](Communicator& comm) { reports[comm.rank()] = step(comm); });
+    return {reports[0], true};
+  }
+  if (backend != "mpi")
+    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", backend);
+#ifdef DISTCKPT_HAVE_MPI
+  std::unique_ptr<Communicator> comm = MpiWorld();
+  if (comm->size() != world) {
+    Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
+         comm->size());
+  }
+  return {step(*comm), comm->rank() == 0};
+#else
+  Fail(ErrorKind::kUnsupported, "this distckpt was built without MPI");
+#endif
+}
+
+void WriteReport(const std::string& path, const StepReport& report) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  out << report.ToJson().dump(2) << "\n";
+  if (!out) Fail(ErrorKind::kIo, "cannot write report {}", path);
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "distckpt" : p.string();
+}
+
+std::string Ratio(uint64_t a, uint64_t b) {
+  return b ? fmt::format("{:.3f}", double(a) / double(b)) : "-";
+}
+
+StepStrategy StrategyOf(const StepArgs& args) {
+  StepStrategy strategy;
+  strategy.fully_parallel = args.fully_parallel;
+  strategy.async = args.async;
+  strategy.writers = args.writers;
+  strategy.exchange = ParseExchangeAlgorithm(args.exchange);
+  strategy.two_stage = args.two_stage;
+  strategy.local_dir = args.local_dir;
+  strategy.replication = ParseReplicationParams(args.replication);
+  strategy.resave_dir = args.resave_dir;
+  if (args.dir.empty() && args.local_dir.empty()) {
+    Fail(ErrorKind::kInvalidArgument, "--dir is required (or --local DIR for a local checkpoint)");
+  }
+  return strategy;
+}
+
+// Per-rank bytes of a fully parallel or async save, and how even they are.
+void PrintRankBytesWritten(const StepReport& report, bool async) {
+  uint64_t busiest = 0;
+  for (size_t r = 0; r < report.rank_bytes_written.size(); ++r) {
+    busiest = std::max(busiest, report.rank_bytes_written[r]);
+    std::cout << fmt::format("  rank {}: wrote {} bytes\n", r, report.rank_bytes_written[r]);
+  }
+  std::cout << fmt::format(
+      "  busiest rank: {} bytes of {} ({:.3f} of the total)\n", busiest, report.bytes_written,
+      report.bytes_written ? double(busiest) / double(report.bytes_written) : 0.0);
+  if (async)
+    std::cout << fmt::format("  blocking part (staging): {:.3f} s\n", report.blocking_seconds);
+}
+
+}  // namespace
+
+Scenario LoadScenario(const std::string& path) {
+  if (!path.empty()) return Scenario::FromFile(path);
+  return Scenario::FromJson(nlohmann::json::parse(kDefaultScenarioJson, nullptr, true, true),
+                            "<embedded default scenario>");
+}
+
+int SaveCommand(const StepArgs& args) {
+  const StepStrategy strategy = StrategyOf(args);
+  Scenario s = LoadScenario(args.scenario);
+  const PairSpec* pair = PairAt(s, args.pair);
+  int world = Topology::Parse(args.topology).world_size();
+  const Format& format = FormatByName(args.format);
+  auto [report, prints] = OnRanks(args.backend, world, [&](Communicator& comm) {
+    return SaveStep(s, pair, args.topology, args.dir, comm, &format, strategy);
+  });
+  if (prints) {
+    WriteReport(args.report_json, report);
+    if (!report.ok)
+      std::cerr << "distckpt save: " << report.error << "\n";
+    else
+      std::cout << fmt::format("saved {} under {} to {}: {} bytes written in {:.3f} s\n", s.name,
+                               args.topology,
+                               args.local_dir.empty() ? args.dir : args.local_dir + " (local)",
+                               report.bytes_written, report.seconds);
+    if (report.ok && (args.fully_parallel || args.async)) PrintRankBytesWritten(report, args.async);
+  }
+  return report.ok ? kExitOk : kExitInputError;
+}
+
+int LoadCommand(const StepArgs& args) {
+  const StepStrategy strategy = StrategyOf(args);
+  Scenario s = LoadScenario(args.scenario);
+  const PairSpec* pair = PairAt(s, args.pair);
+  std::string saved = args.saved_topology;
+  if (saved.empty() && !args.local_dir.empty()) saved = args.topology;  // local: saved as loaded
+  if (saved.empty()) {
+    Env* env = Env::Default();
+    saved = DetectFormat(env, args.dir).OpenReader(env, args.dir)->metadata().topology;
+    if (saved.empty()) {
+      Fail(ErrorKind::kInvalidArgument, "{} records no topology; pass --saved-topology", args.dir);
+    }
+  }
+  StrictHandling strict = args.strict.empty() ? (pair && pair->strict ? *pair->strict : s.strict)
+                                              : ParseStrictHandling(args.strict);
+  VerifyPolicy verify = args.verify.empty() ? (pair ? pair->verify : VerifyPolicy::kWhenWhole)
+                                            : ParseVerifyPolicy(args.verify);
+  int world = Topology::Parse(args.topology).world_size();
+  auto [report, prints] = OnRanks(args.backend, world, [&](Communicator& comm) {
+    return LoadStep(s, pair, saved, args.topology, args.dir, comm, strict, verify, strategy);
+  });
+  int code = report.ok ? kExitOk : report.value_mismatch ? kExitVerdictFailed : kExitInputError;
+  if (!prints) return code;
+  WriteReport(args.report_json, report);
+  if (!report.ok) {
+    std::cerr << "distckpt load: " << report.error << "\n";
+    if (report.value_mismatch && report.chunks_unverified > 0) {
+      std::cerr << fmt::format(
+          "distckpt load: note: {} stored chunks were read partially, so their checksums were "
+          "not verified; --verify always reads them whole to check for corruption\n",
+          report.chunks_unverified);
+    }
+    return code;
+  }
+  std::cout << fmt::format(
+      "loaded {} (saved under {}) under {}: every element matches\n"
+      "  bytes needed {}, bytes read {} (read/needed {}), chunks verified {}, partially read {}, "
+      "{:.3f} s\n",
+      s.name, saved, args.topology, report.bytes_needed, report.bytes_read,
+      Ratio(report.bytes_read, report.bytes_needed), report.chunks_verified,
+      report.chunks_unverified, report.seconds);
+  for (size_t r = 0; r < report.rank_bytes_read.size(); ++r) {
+    std::cout << fmt::format(
+        "  rank {}: read {} bytes of the {} bytes of stored chunks it touched ({})\n", r,
+        report.rank_bytes_read[r], report.rank_chunk_bytes[r],
+        Ratio(report.rank_bytes_read[r], report.rank_chunk_bytes[r]));
+  }
+  for (const auto& [key, count] : report.fp8_saturated) {
+    std::cout << fmt::format("  fp8 '{}': {} values saturated\n", key, count);
+  }
+  return code;
+}
+
+int RunCommand(const RunArgs& args) {
+  Scenario s = LoadScenario(args.scenario);
+  FormatByName(args.format);  // an unknown name is a usage error before any step runs
+  RunOptions options;
+  options.format = args.format;
+  options.matrix = args.matrix;
+  options.work_dir = args.work_dir;
+  options.keep = args.keep;
+  options.self_exe = SelfExe();
+  options.progress = [](const std::string& line) { std::cerr << line << std::endl; };
+  std::string embedded_copy;
+  if (args.backend == "mpi") {
+    options.backend = Backend::kMpi;
+    options.mpirun_args = {"--oversubscribe"};
+    if (geteuid() == 0) options.mpirun_args.push_back("--allow-run-as-root");
+    options.scenario_path = args.scenario;
+    if (args.scenario.empty()) {  // the MPI jobs need the embedded scenario as a file
+      embedded_copy =
+          (fs::temp_directory_path() / fmt::format("distckpt-default-{}.json", getpid())).string();
+      std::ofstream(embedded_copy) << kDefaultScenarioJson;
+      options.scenario_path = embedded_copy;
+    }
+  } else if (args.backend != "threads") {
+    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", args.backend);
+  }
+  std::vector<PairResult> results = RunScenario(s, options);
+  if (!embedded_copy.empty()) fs::remove(embedded_copy);
+
+  bool matrix = args.matrix || s.pairs.empty();
+  size_t passed = 0;
+  for (const PairResult& r : results) passed += r.ok;
+  std::cout << fmt::format("scenario {} ({} backend)\n", s.name, args.backend);
+  if (matrix) {
+    std::cout << FormatMatrix(s.topologies, results);
+  } else {
+    for (const PairResult& r : results) {
+      std::cout << fmt::format(
+          "  {:<28} -> {:<28} {}{}\n", r.save, r.load, r.ok ? "ok" : "FAIL",
+          r.reason.empty() ? "" : (r.ok ? "  (expected: " : "  ") + r.reason + (r.ok ? ")" : ""));
+    }
+  }
+  uint64_t needed = 0, read = 0;
+  for (const PairResult& r : results) {
+    needed += r.load_report.bytes_needed;
+    read += r.load_report.bytes_read;
+  }
+  std::cout << fmt::format("bytes read / needed over all loads: {} / {} ({})\n", read, needed,
+                           Ratio(read, needed));
+  std::cout << fmt::format("pairs: {} passed, {} failed\n", passed, results.size() - passed);
+  if (!args.report.empty()) {
+    std::ofstream out(args.report);
+    out << nlohmann::json{{"scenario", s.name},
+                          {"backend", args.backend},
+                          {"pairs", ResultsToJson(results)}}
+               .dump(2)
+        << "\n";
+    if (!out) Fail(ErrorKind::kIo, "cannot write report {}", args.report);
+  }
+  return passed == results.size() ? kExitOk : kExitVerdictFailed;
+}
+
+}  // namespace distckpt

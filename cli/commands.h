@@ -1,0 +1,65 @@
+// The distckpt commands. Each returns the process exit code:
+// 0 = the verdict holds, 1 = the verdict fails (a value differs, a matrix
+// cell fails), 2 = usage or input error (bad scenario, topology, checkpoint).
+#ifndef DISTCKPT_CLI_COMMANDS_H_
+#define DISTCKPT_CLI_COMMANDS_H_
+
+#include <optional>
+#include <string>
+
+#include "harness/runner.h"
+
+namespace distckpt {
+
+constexpr int kExitOk = 0;
+constexpr int kExitVerdictFailed = 1;
+constexpr int kExitInputError = 2;
+
+struct StepArgs {
+  std::string scenario;  // path, or "" for the embedded default
+  std::string topology;
+  std::string saved_topology;  // load: defaults to the checkpoint's recorded topology
+  std::string dir;
+  std::string backend = "threads";
+  std::string format = "native";  // save: checkpoint format (load detects it)
+  std::string strict;             // load: default = the scenario's
+  std::string verify;             // load: whole | always | never (default: the pair's, else whole)
+  std::string report_json;
+  int pair = -1;  // scenario pair whose extras apply
+  // Strategies (see StepStrategy in harness/runner.h).
+  bool fully_parallel = false;
+  bool async = false;                  // save
+  int writers = 1;                     // save (async)
+  std::string exchange = "broadcast";  // load: broadcast | gather_rounds
+  bool two_stage = false;              // load
+  std::string local_dir;               // a local checkpoint under this root (instead of --dir)
+  std::string replication = "1,1";     // with local_dir: J,F
+  std::string resave_dir;              // load: save the loaded state again here (a pair's "resave")
+};
+
+struct RunArgs {
+  std::string scenario;
+  bool matrix = false;
+  std::string backend = "threads";
+  std::string format = "native";
+  std::string report;
+  std::string work_dir;
+  bool keep = false;
+};
+
+int SaveCommand(const StepArgs& args);
+int LoadCommand(const StepArgs& args);
+int RunCommand(const RunArgs& args);
+int InspectCommand(const std::string& dir, bool json);
+// Compares two checkpoints in global space (any layouts and formats):
+// exit 0 when identical, 1 when they differ.
+int DiffCommand(const std::string& a, const std::string& b, double atol, double rtol);
+// Writes the full global tensor `key` (little-endian, stored dtype) to `out`.
+int DumpCommand(const std::string& dir, const std::string& key, const std::string& out);
+
+// Loads a scenario file, or the embedded default for "".
+Scenario LoadScenario(const std::string& path);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CLI_COMMANDS_H_

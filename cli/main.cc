@@ -1,0 +1,133 @@
+// distckpt: the command-line front end (see README.md for the contract).
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#ifdef DISTCKPT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace {
+
+void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
+  cmd->add_option("scenario", a.scenario, "scenario file (default: the embedded default scenario)");
+  cmd->add_option("--topology,-t", a.topology, "topology, e.g. tp=2,pp=2,dp=2")->required();
+  cmd->add_option("--dir,-d", a.dir, "checkpoint directory (required unless --local)");
+  cmd->add_option("--backend", a.backend, "threads or mpi (one rank per mpirun process)")
+      ->check(CLI::IsMember({"threads", "mpi"}));
+  cmd->add_option("--pair", a.pair, "index of the scenario pair whose extras apply");
+  cmd->add_option("--report-json", a.report_json, "write the step report (JSON) here");
+  if (!load)
+    cmd->add_option("--format", a.format, "checkpoint format: native or dcp (also dcp-1.13)");
+  cmd->add_option("--local", a.local_dir,
+                  "a local checkpoint: rank r uses DIR/r (node-local storage), instead of --dir");
+  cmd->add_option(
+      "--replication", a.replication,
+      "local: J,F = cliques {n, n+J, ..., n+(F-1)J}, each rank's files copied to its clique");
+  cmd->add_flag("--fully-parallel", a.fully_parallel,
+                load ? "read each shard once per DP group and exchange it between the ranks"
+                     : "spread the writing of replicated shards over each DP group");
+  if (!load) {
+    cmd->add_flag("--async", a.async, "stage, write in background threads, then finalize (commit)");
+    cmd->add_option("--writers", a.writers, "async: writer threads per rank, one data file each")
+        ->check(CLI::PositiveNumber);
+  }
+  if (load) {
+    cmd->add_option("--exchange", a.exchange, "fully parallel exchange: broadcast or gather_rounds")
+        ->check(CLI::IsMember({"broadcast", "gather_rounds"}));
+    cmd->add_flag(
+        "--two-stage", a.two_stage,
+        "the lowest DP rank holding a shard reads it and broadcasts it, one shard at a time");
+    cmd->add_option("--saved-topology", a.saved_topology,
+                    "topology the checkpoint was saved under (default: recorded in it)");
+    cmd->add_option("--strict", a.strict, "strict handling mode (default: the scenario's)");
+    cmd->add_option(
+        "--resave-dir", a.resave_dir,
+        "after a good load, save the loaded state again under --topology into this directory");
+    cmd->add_option(
+           "--verify", a.verify,
+           "checksums: whole = chunks read in full (default), always = read every touched "
+           "chunk in full to verify it, never (default: the pair's \"verify\", else whole)")
+        ->check(CLI::IsMember({"whole", "always", "never"}));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"distckpt: distributed checkpoint save/load under any parallel layout"};
+  app.require_subcommand(1);
+  distckpt::StepArgs save_args, load_args;
+  distckpt::RunArgs run_args;
+  std::string inspect_dir;
+  bool inspect_json = false;
+
+  CLI::App* run = app.add_subcommand(
+      "run", "save under A, load under B, for a scenario's pairs or its topology matrix");
+  run->add_option("scenario", run_args.scenario,
+                  "scenario file (default: the embedded default scenario)");
+  run->add_flag("--matrix", run_args.matrix, "every ordered pair of the scenario's topologies");
+  run->add_option("--backend", run_args.backend, "threads or mpi")
+      ->check(CLI::IsMember({"threads", "mpi"}));
+  run->add_option("--format", run_args.format, "native or dcp");
+  run->add_option("--report", run_args.report, "write a JSON report per pair here");
+  run->add_option("--work-dir", run_args.work_dir,
+                  "where checkpoints are written (default: a temp dir)");
+  run->add_flag("--keep", run_args.keep, "keep the checkpoints");
+  CLI::App* save = app.add_subcommand("save", "save a scenario's state under a topology");
+  AddStepOptions(save, save_args, false);
+  CLI::App* load = app.add_subcommand(
+      "load", "load a scenario's state under a topology and check every element");
+  AddStepOptions(load, load_args, true);
+  CLI::App* inspect = app.add_subcommand("inspect", "list what a checkpoint holds");
+  inspect->add_option("dir", inspect_dir, "checkpoint directory")->required();
+  inspect->add_flag("--json", inspect_json, "print the metadata as JSON");
+  std::string diff_a, diff_b;
+  double diff_atol = 0, diff_rtol = 0;
+  CLI::App* diff =
+      app.add_subcommand("diff", "compare two checkpoints in global space (any layouts, formats)");
+  diff->add_option("a", diff_a, "first checkpoint directory")->required();
+  diff->add_option("b", diff_b, "second checkpoint directory")->required();
+  diff->add_option("--atol", diff_atol, "absolute tolerance (default: bitwise equality)");
+  diff->add_option("--rtol", diff_rtol, "relative tolerance");
+  std::string dump_dir, dump_key, dump_out;
+  CLI::App* dump =
+      app.add_subcommand("dump", "write one global tensor (little-endian, stored dtype) to a file");
+  dump->add_option("dir", dump_dir, "checkpoint directory (native or DCP)")->required();
+  dump->add_option("key", dump_key, "tensor key")->required();
+  dump->add_option("--out,-o", dump_out, "output file")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : distckpt::kExitInputError;
+  }
+
+  bool mpi = (save->parsed() && save_args.backend == "mpi") ||
+             (load->parsed() && load_args.backend == "mpi");
+  try {
+#ifdef DISTCKPT_HAVE_MPI
+    std::unique_ptr<distckpt::MpiSession> session;
+    if (mpi) session = std::make_unique<distckpt::MpiSession>(&argc, &argv);
+#else
+    (void)mpi;
+#endif
+    if (run->parsed()) return distckpt::RunCommand(run_args);
+    if (save->parsed()) return distckpt::SaveCommand(save_args);
+    if (load->parsed()) return distckpt::LoadCommand(load_args);
+    if (inspect->parsed()) return distckpt::InspectCommand(inspect_dir, inspect_json);
+    if (dump->parsed()) return distckpt::DumpCommand(dump_dir, dump_key, dump_out);
+    if (diff->parsed()) return distckpt::DiffCommand(diff_a, diff_b, diff_atol, diff_rtol);
+  } catch (const distckpt::CheckpointError& e) {
+    std::cerr << "distckpt: error (" << distckpt::ErrorKindName(e.kind()) << "): " << e.what()
+              << "\n";
+    return distckpt::kExitInputError;
+  } catch (const std::exception& e) {
+    std::cerr << "distckpt: error: " << e.what() << "\n";
+    return distckpt::kExitInputError;
+  }
+  return distckpt::kExitInputError;
+}

@@ -1,0 +1,48 @@
+// Expands a scenario into the sharded state dict each rank saves, the
+// request each rank loads, and the check of what it loaded (per-tensor
+// expansion: expand_tensor.h; per-rank state: rank_state.h).
+//
+// State dict layout: {"tensors": {path: ShardedTensor or ShardedTensorFactory},
+// "objects": {path: ShardedObject}, "common": {"scenario": name, "seed": seed}}.
+//
+// Thread-safety: pure functions.
+#ifndef DISTCKPT_SCENARIO_EXPAND_H_
+#define DISTCKPT_SCENARIO_EXPAND_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/load.h"
+#include "harness/expand_tensor.h"
+#include "harness/param.h"
+#include "harness/rank_state.h"
+#include "harness/spec.h"
+#include "harness/values.h"
+#include "mapping/state_dict.h"
+#include "topology/topology.h"
+
+namespace distckpt {
+
+// Rank `rank`'s state dict with generated values (and the pair's deliberate damage).
+Node BuildSaveState(const Scenario& scenario, const PairSpec* pair, const Topology& topology,
+                    int rank);
+// Rank `rank`'s load request: destination buffers allocated, load_extra
+// added, load_drop removed; objects requested only when their grid is the
+// same under both topologies (objects cannot be resharded).
+Node BuildLoadRequest(const Scenario& scenario, const PairSpec* pair, const Topology& saved,
+                      const Topology& topology, int rank);
+// Refuses to load a checkpoint whose optimizer format cannot follow the
+// change of topology (dp_reshardable under other TP/PP), before anything is
+// read; `saved_common` is the checkpoint's common state.
+void CheckOptimizerLoadable(const Scenario& scenario, const Node& saved_common,
+                            const Topology& topology);
+// Checks every loaded tensor element and object; returns the first problem
+// ("key 'w' element (3, 1) [index 16]: expected 1.5, got 0 (7 elements differ)").
+std::optional<std::string> CheckLoaded(const Scenario& scenario, const PairSpec* pair,
+                                       const Topology& saved, const Topology& topology, int rank,
+                                       const LoadResult& loaded);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_SCENARIO_EXPAND_H_

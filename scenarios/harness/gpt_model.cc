@@ -1,0 +1,393 @@
+#include "harness/gpt_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <string_view>
+
+#include "core/error.h"
+#include "harness/expand_tensor.h"
+#include "harness/values.h"
+
+namespace distckpt {
+namespace {
+
+using nlohmann::json;
+
+// What one pipeline stage holds.
+struct Stage {
+  bool embedding = false;
+  bool loss = false;
+  int64_t first_layer = 0;
+  int64_t layer_count = 0;
+};
+
+std::vector<Stage> Stages(const GptConfig& c, const Topology& t) {
+  const int count = t.pp * t.vpp;
+  std::vector<Stage> stages(count);
+  auto it = c.layouts.find(count);
+  if (it == c.layouts.end()) {
+    if (c.layers % count != 0) {
+      Fail(ErrorKind::kInvalidArgument,
+           "gpt layers={} cannot be split into pp*vpp={} pipeline stages (topology {}); give a "
+           "pipeline_layout with {} stages",
+           c.layers, count, t.ToString(), count);
+    }
+    for (int s = 0; s < count; ++s) stages[s].layer_count = c.layers / count;
+    stages.front().embedding = true;
+    stages.back().loss = true;
+  } else {
+    for (int s = 0; s < count; ++s) {
+      for (const std::string& part : it->second[s]) {
+        if (part == "embedding") stages[s].embedding = true;
+        if (part == "loss") stages[s].loss = true;
+        if (part == "decoder") ++stages[s].layer_count;
+      }
+    }
+  }
+  int64_t next = 0;
+  for (Stage& s : stages) {
+    s.first_layer = next;
+    next += s.layer_count;
+  }
+  if (next != c.layers) {
+    Fail(ErrorKind::kInvalidArgument,
+         "gpt pipeline_layout for {} stages places {} decoder layers, the model has {}", count,
+         next, c.layers);
+  }
+  return stages;
+}
+
+// Builds the params of one rank; keeps the per-rank context in one place.
+class Expander {
+ public:
+  Expander(const GptConfig& c, const Topology& t, int rank)
+      : c_(c), t_(t), me_(t.Coords(rank)), dpcp_(me_.dp * t.cp + me_.cp), stages_(Stages(c, t)) {}
+
+  std::vector<Param> Params() {
+    const int64_t vp = PaddedVocab();
+    for (int v = 0; v < t_.vpp; ++v) {
+      const Stage& stage = stages_[v * t_.pp + me_.pp];
+      if (stage.embedding) {
+        Add("embedding.word_embeddings.weight", "embedding.word_embeddings.weight", {vp, c_.hidden},
+            {{0, me_.tp, t_.tp}}, Replica(true), {c_.vocab, c_.hidden}, true);
+      }
+      for (int64_t g = stage.first_layer; g < stage.first_layer + stage.layer_count; ++g) Layer(g);
+      if (stage.loss) {
+        Add("decoder.final_layernorm.weight", "decoder.final_layernorm.weight", {c_.hidden}, {},
+            Replica(false), {}, false);
+        if (!c_.tied) {
+          Add("output_layer.weight", "output_layer.weight", {vp, c_.hidden}, {{0, me_.tp, t_.tp}},
+              Replica(true), {c_.vocab, c_.hidden}, true);
+        } else if (!stage.embedding) {
+          // Tied output on a stage without the embedding: Megatron saves it
+          // under the embedding's key as a non-main replica.
+          ReplicaId replica = Replica(true);
+          replica[0] = 1;
+          Add("output_layer.weight", "embedding.word_embeddings.weight", {vp, c_.hidden},
+              {{0, me_.tp, t_.tp}}, replica, {c_.vocab, c_.hidden}, true);
+        }
+      }
+    }
+    for (Param& p : params_) {
+      for (ShardedTensor& piece : p.pieces) {
+        auto renamed = c_.rename.find(piece.key.substr(c_.prefix.size()));
+        if (renamed != c_.rename.end()) piece.key = c_.prefix + renamed->second;
+      }
+    }
+    return std::move(params_);
+  }
+
+  std::vector<ObjectParam> Objects(uint64_t seed) {
+    std::vector<ObjectParam> out;
+    auto add = [&](const std::string& path, const std::string& key, Shape shape, Shape offset,
+                   ReplicaId replica) {
+      ShardedObject o;
+      o.key = c_.prefix + key;
+      o.global_shape = std::move(shape);
+      o.global_offset = std::move(offset);
+      o.replica_id = std::move(replica);
+      o.data = ObjectValue(o.key, seed, o.global_offset);
+      out.push_back({c_.prefix + path, std::move(o)});
+    };
+    for (int v = 0; v < t_.vpp; ++v) {
+      const Stage& stage = stages_[v * t_.pp + me_.pp];
+      for (int64_t g = stage.first_layer; g < stage.first_layer + stage.layer_count; ++g) {
+        auto [key, shape, offset] = LayerKey(g, "self_attention.linear_qkv._extra_state");
+        if (shape.empty()) {  // Megatron's _get_extra_state_offsets without sharded offsets
+          shape = {1};
+          offset = {0};
+        }
+        add(LayerPath(g, "self_attention.linear_qkv._extra_state"), key, shape, offset,
+            {0, me_.tp, dpcp_});
+      }
+    }
+    add("rng_state", "rng_state", {t_.pp, t_.tp}, {me_.pp, me_.tp}, {dpcp_});
+    return out;
+  }
+
+ private:
+  int64_t PaddedVocab() const {
+    int64_t m = c_.vocab_multiple * t_.tp;
+    return (c_.vocab + m - 1) / m * m;
+  }
+
+  // Megatron's (PP, TP, DP) replica ids; DP covers CP too.
+  ReplicaId Replica(bool tp_sharded) const { return {0, tp_sharded ? 0 : me_.tp, dpcp_}; }
+  ReplicaId ExpertReplica() const { return {0, 0, me_.edp}; }
+
+  std::string LayerPath(int64_t g, const std::string& name) const {
+    return fmt::format("decoder.layers.{}.{}", g, name);
+  }
+
+  // Homogeneous layers stack on a prepended layer axis; otherwise keys carry
+  // the global layer number and no layer axis (Megatron's non-homogeneous /
+  // MoE-frequency case). Returns (key, prepended shape, prepended offset).
+  std::tuple<std::string, Shape, Shape> LayerKey(int64_t g, const std::string& name) const {
+    if (c_.homogeneous()) return {"decoder.layers." + name, {c_.layers}, {g}};
+    return {fmt::format("decoder.layers.{}.{}", g, name), {}, {}};
+  }
+
+  // One parameter: `global` excludes prepended axes; offsets are
+  // (local axis, rank offset, fragments) over it.
+  void Add(const std::string& path, const std::string& key, Shape global,
+           std::vector<RankOffset> offsets, ReplicaId replica, Shape logical, bool padded,
+           Shape prepend_shape = {}, Shape prepend_offset = {}, int glu_axis = -1) {
+    auto piece = [&](const std::vector<RankOffset>& local_offsets) {
+      ShardedTensor t;
+      t.key = c_.prefix + key;
+      t.dtype = c_.dtype;
+      t.global_shape = global;
+      t.global_offset = Shape(global.size(), 0);
+      t.local_shape = global;
+      Shape fragments(global.size(), 1);
+      for (const RankOffset& o : local_offsets) {
+        t.local_shape[o.axis] = global[o.axis] / o.fragments;
+        t.global_offset[o.axis] = o.rank_offset * t.local_shape[o.axis];
+        fragments[o.axis] = o.fragments;
+      }
+      t.axis_fragmentations = fragments;
+      t.replica_id = replica;
+      t.allow_shape_mismatch = padded;
+      return WithPrependedAxes(std::move(t), prepend_shape, prepend_offset);
+    };
+    Param param;
+    param.path = c_.prefix + path;
+    if (glu_axis >= 0) {
+      // GLU fc1: local [W_tp; V_tp]; the global tensor is [W_0..W_{tp-1}, V_0..V_{tp-1}]
+      // (Megatron's apply_swiglu_sharded_factory), so TP can change.
+      global[glu_axis] *= 2;
+      std::vector<RankOffset> w = offsets, v = offsets;
+      for (size_t i = 0; i < offsets.size(); ++i) {
+        if (offsets[i].axis != glu_axis) continue;
+        w[i] = {glu_axis, offsets[i].rank_offset, 2 * offsets[i].fragments};
+        v[i] = {glu_axis, offsets[i].rank_offset + offsets[i].fragments, 2 * offsets[i].fragments};
+      }
+      param.pieces = {piece(w), piece(v)};
+    } else {
+      param.pieces = {piece(offsets)};
+    }
+    param.logical_shape = param.pieces.front().global_shape;
+    if (!logical.empty()) {
+      std::copy(logical.begin(), logical.end(),
+                param.logical_shape.begin() + static_cast<std::ptrdiff_t>(prepend_shape.size()));
+    }
+    params_.push_back(std::move(param));
+  }
+
+  void LayerParam(int64_t g, const std::string& name, Shape global, std::vector<RankOffset> offsets,
+                  ReplicaId replica, int glu_axis = -1) {
+    auto [key, prepend_shape, prepend_offset] = LayerKey(g, name);
+    Add(LayerPath(g, name), key, std::move(global), std::move(offsets), std::move(replica), {},
+        false, prepend_shape, prepend_offset, glu_axis);
+  }
+
+  void Layer(int64_t g) {
+    const int64_t h = c_.hidden, f = c_.ffn;
+    const int tp = me_.tp, TP = t_.tp;
+    LayerParam(g, "input_layernorm.weight", {h}, {}, Replica(false));
+    LayerParam(g, "self_attention.linear_qkv.weight", {3 * h, h}, {{0, tp, TP}}, Replica(true));
+    LayerParam(g, "self_attention.linear_qkv.bias", {3 * h}, {{0, tp, TP}}, Replica(true));
+    LayerParam(g, "self_attention.linear_proj.weight", {h, h}, {{1, tp, TP}}, Replica(true));
+    LayerParam(g, "self_attention.linear_proj.bias", {h}, {}, Replica(false));
+    LayerParam(g, "pre_mlp_layernorm.weight", {h}, {}, Replica(false));
+    const int glu = c_.glu ? 0 : -1;
+    if (c_.experts == 0 || !c_.moe_layers[g]) {
+      LayerParam(g, "mlp.linear_fc1.weight", {f, h}, {{0, tp, TP}}, Replica(true), glu);
+      LayerParam(g, "mlp.linear_fc2.weight", {h, f}, {{1, tp, TP}}, Replica(true));
+      LayerParam(g, "mlp.linear_fc2.bias", {h}, {}, Replica(false));
+      return;
+    }
+    LayerParam(g, "mlp.router.weight", {c_.experts, h}, {}, Replica(false));
+    // SequentialMLP experts: a second prepended axis with the global expert index.
+    const int64_t local = c_.experts / t_.ep;
+    for (int64_t i = 0; i < local; ++i) {
+      const int64_t e = me_.ep * local + i;
+      for (const char* name : {"linear_fc1.weight", "linear_fc2.weight"}) {
+        auto [key, prepend_shape, prepend_offset] = LayerKey(g, std::string("mlp.experts.") + name);
+        prepend_shape.push_back(c_.experts);
+        prepend_offset.push_back(e);
+        bool fc1 = std::string_view(name).starts_with("linear_fc1");
+        Add(LayerPath(g, fmt::format("mlp.experts.local_experts.{}.{}", e, name)), key,
+            fc1 ? Shape{f, h} : Shape{h, f}, {{fc1 ? 0 : 1, tp, TP}}, ExpertReplica(), {}, false,
+            prepend_shape, prepend_offset, fc1 ? glu : -1);
+      }
+    }
+  }
+
+  const GptConfig& c_;
+  const Topology& t_;
+  RankCoords me_;
+  int64_t dpcp_;
+  std::vector<Stage> stages_;
+  std::vector<Param> params_;
+};
+
+void SetInt(const json& j, const std::string& path, const char* name, int64_t& out, int64_t min) {
+  if (!j.contains(name)) return;
+  if (!j[name].is_number_integer() || j[name].get<int64_t>() < min) {
+    Fail(ErrorKind::kInvalidArgument, "{}.{}: expected an integer >= {}", path, name, min);
+  }
+  out = j[name].get<int64_t>();
+}
+
+void SetBool(const json& j, const std::string& path, const char* name, bool& out) {
+  if (!j.contains(name)) return;
+  if (!j[name].is_boolean())
+    Fail(ErrorKind::kInvalidArgument, "{}.{}: expected true or false", path, name);
+  out = j[name].get<bool>();
+}
+
+std::vector<std::vector<std::string>> ParseLayout(const json& j, const std::string& path) {
+  std::vector<std::vector<std::string>> layout;
+  for (size_t s = 0; s < j.size(); ++s) {
+    std::string sp = fmt::format("{}[{}]", path, s);
+    if (!j[s].is_array())
+      Fail(ErrorKind::kInvalidArgument, "{}: expected a list of stage parts", sp);
+    layout.emplace_back();
+    for (const json& part : j[s]) {
+      std::string name = part.is_string() ? part.get<std::string>() : "";
+      if (name != "embedding" && name != "decoder" && name != "loss") {
+        Fail(ErrorKind::kInvalidArgument,
+             "{}: parts are \"embedding\", \"decoder\" or \"loss\", got {}", sp, part.dump());
+      }
+      layout.back().push_back(name);
+    }
+  }
+  return layout;
+}
+
+void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
+  static const std::set<std::string> kFields{
+      "kind",  "prefix", "layers",         "hidden",          "ffn",
+      "heads", "vocab",  "vocab_multiple", "experts",         "moe_layer_freq",
+      "glu",   "tied",   "dtype",          "pipeline_layout", "rename"};
+  if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "{}: expected an object", path);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!kFields.count(it.key()))
+      Fail(ErrorKind::kInvalidArgument, "{}: unknown field '{}'", path, it.key());
+  }
+  if (j.contains("kind") && j["kind"] != "gpt") {
+    Fail(ErrorKind::kInvalidArgument, "{}.kind: only \"gpt\" is supported, got {}", path,
+         j["kind"].dump());
+  }
+  if (j.contains("prefix")) {
+    if (!j["prefix"].is_string())
+      Fail(ErrorKind::kInvalidArgument, "{}.prefix: expected a string", path);
+    c.prefix = j["prefix"].get<std::string>();
+  }
+  SetInt(j, path, "layers", c.layers, 1);
+  SetInt(j, path, "hidden", c.hidden, 1);
+  SetInt(j, path, "ffn", c.ffn, 1);
+  SetInt(j, path, "heads", c.heads, 1);
+  SetInt(j, path, "vocab", c.vocab, 1);
+  SetInt(j, path, "vocab_multiple", c.vocab_multiple, 1);
+  SetInt(j, path, "experts", c.experts, 0);
+  SetBool(j, path, "glu", c.glu);
+  SetBool(j, path, "tied", c.tied);
+  if (j.contains("dtype")) {
+    if (!j["dtype"].is_string())
+      Fail(ErrorKind::kInvalidArgument, "{}.dtype: expected a string", path);
+    c.dtype = DTypeFromName(j["dtype"].get<std::string>());
+  }
+  if (j.contains("pipeline_layout")) {
+    const json& l = j["pipeline_layout"];
+    std::string lp = path + ".pipeline_layout";
+    if (!l.is_array() || l.empty()) Fail(ErrorKind::kInvalidArgument, "{}: expected a list", lp);
+    // One layout (a list of stages) or a list of layouts.
+    bool many = l[0].is_array() && !l[0].empty() && l[0][0].is_array();
+    c.layouts.clear();
+    for (size_t i = 0; i < (many ? l.size() : 1); ++i) {
+      auto layout = ParseLayout(many ? l[i] : l, many ? fmt::format("{}[{}]", lp, i) : lp);
+      c.layouts[static_cast<int>(layout.size())] = layout;
+    }
+  }
+  if (j.contains("rename")) {
+    if (!j["rename"].is_object())
+      Fail(ErrorKind::kInvalidArgument, "{}.rename: expected an object", path);
+    for (auto it = j["rename"].begin(); it != j["rename"].end(); ++it) {
+      c.rename[it.key()] = it.value().get<std::string>();
+    }
+  }
+  if (j.contains("moe_layer_freq")) c.moe_layer_freq = j["moe_layer_freq"];
+  {
+    const json& freq = c.moe_layer_freq;
+    c.moe_layers.assign(c.layers, false);
+    if (freq.is_number_integer() && freq.get<int64_t>() >= 1) {
+      for (int64_t g = 0; g < c.layers; ++g) c.moe_layers[g] = g % freq.get<int64_t>() == 0;
+    } else if (freq.is_array() && freq.size() == size_t(c.layers)) {
+      for (int64_t g = 0; g < c.layers; ++g) c.moe_layers[g] = freq[g] == 1;
+    } else {
+      Fail(ErrorKind::kInvalidArgument,
+           "{}.moe_layer_freq: expected a positive integer or a 0/1 list of {} layers", path,
+           c.layers);
+    }
+  }
+}
+
+}  // namespace
+
+bool GptConfig::homogeneous() const {
+  return experts == 0 ||
+         std::all_of(moe_layers.begin(), moe_layers.end(), [](bool m) { return m; });
+}
+
+GptConfig ParseGptConfig(const json& j, const std::string& path) {
+  GptConfig c;
+  ApplyFields(c, j, path);
+  return c;
+}
+
+GptConfig ApplyGptOverrides(const GptConfig& base, const json& overrides, const std::string& path) {
+  GptConfig c = base;
+  ApplyFields(c, overrides, path);
+  return c;
+}
+
+void CheckGptTopology(const GptConfig& c, const Topology& t) {
+  auto divides = [&](const char* what, int64_t value, const char* dim, int size) {
+    if (value % size != 0) {
+      Fail(ErrorKind::kInvalidArgument, "gpt {}={} is not divisible by {}={} (topology {})", what,
+           value, dim, size, t.ToString());
+    }
+  };
+  divides("hidden", c.hidden, "tp", t.tp);
+  divides("heads", c.heads, "tp", t.tp);
+  divides("ffn", c.ffn, "tp", t.tp);
+  if (c.experts > 0) divides("experts", c.experts, "ep", t.ep);
+  Stages(c, t);  // layer split or layout checks
+}
+
+std::vector<Param> ExpandGptParams(const GptConfig& config, const Topology& topology, int rank) {
+  CheckGptTopology(config, topology);
+  return Expander(config, topology, rank).Params();
+}
+
+std::vector<ObjectParam> ExpandGptObjects(const GptConfig& config, uint64_t seed,
+                                          const Topology& topology, int rank) {
+  CheckGptTopology(config, topology);
+  return Expander(config, topology, rank).Objects(seed);
+}
+
+}  // namespace distckpt
