@@ -4,12 +4,23 @@
 #include "core/box.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 
 namespace distckpt {
 
 namespace {
+
+// offset + extent, saturated at INT64_MAX: boxes come from files, and a
+// damaged offset near INT64_MAX must not overflow (undefined behaviour).
+int64_t End(int64_t offset, int64_t extent) {
+  int64_t end;
+  if (__builtin_add_overflow(offset, extent, &end)) {
+    return extent > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+  }
+  return end;
+}
 
 void CheckBox(const Box& box) {
   if (box.offset.size() != box.shape.size()) {
@@ -146,7 +157,12 @@ std::string Box::ToString() const {
   std::string out = "[";
   for (size_t axis = 0; axis < shape.size() && axis < offset.size(); ++axis) {
     if (axis > 0) out += ", ";
-    out += fmt::format("{}:{}", offset[axis], offset[axis] + shape[axis]);
+    int64_t end;
+    if (__builtin_add_overflow(offset[axis], shape[axis], &end)) {
+      out += fmt::format("{}:{}+{}", offset[axis], offset[axis], shape[axis]);  // no overflow
+    } else {
+      out += fmt::format("{}:{}", offset[axis], end);
+    }
   }
   return out + "]";
 }
@@ -158,7 +174,8 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
   common.shape.resize(a.rank());
   for (size_t axis = 0; axis < a.rank(); ++axis) {
     const int64_t lo = std::max(a.offset[axis], b.offset[axis]);
-    const int64_t hi = std::min(a.offset[axis] + a.shape[axis], b.offset[axis] + b.shape[axis]);
+    const int64_t hi =
+        std::min(End(a.offset[axis], a.shape[axis]), End(b.offset[axis], b.shape[axis]));
     if (hi <= lo) return std::nullopt;
     common.offset[axis] = lo;
     common.shape[axis] = hi - lo;
@@ -171,7 +188,7 @@ bool Contains(const Box& outer, const Box& inner) {
   if (inner.empty()) return true;
   for (size_t axis = 0; axis < outer.rank(); ++axis) {
     if (inner.offset[axis] < outer.offset[axis] ||
-        inner.offset[axis] + inner.shape[axis] > outer.offset[axis] + outer.shape[axis]) {
+        End(inner.offset[axis], inner.shape[axis]) > End(outer.offset[axis], outer.shape[axis])) {
       return false;
     }
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "core/error_testing.h"
@@ -55,6 +56,18 @@ TEST(BoxTest, IntersectAndContains) {
   EXPECT_TRUE(Contains(Box{}, Box{}));
   EXPECT_THAT([&] { Intersect(a, Box{{0}, {4}}); }, kThrowsInvalidArgument);
   EXPECT_THAT([&] { Contains(a, Box{{0}, {4, 6}}); }, kThrowsInvalidArgument);
+}
+
+// Issue 15 defect 6: a chunk offset near INT64_MAX (from a damaged file)
+// overflowed in Box::ToString, Contains and Intersect.
+TEST(BoxTest, OffsetsNearInt64MaxDoNotOverflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const Box far{{kMax - 1}, {5}};
+  EXPECT_EQ(far.ToString(), fmt::format("[{}:{}+5]", kMax - 1, kMax - 1));
+  EXPECT_FALSE(Contains(Box{{0}, {10}}, far));
+  EXPECT_FALSE(Contains(Box{{0}, {kMax}}, far));
+  EXPECT_EQ(Intersect(Box{{0}, {10}}, far), std::nullopt);
+  EXPECT_EQ(Intersect(Box{{kMax - 3}, {3}}, far), (Box{{kMax - 1}, {1}}));
 }
 
 TEST(BoxTest, SubBoxRunsHandComputed) {

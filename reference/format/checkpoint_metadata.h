@@ -28,8 +28,12 @@ struct StoredChunk {
   std::string file;                  // relative to the checkpoint directory
   uint64_t offset = 0;               // byte offset of the first element in `file`
   uint64_t length = 0;               // bytes
-  std::optional<uint64_t> checksum;  // xxHash3-64 of the `length` bytes
+  std::optional<uint64_t> checksum;  // xxHash3-64 of the `length` bytes (native v1, DCP)
   int writer_rank = 0;
+  // Native format version 2: one bound checksum per `block_size` bytes
+  // (format/native/block_checksums.h); block_size 0 when the format has none.
+  uint64_t block_size = 0;
+  std::vector<uint64_t> block_checksums;
 
   int64_t numel() const { return flat ? flat->size() : box.volume(); }
   friend bool operator==(const StoredChunk&, const StoredChunk&) = default;

@@ -8,6 +8,10 @@ namespace distckpt {
 
 uint64_t Checksum(std::span<const std::byte> data) { return XXH3_64bits(data.data(), data.size()); }
 
+uint64_t Checksum(std::span<const std::byte> data, uint64_t seed) {
+  return XXH3_64bits_withSeed(data.data(), data.size(), seed);
+}
+
 std::string ChecksumToHex(uint64_t checksum) { return fmt::format("{:016x}", checksum); }
 
 uint64_t ChecksumFromHex(const std::string& hex) {

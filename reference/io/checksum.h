@@ -14,6 +14,9 @@
 namespace distckpt {
 
 uint64_t Checksum(std::span<const std::byte> data);
+// XXH3_64bits_withSeed: a checksum bound to context (the seed), so equal
+// bytes stored under another key or position do not verify.
+uint64_t Checksum(std::span<const std::byte> data, uint64_t seed);
 std::string ChecksumToHex(uint64_t checksum);
 uint64_t ChecksumFromHex(const std::string& hex);  // throws kCorruption on malformed input
 

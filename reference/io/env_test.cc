@@ -1,7 +1,12 @@
 #include "io/env.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "io/fault_env.h"
@@ -96,6 +101,50 @@ TEST(PosixEnvTest, ErrorsNameThePath) {
               ThrowsError(ErrorKind::kIo, tmp.path()));
   EXPECT_FALSE(env->FileExists(missing));
   EXPECT_FALSE(env->IsDirectory(missing));
+}
+
+// Issue 15 defects 3 and 8: a FIFO made open() block forever, and a data
+// file that is a symbolic link was followed anywhere.
+TEST(PosixEnvTest, RefusesFifosWithoutBlocking) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string fifo = JoinPath(tmp.path(), "__0_0.bin");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  // Should the open block (the defect), a writer arriving after 2 s unblocks
+  // it so that the test fails instead of hanging.
+  std::atomic<bool> opened{false};
+  std::thread unblock([&] {
+    for (int i = 0; i < 200 && !opened; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!opened) {
+      int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+  });
+  EXPECT_THAT([&] { env->NewRandomAccessFile(fifo); },
+              ThrowsError(ErrorKind::kCorruption, fifo + " is not a regular file (a FIFO)"));
+  opened = true;
+  unblock.join();
+  EXPECT_THAT([&] { ReadFileToString(env, fifo); }, ThrowsError(ErrorKind::kCorruption, fifo));
+}
+
+TEST(PosixEnvTest, RefusesSymbolicLinks) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string target = JoinPath(tmp.path(), "secret");
+  WriteFile(env, target, "secret");
+  const std::string link = JoinPath(tmp.path(), "__0_0.bin");
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  EXPECT_THAT([&] { env->NewRandomAccessFile(link); },
+              ThrowsError(ErrorKind::kCorruption, link + " is a symbolic link"));
+  const std::string dangling = JoinPath(tmp.path(), "metadata.json");
+  ASSERT_EQ(::symlink("/nonexistent/x", dangling.c_str()), 0);
+  EXPECT_THAT([&] { env->NewRandomAccessFile(dangling); },
+              ThrowsError(ErrorKind::kCorruption, dangling + " is a symbolic link"));
+  // A directory on the way may be a link (a checkpoint reached through one).
+  const std::string dir_link = JoinPath(tmp.path(), "via");
+  ASSERT_EQ(::symlink(tmp.path().c_str(), dir_link.c_str()), 0);
+  EXPECT_EQ(ReadFileToString(env, JoinPath(dir_link, "secret")), "secret");
 }
 
 TEST(PosixEnvTest, DirectoryOperations) {

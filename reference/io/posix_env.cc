@@ -17,6 +17,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+const char* FileTypeName(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
 class PosixWritableFile : public WritableFile {
  public:
   PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
@@ -106,11 +115,23 @@ class PosixEnv : public Env {
     return std::make_unique<PosixWritableFile>(path, fd);
   }
 
+  // O_NOFOLLOW: a symbolic link as the last component is refused, not
+  // followed (a data file linking to /etc/passwd must not be read);
+  // O_NONBLOCK: opening a FIFO does not wait for a writer. fstat then refuses
+  // anything that is not a regular file (FIFO, socket, device, directory).
   std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) override {
     int fd;
     do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     } while (fd < 0 && errno == EINTR);
+    if (fd < 0 && errno == ELOOP) {
+      struct stat lst;
+      if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        Fail(ErrorKind::kCorruption,
+             "{} is a symbolic link: distckpt reads only regular files and does not follow links",
+             path);
+      }
+    }
     if (fd < 0) FailIo("open", path, errno);
     struct stat st;
     if (::fstat(fd, &st) != 0) {
@@ -122,6 +143,16 @@ class PosixEnv : public Env {
       ::close(fd);
       FailIo("open", path, EISDIR);
     }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      Fail(ErrorKind::kCorruption,
+           "{} is not a regular file ({}): distckpt reads only regular files", path,
+           FileTypeName(st.st_mode));
+    }
+    // Back to blocking reads (a regular file never blocks; this keeps the
+    // descriptor's flags plain for pread).
+    int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     return std::make_unique<PosixRandomAccessFile>(path, fd, static_cast<uint64_t>(st.st_size));
   }
 

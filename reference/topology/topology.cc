@@ -145,6 +145,24 @@ Topology Topology::Parse(std::string_view text) {
     }
     if (rest.empty()) break;
   }
+  // Checked before any product is formed in int (tp=65536,pp=65536 was a
+  // world of 0, tp=4,pp=1073741825 one of 4).
+  // Each factor < 2^31 and the running product <= kMaxWorldSize < 2^31
+  // before each step: int64 never overflows.
+  int64_t world = 1;
+  for (int size : {t.tp, t.cp, t.dp, t.pp}) {
+    world *= size;
+    if (world > kMaxWorldSize) {
+      Fail(ErrorKind::kInvalidArgument,
+           "invalid topology '{}': tp*cp*dp*pp exceeds the largest supported world of {} ranks",
+           text, kMaxWorldSize);
+    }
+  }
+  if (int64_t{t.pp} * t.vpp > kMaxWorldSize) {
+    Fail(ErrorKind::kInvalidArgument,
+         "invalid topology '{}': pp*vpp = {} exceeds the largest supported {} virtual stages", text,
+         int64_t{t.pp} * t.vpp, kMaxWorldSize);
+  }
   if ((t.dp * t.cp) % t.ep != 0) {
     Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': ep={} must divide dp*cp={}", text,
          t.ep, t.dp * t.cp);

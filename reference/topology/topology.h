@@ -31,6 +31,9 @@ class Topology {
  public:
   Topology() = default;
   // Throws CheckpointError(kInvalidArgument) naming the bad field.
+  // Sizes beyond kMaxWorldSize ranks (or pp*vpp stages) are refused, so
+  // every product of sizes fits in int.
+  static constexpr int64_t kMaxWorldSize = 1 << 20;
   static Topology Parse(std::string_view text);
 
   int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;

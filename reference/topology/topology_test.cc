@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/error_testing.h"
 
 namespace distckpt {
 namespace {
@@ -80,6 +81,18 @@ TEST(TopologyTest, RejectsBadInput) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
     EXPECT_THAT(e.what(), HasSubstr("ep=2 must divide dp*cp=3"));
   }
+}
+
+// Issue 15 defect 6: world = tp*cp*dp*pp was computed in int.
+TEST(TopologyTest, RefusesWorldsWhoseSizeOverflows) {
+  for (const char* huge :
+       {"tp=4,pp=1073741825", "tp=65536,pp=65536", "tp=2147483647,dp=2",
+        "tp=1024,cp=1024,dp=1024,pp=1024", "tp=2097152", "pp=2,vpp=1073741824"}) {
+    EXPECT_THAT([&] { Topology::Parse(huge); },
+                ThrowsError(ErrorKind::kInvalidArgument, "exceeds the largest supported"))
+        << huge;
+  }
+  EXPECT_EQ(Topology::Parse("tp=1024,pp=1024").world_size(), 1 << 20);
 }
 
 }  // namespace

@@ -78,6 +78,7 @@ class Jsonizer {
     if (depth > max_depth_) {
       Fail(ErrorKind::kCorruption, "{}: value nested deeper than {}", zip_.source(), max_depth_);
     }
+    Spend(1 + (v.text.size() + 1) / kBytesPerValue);
     switch (v.kind) {
       case PyKind::kNone:
         return nullptr;
@@ -156,6 +157,7 @@ class Jsonizer {
       Fail(ErrorKind::kCorruption, "{}: storage record data/{} has {} bytes, the tensor needs {}",
            zip_.source(), t.storage_key, storage.size(), t.storage_bytes);
     }
+    Spend(static_cast<uint64_t>(t.numel()));
     std::vector<std::byte> elems(static_cast<size_t>(t.numel()) * DTypeSize(t.dtype));
     GatherRowMajor(t, std::as_bytes(std::span(storage.data(), storage.size())), elems.data());
     nlohmann::json data = nlohmann::json::array();
@@ -174,8 +176,27 @@ class Jsonizer {
         {"__tensor__", {{"dtype", TorchDTypeName(t.dtype)}, {"shape", t.size}, {"data", data}}}};
   }
 
+  // A pickle shares values by reference (the memo): 600 bytes nesting one
+  // list 10 times per level over 8 levels is 10^8 values once converted to
+  // JSON, which has no sharing. The conversion is bounded instead: at most
+  // kMaxJsonValues values, a string counting one per kBytesPerValue bytes
+  // and a tensor one per element.
+  static constexpr uint64_t kMaxJsonValues = uint64_t{1} << 22;
+  static constexpr uint64_t kBytesPerValue = 64;
+
+  void Spend(uint64_t values) {
+    spent_ += values;
+    if (spent_ > kMaxJsonValues) {
+      Fail(ErrorKind::kCorruption,
+           "{}: data.pkl expands to more than {} values (shared references repeat a value many "
+           "times); refusing to load it",
+           zip_.source(), kMaxJsonValues);
+    }
+  }
+
   const ZipReader& zip_;
   size_t max_depth_;
+  uint64_t spent_ = 0;
 };
 
 }  // namespace

@@ -162,5 +162,30 @@ TEST(TorchSaveTest, CyclesAreBoundedNotInfinite) {
               ThrowsError(ErrorKind::kCorruption, "nested deeper than"));
 }
 
+// Issue 15 defect 5: a ~200-byte data.pkl whose lists share references (10
+// per level, 8 levels) expanded to 10^8 JSON values: gigabytes, then an
+// uncaught std::bad_alloc.
+TEST(TorchSaveTest, SharedReferenceBombIsBounded) {
+  std::string pickle =
+      "\x80\x02]q\x00"
+      "0"s;  // L0 = [], memoized, popped
+  for (int level = 1; level <= 8; ++level) {
+    pickle += "]("s;
+    for (int i = 0; i < 10; ++i) pickle += "h"s + static_cast<char>(level - 1);
+    pickle += "eq"s + static_cast<char>(level);  // APPENDS, memoize
+    if (level < 8) pickle += "0"s;
+  }
+  pickle += "."s;
+  EXPECT_LT(pickle.size(), 300u);
+  EXPECT_THAT([&] { TorchLoadJson(ZipReader(Archive(pickle, ""), "bomb")); },
+              ThrowsError(ErrorKind::kCorruption, "bomb: data.pkl expands to more than"));
+  // Sharing that stays small still loads: [[], [], []] with one shared [].
+  const std::string shared =
+      "\x80\x02]q\x00"
+      "0](h\x00h\x00h\x00e."s;
+  EXPECT_EQ(TorchLoadJson(ZipReader(Archive(shared, ""), "small")),
+            nlohmann::json::parse("[[], [], []]"));
+}
+
 }  // namespace
 }  // namespace distckpt

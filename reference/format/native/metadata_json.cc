@@ -4,8 +4,10 @@
 #include <climits>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "core/error.h"
+#include "format/native/block_checksums.h"
 #include "io/checksum.h"
 
 namespace distckpt {
@@ -127,6 +129,12 @@ void LocationToJson(const Stored& stored, json& j) {
   j["byte_offset"] = stored.offset;
   j["length"] = stored.length;
   if (stored.checksum) j["checksum"] = ChecksumToHex(*stored.checksum);
+  if constexpr (std::is_same_v<Stored, StoredChunk>) {
+    if (stored.block_size != 0) {
+      j["block_size"] = stored.block_size;
+      j["block_checksums"] = BlockChecksumsToHex(stored.block_checksums);
+    }
+  }
   j["rank"] = stored.writer_rank;
 }
 
@@ -157,8 +165,13 @@ void ParseLocation(const Field& f, Stored& stored) {
   stored.writer_rank = static_cast<int>(f.Member("rank").Int(0, INT_MAX));
 }
 
-StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor) {
-  f.OnlyMembers({"offset", "shape", "flat", "file", "byte_offset", "length", "checksum", "rank"});
+StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) {
+  if (version >= 2) {
+    f.OnlyMembers({"offset", "shape", "flat", "file", "byte_offset", "length", "block_size",
+                   "block_checksums", "rank"});
+  } else {
+    f.OnlyMembers({"offset", "shape", "flat", "file", "byte_offset", "length", "checksum", "rank"});
+  }
   StoredChunk chunk;
   const size_t rank = tensor.global_shape.size();
   auto parse_dims = [&](const char* name) {
@@ -193,10 +206,26 @@ StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor) {
     f.Member("length").Fail(fmt::format("{} bytes, but {} elements of {} take {}", chunk.length,
                                         chunk.numel(), DTypeName(tensor.dtype), expected));
   }
+  if (version >= 2) {
+    Field block_size = f.Member("block_size");
+    chunk.block_size = static_cast<uint64_t>(block_size.Int(1, int64_t{1} << 40));
+    Field checksums = f.Member("block_checksums");
+    try {
+      chunk.block_checksums = BlockChecksumsFromHex(checksums.String());
+    } catch (const CheckpointError& e) {
+      checksums.Fail(e.what());
+    }
+    const uint64_t blocks = BlockCount(chunk.length, chunk.block_size);
+    if (chunk.block_checksums.size() != blocks) {
+      checksums.Fail(fmt::format("{} checksums, but {} bytes in blocks of {} take {}",
+                                 chunk.block_checksums.size(), chunk.length, chunk.block_size,
+                                 blocks));
+    }
+  }
   return chunk;
 }
 
-StoredTensor ParseTensor(const std::string& key, const Field& f) {
+StoredTensor ParseTensor(const std::string& key, const Field& f, int version) {
   f.OnlyMembers({"dtype", "global_shape", "chunks"});
   StoredTensor tensor;
   tensor.key = key;
@@ -209,7 +238,7 @@ StoredTensor ParseTensor(const std::string& key, const Field& f) {
   tensor.global_shape = global_shape.ShapeOf(0);
   if (!CheckedVolume(tensor.global_shape)) global_shape.Fail("volume overflows 64 bits");
   f.Member("chunks").ForEachElement(
-      [&](const Field& chunk) { tensor.chunks.push_back(ParseChunk(chunk, tensor)); });
+      [&](const Field& chunk) { tensor.chunks.push_back(ParseChunk(chunk, tensor, version)); });
   return tensor;
 }
 
@@ -264,6 +293,15 @@ void Render(const json& value, int depth, std::string& out) {
   out += value.is_object() ? '}' : ']';
 }
 
+// Version 2: xxHash3-64 of the compact dump (nlohmann sorts object keys)
+// of the metadata without its metadata_checksum field.
+constexpr char kMetadataChecksumField[] = "metadata_checksum";
+
+uint64_t MetadataChecksum(const json& without_checksum) {
+  const std::string text = without_checksum.dump();
+  return Checksum(std::as_bytes(std::span(text.data(), text.size())));
+}
+
 }  // namespace
 
 json MetadataToJson(const CheckpointMetadata& metadata) {
@@ -288,10 +326,12 @@ json MetadataToJson(const CheckpointMetadata& metadata) {
     LocationToJson(object, j);
     objects[unique_key] = std::move(j);
   }
-  return {{"format", metadata.format},     {"format_version", metadata.format_version},
-          {"writer", metadata.writer},     {"topology", metadata.topology},
-          {"tensors", std::move(tensors)}, {"objects", std::move(objects)},
-          {"common", metadata.common},     {"content", metadata.content}};
+  json j = {{"format", metadata.format},     {"format_version", metadata.format_version},
+            {"writer", metadata.writer},     {"topology", metadata.topology},
+            {"tensors", std::move(tensors)}, {"objects", std::move(objects)},
+            {"common", metadata.common},     {"content", metadata.content}};
+  if (metadata.format_version >= 2) j[kMetadataChecksumField] = ChecksumToHex(MetadataChecksum(j));
+  return j;
 }
 
 CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
@@ -304,13 +344,36 @@ CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
          "{}: format_version {} is newer than this distckpt reads (up to {}); upgrade distckpt",
          source, metadata.format_version, kNativeFormatVersion);
   }
-  root.OnlyMembers({"format", "format_version", "writer", "topology", "tensors", "objects",
-                    "common", "content"});
+  if (metadata.format_version >= 2) {
+    // Before any other field: a flipped byte anywhere (a swapped offset, a
+    // relabelled dtype) is reported as what it is, damage to the file.
+    root.OnlyMembers({"format", "format_version", "writer", "topology", "tensors", "objects",
+                      "common", "content", kMetadataChecksumField});
+    Field stored = root.Member(kMetadataChecksumField);
+    uint64_t expected = 0;
+    try {
+      expected = ChecksumFromHex(stored.String());
+    } catch (const CheckpointError& e) {
+      stored.Fail(e.what());
+    }
+    json without = j;
+    without.erase(kMetadataChecksumField);
+    const uint64_t actual = MetadataChecksum(without);
+    if (actual != expected) {
+      stored.Fail(
+          fmt::format("checksum mismatch: the file's contents hash to {}, {} was stored "
+                      "(the metadata is damaged)",
+                      ChecksumToHex(actual), ChecksumToHex(expected)));
+    }
+  } else {
+    root.OnlyMembers({"format", "format_version", "writer", "topology", "tensors", "objects",
+                      "common", "content"});
+  }
   metadata.format = root.Member("format").String();
   metadata.writer = root.Member("writer").String();
   metadata.topology = root.Member("topology").String();
   root.Member("tensors").ForEachEntry([&](const std::string& key, const Field& f) {
-    metadata.tensors.emplace(key, ParseTensor(key, f));
+    metadata.tensors.emplace(key, ParseTensor(key, f, metadata.format_version));
   });
   root.Member("objects").ForEachEntry([&](const std::string& unique_key, const Field& f) {
     metadata.objects.emplace(unique_key, ParseObject(unique_key, f));

@@ -1,5 +1,5 @@
 // CheckpointMetadata <-> JSON, the contents of the native format's
-// metadata.json (format version 1, see FORMAT.md beside this file). The same
+// metadata.json (format version 2, version 1 still read; FORMAT.md beside this file). The same
 // JSON carries one rank's metadata to the coordinator during a save.
 //
 // Parsing is strict and never crashes on bad input: a missing or ill-typed
@@ -22,7 +22,7 @@
 namespace distckpt {
 
 inline constexpr char kMetadataFileName[] = "metadata.json";
-inline constexpr int kNativeFormatVersion = 1;
+inline constexpr int kNativeFormatVersion = 2;  // writes 2, reads 1 and 2
 
 nlohmann::json MetadataToJson(const CheckpointMetadata& metadata);
 // `source` names the input in error messages (a path, "rank metadata").

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io/checksum.h"
 #include "io/testing.h"
 
 namespace distckpt {
@@ -61,7 +62,8 @@ TEST(MetadataJsonTest, RoundTrips) {
   EXPECT_EQ(MetadataFromText(MetadataToText(legacy), "test"), legacy);
 }
 
-// Pins the on-disk text of format version 1: a change here needs a version bump.
+// Pins the on-disk text of format version 1 (still produced for metadata
+// that says version 1): a change here breaks version 1 readers.
 TEST(MetadataJsonTest, TextIsStable) {
   EXPECT_EQ(MetadataToText(Example()), R"({
   "common": {"args":{"lr":0.5,"name":"gpt \"x\""},"iteration":10},
@@ -92,6 +94,89 @@ TEST(MetadataJsonTest, TextIsStable) {
   "writer": "distckpt 0.1.0"
 }
 )");
+}
+
+CheckpointMetadata ExampleV2() {
+  CheckpointMetadata md = Example();
+  md.format_version = 2;
+  for (auto& [key, tensor] : md.tensors) {
+    for (StoredChunk& chunk : tensor.chunks) {
+      chunk.checksum.reset();
+      chunk.block_size = 8;
+      chunk.block_checksums.assign((chunk.length + 7) / 8, 0);
+      for (size_t b = 0; b < chunk.block_checksums.size(); ++b) chunk.block_checksums[b] = b + 1;
+    }
+  }
+  return md;
+}
+
+// Recomputes metadata_checksum after an edit (as a tool rewriting the file would).
+void Reseal(json& j) {
+  j.erase("metadata_checksum");
+  const std::string text = j.dump();
+  j["metadata_checksum"] =
+      ChecksumToHex(Checksum(std::as_bytes(std::span(text.data(), text.size()))));
+}
+
+TEST(MetadataJsonTest, Version2RoundTripsAndIsSealed) {
+  const CheckpointMetadata md = ExampleV2();
+  EXPECT_EQ(MetadataFromText(MetadataToText(md), "test"), md);
+  const json j = MetadataToJson(md);
+  EXPECT_EQ(j.at("tensors").at("scalar").at("chunks")[0].at("block_checksums"), "0000000000000001");
+  EXPECT_EQ(j.at("tensors").at("decoder.w").at("chunks")[0].at("block_size"), 8);
+  EXPECT_EQ(j.at("metadata_checksum").get<std::string>().size(), 16u);
+  // White space and key order do not matter.
+  EXPECT_EQ(MetadataFromText(j.dump(1), "test"), md);
+}
+
+// Issue 15 defect 7: swapping two chunks' offsets or relabelling a dtype of the
+// same width in metadata.json went unnoticed.
+TEST(MetadataJsonTest, Version2EditsAreCaughtByTheMetadataChecksum) {
+  const json sealed = MetadataToJson(ExampleV2());
+  json swapped = sealed;
+  std::swap(swapped["tensors"]["decoder.w"]["chunks"][0]["offset"],
+            swapped["tensors"]["decoder.w"]["chunks"][1]["offset"]);
+  EXPECT_THAT([&] { MetadataFromJson(swapped, "m.json"); },
+              ThrowsError(ErrorKind::kCorruption, "m.json: metadata_checksum: checksum mismatch"));
+  json relabelled = sealed;
+  relabelled["tensors"]["decoder.w"]["dtype"] = "f16";
+  EXPECT_THAT([&] { MetadataFromJson(relabelled, "m.json"); },
+              ThrowsError(ErrorKind::kCorruption, "metadata_checksum: checksum mismatch"));
+  json unsealed = sealed;
+  unsealed.erase("metadata_checksum");
+  EXPECT_THAT([&] { MetadataFromJson(unsealed, "m.json"); },
+              ThrowsError(ErrorKind::kCorruption, "m.json: metadata_checksum: missing"));
+  json text_edit = sealed;
+  text_edit["common"]["iteration"] = 11;
+  EXPECT_THAT([&] { MetadataFromJson(text_edit, "m.json"); },
+              ThrowsError(ErrorKind::kCorruption, "checksum mismatch"));
+}
+
+TEST(MetadataJsonTest, Version2ChunksNeedTheirBlockChecksums) {
+  const std::string c0 = "/tensors/decoder.w/chunks/0";
+  auto edited = [&](const std::string& field, const json& value, bool erase) {
+    json j = MetadataToJson(ExampleV2());
+    json::json_pointer ptr(c0 + "/" + field);
+    if (erase) {
+      j.at(ptr.parent_pointer()).erase(field);
+    } else {
+      j[ptr] = value;
+    }
+    Reseal(j);
+    return j;
+  };
+  EXPECT_THAT([&] { MetadataFromJson(edited("block_checksums", "", true), "m"); },
+              ThrowsError(ErrorKind::kCorruption, "chunks[0].block_checksums: missing"));
+  EXPECT_THAT([&] { MetadataFromJson(edited("block_size", 0, false), "m"); },
+              ThrowsError(ErrorKind::kCorruption, "chunks[0].block_size: 0 is out of range"));
+  EXPECT_THAT([&] { MetadataFromJson(edited("block_size", 4, false), "m"); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "chunks[0].block_checksums: 3 checksums, but 20 bytes in blocks of 4 "
+                          "take 5"));
+  EXPECT_THAT([&] { MetadataFromJson(edited("block_checksums", "00000000000000zz", false), "m"); },
+              ThrowsError(ErrorKind::kCorruption, "malformed checksum"));
+  EXPECT_THAT([&] { MetadataFromJson(edited("checksum", "0000000000000001", false), "m"); },
+              ThrowsError(ErrorKind::kCorruption, "unexpected field 'checksum'"));
 }
 
 struct Malformed {
@@ -194,45 +279,50 @@ TEST(MetadataJsonTest, TopLevelMustBeAnObject) {
 
 TEST(MetadataJsonTest, NewerVersionIsUnsupported) {
   json j = MetadataToJson(Example());
-  j["format_version"] = 2;
+  j["format_version"] = 3;
   j["new_field"] = true;  // versions may add fields: reported as unsupported, not corrupt
   EXPECT_THAT([&] { MetadataFromJson(j, "m.json"); },
               ThrowsError(ErrorKind::kUnsupported,
-                          "m.json: format_version 2 is newer than this distckpt reads (up to 1)"));
+                          "m.json: format_version 3 is newer than this distckpt reads (up to 2)"));
 }
 
 // Any single damaged or removed field either still parses or is a
 // CheckpointError; nothing else escapes (no crash, no foreign exception).
 TEST(MetadataJsonTest, NeverCrashesOnDamagedFields) {
-  const json original = MetadataToJson(Example());
-  const std::vector<json> replacements = {
-      nullptr, -1, 0, "x", 1e300, 18446744073709551615ull, json::array(), json::object(), true};
-  int failures = 0;
-  auto parse = [&](const json& j) {
-    try {
-      MetadataFromJson(j, "m.json");
-    } catch (const CheckpointError&) {
-      ++failures;
-    }
-  };
-  const json leaves = original.flatten();
-  for (const auto& [path, leaf] : leaves.items()) {
-    json::json_pointer pointer(path);
-    for (const json& replacement : replacements) {
+  for (const json& original : {MetadataToJson(Example()), MetadataToJson(ExampleV2())}) {
+    const std::vector<json> replacements = {
+        nullptr, -1, 0, "x", 1e300, 18446744073709551615ull, json::array(), json::object(), true};
+    int failures = 0;
+    auto parse = [&](const json& j) {
+      try {
+        MetadataFromJson(j, "m.json");
+      } catch (const CheckpointError&) {
+        ++failures;
+      }
+    };
+    const json leaves = original.flatten();
+    for (const auto& [path, leaf] : leaves.items()) {
+      json::json_pointer pointer(path);
+      for (const json& replacement : replacements) {
+        json j = original;
+        j[pointer] = replacement;
+        if (j.contains("metadata_checksum") && pointer.back() != "metadata_checksum") {
+          Reseal(j);  // reach the field checks
+        }
+        parse(j);
+      }
       json j = original;
-      j[pointer] = replacement;
+      json& parent = j[pointer.parent_pointer()];
+      if (parent.is_array()) {
+        parent.erase(std::stoul(pointer.back()));
+      } else {
+        parent.erase(pointer.back());
+      }
+      if (j.contains("metadata_checksum") && pointer.back() != "metadata_checksum") Reseal(j);
       parse(j);
     }
-    json j = original;
-    json& parent = j[pointer.parent_pointer()];
-    if (parent.is_array()) {
-      parent.erase(std::stoul(pointer.back()));
-    } else {
-      parent.erase(pointer.back());
-    }
-    parse(j);
   }
-  EXPECT_GT(failures, 100);
+  EXPECT_GT(failures, 200);
 }
 
 }  // namespace

@@ -2,10 +2,15 @@
 // staging, stale-file cleanup, detection. Reads are in native_reader_test.cc.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <tuple>
+
 #include "format/format.h"
 #include "format/native/example_checkpoint.h"
 #include "format/native/metadata_json.h"
 #include "format/native/native_writer.h"
+#include "io/checksum.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
 
@@ -50,7 +55,7 @@ TEST(NativeFormatTest, WriteCommitReadRoundTrip) {
   const CheckpointMetadata& md = reader->metadata();
   EXPECT_EQ(md, saved);
   EXPECT_EQ(md.format, "native");
-  EXPECT_EQ(md.format_version, 1);
+  EXPECT_EQ(md.format_version, 2);
   EXPECT_EQ(md.writer, "distckpt 0.1.0");
   EXPECT_EQ(md.topology, "tp=2");
   ASSERT_EQ(md.tensors.size(), 3u);
@@ -64,6 +69,20 @@ TEST(NativeFormatTest, WriteCommitReadRoundTrip) {
   ExpectExample(env, dir, 0);
 }
 
+// Where and what the chunks are, without their checksums (which changed form in version 2).
+std::vector<std::tuple<std::string, Box, std::optional<FlatRange>, std::string, uint64_t, uint64_t>>
+Layout(const CheckpointMetadata& md) {
+  std::vector<
+      std::tuple<std::string, Box, std::optional<FlatRange>, std::string, uint64_t, uint64_t>>
+      out;
+  for (const auto& [key, tensor] : md.tensors) {
+    for (const StoredChunk& c : tensor.chunks) {
+      out.emplace_back(key, c.box, c.flat, c.file, c.offset, c.length);
+    }
+  }
+  return out;
+}
+
 // testdata/v1 was written by SaveExampleCheckpoint(seed 0) at format version 1;
 // it must stay readable, bit for bit, by every later version.
 TEST(NativeFormatTest, ReadsTheVersion1GoldenCheckpoint) {
@@ -72,9 +91,69 @@ TEST(NativeFormatTest, ReadsTheVersion1GoldenCheckpoint) {
   const CheckpointMetadata fresh = SaveExampleCheckpoint(Env::Default(), JoinPath(tmp.path(), "c"));
   std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(Env::Default(), golden);
   EXPECT_EQ(reader->metadata().format_version, 1);
+  EXPECT_EQ(Layout(reader->metadata()), Layout(fresh));
+  EXPECT_EQ(reader->metadata().tensors.at("w").chunks[0].block_size, 0u);
+  ExpectExample(Env::Default(), golden, 0);
+  // Version 1 partial reads read exactly their bytes, unverified.
+  const StoredTensor& w = reader->metadata().tensors.at("w");
+  std::vector<std::byte> got(8);
+  ReadRun run{8, 8, got.data()};
+  reader->ReadChunk(w, w.chunks[0], {&run, 1}, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(reader->stats().chunks_unverified, 1u);
+}
+
+// testdata/v2 is what SaveExampleCheckpoint(seed 0) writes today, byte for
+// byte (a change needs a version bump and a new golden directory).
+// DISTCKPT_WRITE_GOLDEN=1 rewrites it.
+TEST(NativeFormatTest, WritesAndReadsTheVersion2GoldenCheckpoint) {
+  ScopedTempDir tmp;
+  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v2";
+  const std::string dir = JoinPath(tmp.path(), "c");
+  const CheckpointMetadata fresh = SaveExampleCheckpoint(Env::Default(), dir);
+  if (std::getenv("DISTCKPT_WRITE_GOLDEN") != nullptr) {
+    std::filesystem::create_directories(golden);
+    for (const std::string& name : Env::Default()->ListDir(dir)) {
+      std::filesystem::copy_file(JoinPath(dir, name), JoinPath(golden, name),
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  ASSERT_EQ(Env::Default()->ListDir(golden), Env::Default()->ListDir(dir));
+  for (const std::string& name : Env::Default()->ListDir(dir)) {
+    EXPECT_EQ(ReadFileToString(Env::Default(), JoinPath(golden, name)),
+              ReadFileToString(Env::Default(), JoinPath(dir, name)))
+        << name;
+  }
+  std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(Env::Default(), golden);
+  EXPECT_EQ(reader->metadata().format_version, 2);
   EXPECT_EQ(reader->metadata().tensors, fresh.tensors);
   EXPECT_EQ(reader->metadata().objects, fresh.objects);
   ExpectExample(Env::Default(), golden, 0);
+}
+
+// Issue 15 defect 7, through the file: swapping two chunks' offsets in
+// metadata.json made `dump` return a wrong tensor with exit 0.
+TEST(NativeFormatTest, EditedMetadataIsRefused) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir);
+  const std::string path = JoinPath(dir, "metadata.json");
+  const std::string original = ReadFileToString(env, path);
+  nlohmann::json j = nlohmann::json::parse(original);
+  std::swap(j["tensors"]["w"]["chunks"][0]["offset"], j["tensors"]["w"]["chunks"][1]["offset"]);
+  WriteFileAtomic(env, path, j.dump(2));
+  EXPECT_THAT([&] { NativeFormat().OpenReader(env, dir); },
+              ThrowsError(ErrorKind::kCorruption, path + ": metadata_checksum: checksum mismatch"));
+  // Resealed by a tool: the block checksums, bound to the offsets, still catch it.
+  j.erase("metadata_checksum");
+  const std::string text = j.dump();
+  j["metadata_checksum"] =
+      ChecksumToHex(Checksum(std::as_bytes(std::span(text.data(), text.size()))));
+  WriteFileAtomic(env, path, j.dump(2));
+  std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(env, dir);
+  const StoredTensor& w = reader->metadata().tensors.at("w");
+  EXPECT_THAT([&] { ReadWhole(*reader, w, w.chunks[0]); },
+              ThrowsError(ErrorKind::kCorruption, "checksum mismatch in " + JoinPath(dir, "__")));
 }
 
 TEST(NativeFormatTest, WriterRejectsInconsistentChunks) {

@@ -1,10 +1,13 @@
 // NativeReader: reads a committed native checkpoint (FORMAT.md). Data files
-// are opened on first use and kept open; ReadChunk reads exactly the
-// requested byte runs with pread (runs adjacent both in the file and in
-// memory become one read) and verifies chunk checksums per VerifyPolicy.
+// are opened on first use and kept open. Version 2 chunks (per-block
+// checksums): ReadChunk reads every block the runs touch, whole, and verifies
+// each before handing any of its bytes out (kAlways: every block of the
+// chunk; kNever: exactly the runs, unverified). Version 1 chunks: exactly the
+// requested byte runs (runs adjacent both in the file and in memory become
+// one read), the chunk's checksum verified when they cover it whole.
 //
 // ReadStats: bytes_read counts bytes requested from data files; a chunk read
-// without verification (partial runs, kNever, no checksum) counts as
+// without verification (v1 partial runs, kNever, no checksum) counts as
 // unverified. Objects add to bytes_read only.
 //
 // Errors: a data file that is missing or shorter than an item's byte range,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "format/native/block_checksums.h"
 #include "format/native/metadata_json.h"
 #include "io/checksum.h"
 
@@ -28,31 +29,37 @@ CheckpointMetadata NativeHeader() {
 NativeWriter::NativeWriter(Env* env, std::string dir, int rank, int stream)
     : DataFileWriter(env, std::move(dir), rank, DataFileName(rank, stream), NativeHeader()) {}
 
-// Checksums and writes piece by piece, so that the write copies each piece
-// while the checksum has just brought it into the cache: one pass over memory
-// instead of two. Returns the offset of the first byte.
-uint64_t NativeWriter::AppendChecksummed(std::span<const std::byte> bytes,
-                                         std::optional<uint64_t>& checksum) {
-  const uint64_t offset = Append({});
-  Checksummer checksummer;
-  for (size_t done = 0; done < bytes.size(); done += kPieceBytes) {
+// Version 2 chunks: one bound checksum per block (block_checksums.h),
+// computed piece by piece right before the write copies the piece, while it
+// is in the cache: one pass over memory instead of two.
+void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
+                              std::span<const std::byte> bytes) {
+  chunk.offset = Append({});
+  chunk.checksum.reset();
+  chunk.block_size = ChooseBlockSize(bytes.size());
+  const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
+  const uint64_t blocks = BlockCount(bytes.size(), chunk.block_size);
+  chunk.block_checksums.clear();
+  chunk.block_checksums.reserve(blocks);
+  // Pieces of whole blocks (the block size divides kPieceBytes or exceeds it).
+  const size_t piece_bytes = std::max<size_t>(kPieceBytes, chunk.block_size);
+  for (size_t done = 0; done < bytes.size(); done += piece_bytes) {
     std::span<const std::byte> piece =
-        bytes.subspan(done, std::min(kPieceBytes, bytes.size() - done));
-    checksummer.Update(piece);
+        bytes.subspan(done, std::min(piece_bytes, bytes.size() - done));
+    for (size_t b = 0; b < piece.size(); b += chunk.block_size) {
+      chunk.block_checksums.push_back(
+          BlockChecksum(piece.subspan(b, std::min<size_t>(chunk.block_size, piece.size() - b)),
+                        seed, chunk.block_checksums.size()));
+    }
     Append(piece);
   }
-  checksum = checksummer.Digest();
-  return offset;
-}
-
-void NativeWriter::StoreChunk(const StoredTensor& /*tensor*/, StoredChunk& chunk,
-                              std::span<const std::byte> bytes) {
-  chunk.offset = AppendChecksummed(bytes, chunk.checksum);
 }
 
 void NativeWriter::StoreObject(StoredObject& object, std::span<const std::byte> bytes) {
   object.length = bytes.size();
-  object.offset = AppendChecksummed(bytes, object.checksum);
+  // Objects are small and always read whole: one checksum, bound to the unique key.
+  object.offset = Append(bytes);
+  object.checksum = Checksum(bytes, ObjectBindingSeed(object.unique_key));
 }
 
 }  // namespace distckpt

@@ -1,8 +1,9 @@
 // NativeWriter: writes one rank's data files of a native checkpoint (format
-// version 1, FORMAT.md): every tensor chunk and object payload is appended,
+// version 2, FORMAT.md): every tensor chunk and object payload is appended,
 // as raw bytes with no header, to a data file `__<rank>_<i>.bin` that the
 // writer chooses (i = its stream: 0 unless several writers share the rank's
-// data, as async save's do), and its xxHash3 is recorded. Checks and
+// data, as async save's do); a chunk's per-block checksums and an object's
+// checksum (block_checksums.h) are recorded. Checks and
 // bookkeeping: data_file_writer.h.
 //
 // Thread-safety: a writer belongs to one rank and is used by one thread.
@@ -30,7 +31,6 @@ class NativeWriter : public DataFileWriter {
   void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                   std::span<const std::byte> bytes) override;
   void StoreObject(StoredObject& object, std::span<const std::byte> bytes) override;
-  uint64_t AppendChecksummed(std::span<const std::byte> bytes, std::optional<uint64_t>& checksum);
 };
 
 }  // namespace distckpt

@@ -1,0 +1,70 @@
+#include "format/native/block_checksums.h"
+
+#include <bit>
+
+#include "core/error.h"
+#include "io/checksum.h"
+
+namespace distckpt {
+namespace {
+
+uint64_t HashText(const std::string& text) {
+  return Checksum(std::as_bytes(std::span(text.data(), text.size())));
+}
+
+}  // namespace
+
+uint64_t ChooseBlockSize(uint64_t length) {
+  const uint64_t want = (length + kTargetBlocks - 1) / kTargetBlocks;
+  if (want <= kMinBlockBytes) return kMinBlockBytes;
+  if (want >= kMaxBlockBytes) return kMaxBlockBytes;
+  return std::bit_ceil(want);
+}
+
+uint64_t BlockCount(uint64_t length, uint64_t block_size) {
+  return length / block_size + (length % block_size != 0 ? 1 : 0);
+}
+
+uint64_t ChunkBindingSeed(const std::string& key, DType dtype, const StoredChunk& chunk) {
+  // Fields separated by NUL (a key could contain any other character).
+  std::string text = "chunk";
+  for (const std::string& field :
+       {key, std::string(DTypeName(dtype)), ShapeToString(chunk.box.offset),
+        ShapeToString(chunk.box.shape),
+        chunk.flat ? fmt::format("flat {} {}", chunk.flat->start, chunk.flat->stop) : ""}) {
+    text.push_back('\0');
+    text += field;
+  }
+  return HashText(text);
+}
+
+uint64_t ObjectBindingSeed(const std::string& unique_key) {
+  std::string text = "object";
+  text.push_back('\0');
+  return HashText(text + unique_key);
+}
+
+uint64_t BlockChecksum(std::span<const std::byte> data, uint64_t seed, uint64_t index) {
+  return Checksum(data, seed + index * 0x9E3779B97F4A7C15ull);
+}
+
+std::string BlockChecksumsToHex(const std::vector<uint64_t>& checksums) {
+  std::string hex;
+  hex.reserve(16 * checksums.size());
+  for (uint64_t c : checksums) hex += ChecksumToHex(c);
+  return hex;
+}
+
+std::vector<uint64_t> BlockChecksumsFromHex(const std::string& hex) {
+  if (hex.size() % 16 != 0) {
+    Fail(ErrorKind::kCorruption, "{} hex digits are not a whole number of 16-digit checksums",
+         hex.size());
+  }
+  std::vector<uint64_t> checksums;
+  checksums.reserve(hex.size() / 16);
+  for (size_t i = 0; i < hex.size(); i += 16)
+    checksums.push_back(ChecksumFromHex(hex.substr(i, 16)));
+  return checksums;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,48 @@
+// Per-block checksums of native format version 2 (FORMAT.md, "Verification"):
+// a chunk's payload is cut into blocks of `block_size` bytes (the last one
+// shorter) and each block has its own xxHash3-64, seeded with a binding of
+// the chunk's identity (tensor key, dtype, global offset and shape, flat
+// range) and the block's index. So a reader verifies exactly the blocks a
+// partial read touches, and a checksum moved to another key, position, dtype
+// or block does not verify. Objects carry one checksum bound to their unique
+// key.
+//
+// Thread-safety: pure functions.
+#ifndef DISTCKPT_FORMAT_NATIVE_BLOCK_CHECKSUMS_H_
+#define DISTCKPT_FORMAT_NATIVE_BLOCK_CHECKSUMS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/checkpoint_metadata.h"
+
+namespace distckpt {
+
+// The block size a version 2 writer uses for a chunk of `length` bytes: a
+// power of two between kMinBlockBytes and kMaxBlockBytes aiming at about
+// kTargetBlocks blocks per chunk (small chunks get small blocks, so a partial
+// read of them reads little more than it needs).
+inline constexpr uint64_t kMinBlockBytes = 64;
+inline constexpr uint64_t kMaxBlockBytes = 64 << 10;
+inline constexpr uint64_t kTargetBlocks = 64;
+uint64_t ChooseBlockSize(uint64_t length);
+// ceil(length / block_size).
+uint64_t BlockCount(uint64_t length, uint64_t block_size);
+
+// The seed binding a chunk's block checksums to its identity.
+uint64_t ChunkBindingSeed(const std::string& key, DType dtype, const StoredChunk& chunk);
+uint64_t ObjectBindingSeed(const std::string& unique_key);
+// The checksum of block `index` (bytes `data`) of a chunk bound by `seed`.
+uint64_t BlockChecksum(std::span<const std::byte> data, uint64_t seed, uint64_t index);
+
+// Block checksums as stored in metadata.json: 16 lower-case hex digits each,
+// concatenated. Parsing throws kCorruption for a malformed string.
+std::string BlockChecksumsToHex(const std::vector<uint64_t>& checksums);
+std::vector<uint64_t> BlockChecksumsFromHex(const std::string& hex);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_NATIVE_BLOCK_CHECKSUMS_H_
