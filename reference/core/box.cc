@@ -12,15 +12,9 @@ namespace distckpt {
 
 namespace {
 
-// offset + extent, saturated at INT64_MAX: boxes come from files, and a
-// damaged offset near INT64_MAX must not overflow (undefined behaviour).
-int64_t End(int64_t offset, int64_t extent) {
-  int64_t end;
-  if (__builtin_add_overflow(offset, extent, &end)) {
-    return extent > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
-  }
-  return end;
-}
+// offset + extent without overflow: boxes come from files, and a damaged
+// offset near INT64_MAX must not overflow (undefined behaviour).
+__int128 End(int64_t offset, int64_t extent) { return static_cast<__int128>(offset) + extent; }
 
 void CheckBox(const Box& box) {
   if (box.offset.size() != box.shape.size()) {
@@ -174,8 +168,9 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
   common.shape.resize(a.rank());
   for (size_t axis = 0; axis < a.rank(); ++axis) {
     const int64_t lo = std::max(a.offset[axis], b.offset[axis]);
-    const int64_t hi =
-        std::min(End(a.offset[axis], a.shape[axis]), End(b.offset[axis], b.shape[axis]));
+    const int64_t hi = static_cast<int64_t>(
+        std::min({End(a.offset[axis], a.shape[axis]), End(b.offset[axis], b.shape[axis]),
+                  static_cast<__int128>(std::numeric_limits<int64_t>::max())}));
     if (hi <= lo) return std::nullopt;
     common.offset[axis] = lo;
     common.shape[axis] = hi - lo;

@@ -63,6 +63,46 @@ std::vector<std::set<LocalFileId>> HeldEverywhere(const LocalStore& store, Commu
   return held;
 }
 
+// Every rank's commit records (all-gathered, merged): iteration -> world.
+std::map<int64_t, int> CommitsEverywhere(const LocalStore& store, Communicator& comm) {
+  nlohmann::json mine = nlohmann::json::array();
+  std::string error;
+  try {
+    for (const auto& [iteration, world] : store.Commits()) mine.push_back({iteration, world});
+  } catch (const CheckpointError& e) {
+    error = e.what();
+  }
+  std::map<int64_t, int> commits;
+  for (const std::string& bytes : comm.AllGather(error.empty() ? mine.dump() : "E" + error)) {
+    if (!bytes.empty() && bytes[0] == 'E') Fail(ErrorKind::kCorruption, "{}", bytes.substr(1));
+    for (const auto& pair : nlohmann::json::parse(bytes)) {
+      commits[pair[0].get<int64_t>()] = pair[1].get<int>();
+    }
+  }
+  return commits;
+}
+
+// Drops the files of iterations without a commit record (a save killed or
+// failed before every rank wrote: its files may mix with nothing, but are
+// not a checkpoint). The newest committed iteration must have been saved by
+// this world: a smaller world's save leaves the larger world's older files
+// on the ranks it did not have, and those must not load as current.
+void KeepCommitted(std::vector<std::set<LocalFileId>>& held, const std::map<int64_t, int>& commits,
+                   int world, const LocalOptions& options) {
+  if (!commits.empty() && commits.rbegin()->second != world) {
+    Fail(ErrorKind::kIncomplete,
+         "the newest local checkpoint under {} (iteration {}) was saved by {} ranks; this load "
+         "runs {}: refusing to mix it with older files",
+         options.root, commits.rbegin()->first, commits.rbegin()->second, world);
+  }
+  for (std::set<LocalFileId>& ids : held) {
+    std::erase_if(ids, [&](const LocalFileId& id) {
+      auto it = commits.find(id.iteration);
+      return it == commits.end() || it->second != world;
+    });
+  }
+}
+
 // The members of `rank`'s clique that hold its file of `iteration`.
 std::vector<int> Holders(const std::vector<std::set<LocalFileId>>& held,
                          const LocalOptions& options, int rank, int64_t iteration) {
@@ -115,13 +155,30 @@ SaveSummary SaveLocal(const Node& state_dict, int64_t iteration, Communicator& c
   const Clock::time_point start = Clock::now();
   Env* env = options.env ? options.env : Env::Default();
   SaveSummary summary;
+  LocalStore store(env, options.root, comm.rank());
+  // Iterations are never reused: a save that fails removes only its own
+  // iteration's files, never a previous good checkpoint's.
+  int64_t newest = 0;
+  AgreeOnOutcome(comm, [&] {
+    for (const LocalFileId& id : store.List()) newest = std::max(newest, id.iteration);
+    for (const auto& [i, world] : store.Commits()) newest = std::max(newest, i);
+  });
+  for (const std::string& n : comm.AllGather(std::to_string(newest))) {
+    newest = std::max<int64_t>(newest, std::stoll(n));
+  }
+  if (iteration == kNextLocalIteration) iteration = newest + 1;
+  if (iteration <= newest) {
+    Fail(ErrorKind::kInvalidArgument,
+         "local checkpoint iteration {} is not newer than iteration {} already under {} (pass a "
+         "newer iteration, or kNextLocalIteration)",
+         iteration, newest, options.root);
+  }
   std::string blob;
   AgreeOnOutcome(comm, [&] { blob = SerializeLocalState(state_dict, iteration, comm.rank()); });
   Clique clique = JoinClique(options, comm);
   std::vector<std::string> blobs = clique.comm->AllGather(blob);  // replication
   blob.clear();
 
-  LocalStore store(env, options.root, comm.rank());
   try {
     AgreeOnOutcome(comm, [&] {
       for (size_t i = 0; i < blobs.size(); ++i) {
@@ -138,7 +195,9 @@ SaveSummary SaveLocal(const Node& state_dict, int64_t iteration, Communicator& c
     }
     throw;
   }
-  // Every rank has the new iteration: only now do older ones go.
+  // Every rank has the new iteration: commit it (the record names the world,
+  // so a load by another world refuses it), and only then do older ones go.
+  AgreeOnOutcome(comm, [&] { store.WriteCommit(iteration, comm.size()); });
   AgreeOnOutcome(comm, [&] { store.RemoveOlderThan(iteration); });
   summary.seconds = SecondsSince(start);
   return summary;
@@ -151,7 +210,11 @@ LocalLoadResult LoadLocal(const Node& request, Communicator& comm, const LocalOp
   Clique clique = JoinClique(options, comm);
   LocalStore store(env, options.root, comm.rank());
   std::vector<std::set<LocalFileId>> held = HeldEverywhere(store, comm);
-  AgreeOnOutcome(comm, [&] { result.iteration = RecoverableIteration(held, options); });
+  const std::map<int64_t, int> commits = CommitsEverywhere(store, comm);  // same on every rank
+  AgreeOnOutcome(comm, [&] {
+    KeepCommitted(held, commits, comm.size(), options);
+    result.iteration = RecoverableIteration(held, options);
+  });
 
   // Which clique member sends each missing file: seeded, the same on every member.
   std::mt19937 random(0);

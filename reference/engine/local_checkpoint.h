@@ -7,11 +7,15 @@
 // other rank), its objects and the common state — into one blob; the blobs
 // are all-gathered within each replication clique (strategy/replication.h)
 // and each member writes every member's blob to <root>/<rank>/
-// (strategy/local_store.h). Only when every rank has written do older
-// iterations go; a failure on any rank removes this iteration's files on
-// every rank, so no partial iteration is left and the previous one stays.
+// (strategy/local_store.h). Only when every rank has written does each
+// rank write the iteration's commit record (naming the world size), and only
+// then do older iterations go; a failure on any rank removes this
+// iteration's files on every rank, so no partial iteration is left and the
+// previous one stays. Iterations are never reused.
 //
-// LoadLocal: the newest iteration every rank can recover — from its own
+// LoadLocal: only committed iterations count; the newest commit record must
+// name this world (else kIncomplete: a smaller world's save left a larger
+// world's older files behind). Then the newest iteration every rank can recover — from its own
 // file or from a clique peer's copy — is loaded; a rank missing its file
 // receives it from a holder chosen by a generator seeded with 0 (NVRx's
 // Random(0)), one blob at a time. The request must ask for the saved
@@ -42,6 +46,10 @@ struct LocalOptions {
   std::vector<std::vector<int>> groups;
 };
 
+// `iteration` must be newer than every iteration already under the root (on
+// any rank), else CheckpointError(kInvalidArgument); kNextLocalIteration
+// takes the newest + 1.
+inline constexpr int64_t kNextLocalIteration = -1;
 SaveSummary SaveLocal(const Node& state_dict, int64_t iteration, Communicator& comm,
                       const LocalOptions& options);
 

@@ -93,7 +93,7 @@ TEST_P(ReplicatedLocalTest, WipedRanksRecoverTheirFilesFromPeersBitExact) {
   const Groups& groups = GetParam();
   SaveAll(tmp.path(), groups, 1);
   for (int rank = 0; rank < kWorld; ++rank) {
-    std::set<std::string> expected;
+    std::set<std::string> expected{"iter_0000001_commit.json"};
     for (int member : groups[GroupIndexOf(groups, kWorld, rank)])
       expected.insert(LocalFileName({1, member}));
     EXPECT_EQ(FilesOf(tmp.path(), rank), expected) << "rank " << rank;
@@ -128,7 +128,8 @@ TEST(LocalCheckpointTest, ALostCliqueIsNamedOnEveryRank) {
 TEST(LocalCheckpointTest, WithoutReplicationAWipedRankCannotLoad) {
   ScopedTempDir tmp;
   SaveAll(tmp.path(), {}, 1);
-  EXPECT_EQ(FilesOf(tmp.path(), 2), std::set<std::string>{"iter_0000001_2_local.bin"});
+  EXPECT_EQ(FilesOf(tmp.path(), 2),
+            (std::set<std::string>{"iter_0000001_2_local.bin", "iter_0000001_commit.json"}));
   fs::remove_all(fs::path(tmp.path()) / "2");
   auto errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
     LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, {}});
@@ -136,18 +137,67 @@ TEST(LocalCheckpointTest, WithoutReplicationAWipedRankCannotLoad) {
   EXPECT_THAT(errors, Each(HasSubstr("no replicas available for rank 2")));
 }
 
-TEST(LocalCheckpointTest, KeepsOnlyTheNewestIterationAndResavesIdentically) {
+TEST(LocalCheckpointTest, KeepsOnlyTheNewestIteration) {
   ScopedTempDir tmp;
   Groups groups = Cliques(kWorld, {1, 2});
   SaveAll(tmp.path(), groups, 1);
-  const std::string file = tmp.path() + "/3/" + LocalFileName({1, 3});
-  std::string first = ReadFileToString(Env::Default(), file);
-  SaveAll(tmp.path(), groups, 1);
-  EXPECT_EQ(ReadFileToString(Env::Default(), file), first);  // byte-identical re-save
   SaveAll(tmp.path(), groups, 2);
   EXPECT_EQ(FilesOf(tmp.path(), 3),
-            (std::set<std::string>{LocalFileName({2, 2}), LocalFileName({2, 3})}));
+            (std::set<std::string>{LocalFileName({2, 2}), LocalFileName({2, 3}),
+                                   "iter_0000002_commit.json"}));
   ExpectLoadsIteration(tmp.path(), groups, 2);
+}
+
+// Issue 15 defect 4: every CLI save was iteration 1, and a failed save
+// removed "the new iteration" -- the previous good one -- on every rank.
+TEST(LocalCheckpointTest, IterationsAreNeverReusedSoAFailedSaveKeepsThePrevious) {
+  ScopedTempDir tmp;
+  Groups groups = Cliques(kWorld, {1, 2});
+  SaveAll(tmp.path(), groups, 1);
+  FaultInjectionEnv failing(Env::Default());
+  failing.FailPathsContaining("_local");
+  auto errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
+    LocalOptions options{tmp.path(), comm.rank() == 1 ? &failing : nullptr, groups};
+    SaveLocal(State(comm.rank(), 1), 1, comm, options);  // the same iteration again
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("iteration 1 is not newer than iteration 1")));
+  ExpectLoadsIteration(tmp.path(), groups, 1);
+  errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
+    LocalOptions options{tmp.path(), comm.rank() == 1 ? &failing : nullptr, groups};
+    SaveLocal(State(comm.rank(), 2), kNextLocalIteration, comm, options);  // the CLI's way
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("rank 1: ")));
+  ExpectLoadsIteration(tmp.path(), groups, 1);
+  RunRanks(kWorld, [&](Communicator& comm) {
+    SaveLocal(State(comm.rank(), 2), kNextLocalIteration, comm, {tmp.path(), nullptr, groups});
+  });
+  ExpectLoadsIteration(tmp.path(), groups, 2);
+}
+
+// A save killed after every rank renamed its files but before the commit
+// records: its files are not a checkpoint; the previous one loads.
+TEST(LocalCheckpointTest, FilesWithoutACommitRecordAreNotLoaded) {
+  ScopedTempDir tmp;
+  SaveAll(tmp.path(), {}, 1);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    const std::string dir = tmp.path() + "/" + std::to_string(rank);
+    fs::copy_file(dir + "/" + LocalFileName({1, rank}), dir + "/" + LocalFileName({2, rank}));
+  }
+  ExpectLoadsIteration(tmp.path(), {}, 1);
+}
+
+// Issue 15 defect 4: a save by a smaller world left the larger world's
+// files on the other ranks, and a load by the larger world read the mix.
+TEST(LocalCheckpointTest, ASmallerWorldsSaveIsNotMixedWithALargerWorldsFiles) {
+  ScopedTempDir tmp;
+  SaveAll(tmp.path(), {}, 1);
+  RunRanks(kWorld / 2, [&](Communicator& comm) {
+    SaveLocal(State(comm.rank(), 2), kNextLocalIteration, comm, {tmp.path(), nullptr, {}});
+  });
+  auto errors = ErrorMessagesOnRanks(kWorld, [&](Communicator& comm) {
+    LoadLocal(State(comm.rank(), 0, false), comm, {tmp.path(), nullptr, {}});
+  });
+  EXPECT_THAT(errors, Each(HasSubstr("(iteration 2) was saved by 4 ranks; this load runs 8")));
 }
 
 TEST(LocalCheckpointTest, AFailedSaveLeavesNoPartialIterationAndThePreviousOneLoads) {

@@ -10,12 +10,14 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 
 #include "comm/communicator.h"
 #include "engine/options.h"
+#include "io/file_lock.h"
 #include "mapping/state_dict.h"
 #include "strategy/distribution.h"
 
@@ -27,6 +29,9 @@ struct PreparedSave {
   Node sharded;           // preprocessed; replica ids as written
   nlohmann::json common;  // rank 0's is committed
   std::string write_dir;  // where ranks write (a staging dir on overwrite)
+  // Coordinator, POSIX Env: the save's exclusive lock on `<dir>.lock`
+  // (io/file_lock.h), held from PrepareDirectory until the save ends.
+  std::shared_ptr<FileLock> lock;
   // options.plan_cache: this save's plan, stored in the cache on commit.
   bool reused_plan = false;
   uint64_t fingerprint = 0;

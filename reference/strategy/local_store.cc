@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -29,6 +30,25 @@ std::optional<LocalFileId> ParseName(std::string_view name, bool* dirty) {
     return std::nullopt;
   }
   return id;
+}
+
+constexpr std::string_view kCommitSuffix = "_commit.json";
+
+std::string CommitFileName(int64_t iteration) {
+  return fmt::format("iter_{:07d}{}", iteration, kCommitSuffix);
+}
+
+// The iteration of "iter_<i>_commit.json".
+std::optional<int64_t> ParseCommitName(std::string_view name) {
+  if (!name.starts_with("iter_") || !name.ends_with(kCommitSuffix)) return std::nullopt;
+  name.remove_prefix(5);
+  name.remove_suffix(kCommitSuffix.size());
+  int64_t iteration = -1;
+  auto r = std::from_chars(name.data(), name.data() + name.size(), iteration);
+  if (r.ec != std::errc() || r.ptr != name.data() + name.size() || iteration < 0) {
+    return std::nullopt;
+  }
+  return iteration;
 }
 
 }  // namespace
@@ -72,6 +92,32 @@ std::vector<LocalFileId> LocalStore::List() const {
   return ids;
 }
 
+void LocalStore::WriteCommit(int64_t iteration, int world) {
+  env_->CreateDirs(dir_);
+  WriteFileAtomic(env_, JoinPath(dir_, CommitFileName(iteration)),
+                  nlohmann::json({{"iteration", iteration}, {"world", world}}).dump());
+}
+
+std::map<int64_t, int> LocalStore::Commits() const {
+  std::map<int64_t, int> commits;
+  if (!env_->IsDirectory(dir_)) return commits;
+  for (const std::string& name : env_->ListDir(dir_)) {
+    std::optional<int64_t> iteration = ParseCommitName(name);
+    if (!iteration) continue;
+    const std::string path = JoinPath(dir_, name);
+    nlohmann::json j =
+        nlohmann::json::parse(ReadFileToString(env_, path), nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("iteration") || !j.contains("world") ||
+        !j["iteration"].is_number_integer() || !j["world"].is_number_integer() ||
+        j["iteration"].get<int64_t>() != *iteration || j["world"].get<int64_t>() < 1 ||
+        j["world"].get<int64_t>() > (int64_t{1} << 20)) {
+      Fail(ErrorKind::kCorruption, "local checkpoint commit record {} is malformed", path);
+    }
+    commits[*iteration] = j["world"].get<int>();
+  }
+  return commits;
+}
+
 void LocalStore::RemoveIteration(int64_t iteration) {
   RemoveIf([&](int64_t i) { return i == iteration; });
 }
@@ -85,7 +131,10 @@ void LocalStore::RemoveIf(const std::function<bool(int64_t iteration)>& pred) {
   for (const std::string& name : env_->ListDir(dir_)) {
     bool dirty;
     auto id = ParseName(name, &dirty);
-    if (id && pred(id->iteration)) env_->RemoveFile(JoinPath(dir_, name));
+    std::optional<int64_t> commit = ParseCommitName(name);
+    if ((id && pred(id->iteration)) || (commit && pred(*commit))) {
+      env_->RemoveFile(JoinPath(dir_, name));
+    }
   }
 }
 

@@ -7,6 +7,11 @@
 // name without ".dirty" is always complete (a crashed save's dirty file is
 // overwritten by the next save of that iteration).
 //
+// An iteration is committed on a rank once its commit record
+// "iter_<iteration, 7 digits>_commit.json" ({"iteration": I, "world": W},
+// written atomically after every rank wrote its files) is there: readers use
+// committed iterations only, and W is the world that saved it.
+//
 // Thread-safety: a LocalStore belongs to one rank; distinct ranks' stores
 // touch distinct directories.
 #ifndef DISTCKPT_STRATEGY_LOCAL_STORE_H_
@@ -14,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -45,8 +51,13 @@ class LocalStore {
   std::string Read(LocalFileId id) const;
   // Committed files, sorted.
   std::vector<LocalFileId> List() const;
-  // Removes every file (dirty ones too) of `iteration`, or of every
-  // iteration before `iteration`.
+  // Records that `iteration`, saved by a world of `world` ranks, is complete.
+  void WriteCommit(int64_t iteration, int world);
+  // Commit records found: iteration -> world. A malformed record is
+  // CheckpointError(kCorruption) naming it.
+  std::map<int64_t, int> Commits() const;
+  // Removes every file (dirty ones and commit records too) of `iteration`,
+  // or of every iteration before `iteration`.
   void RemoveIteration(int64_t iteration);
   void RemoveOlderThan(int64_t iteration);
 

@@ -70,7 +70,7 @@ SaveSummary SaveWithStrategy(const Node& state, const std::string& dir, Communic
                              const Topology& topo, SaveOptions options,
                              const StepStrategy& strategy) {
   if (!strategy.local_dir.empty()) {
-    return SaveLocal(state, /*iteration=*/1, comm, LocalOptionsOf(strategy, comm.size()));
+    return SaveLocal(state, kNextLocalIteration, comm, LocalOptionsOf(strategy, comm.size()));
   }
   std::unique_ptr<Communicator> dp;
   if (strategy.fully_parallel) {

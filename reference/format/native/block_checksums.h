@@ -25,7 +25,7 @@ namespace distckpt {
 // power of two between kMinBlockBytes and kMaxBlockBytes aiming at about
 // kTargetBlocks blocks per chunk (small chunks get small blocks, so a partial
 // read of them reads little more than it needs).
-inline constexpr uint64_t kMinBlockBytes = 64;
+inline constexpr uint64_t kMinBlockBytes = 16;
 inline constexpr uint64_t kMaxBlockBytes = 64 << 10;
 inline constexpr uint64_t kTargetBlocks = 64;
 uint64_t ChooseBlockSize(uint64_t length);

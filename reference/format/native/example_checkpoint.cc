@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "format/native/metadata_json.h"
+
 namespace distckpt {
 namespace {
 
@@ -71,6 +73,7 @@ CheckpointMetadata SaveExampleCheckpoint(Env* env, const std::string& dir, int s
                         std::as_bytes(std::span(payload.data(), payload.size())));
     merged.MergeFrom(writer->Finish());
   }
+  merged.format_version = kNativeFormatVersion;
   merged.topology = "tp=2";
   merged.common = {{"iteration", 100 + seed}};
   merged.content = {{"distrib_optim_sharding_type", "fully_sharded_model_space"}};

@@ -289,10 +289,10 @@ TEST(MetadataJsonTest, NewerVersionIsUnsupported) {
 // Any single damaged or removed field either still parses or is a
 // CheckpointError; nothing else escapes (no crash, no foreign exception).
 TEST(MetadataJsonTest, NeverCrashesOnDamagedFields) {
+  const std::vector<json> replacements = {
+      nullptr, -1, 0, "x", 1e300, 18446744073709551615ull, json::array(), json::object(), true};
+  int failures = 0;
   for (const json& original : {MetadataToJson(Example()), MetadataToJson(ExampleV2())}) {
-    const std::vector<json> replacements = {
-        nullptr, -1, 0, "x", 1e300, 18446744073709551615ull, json::array(), json::object(), true};
-    int failures = 0;
     auto parse = [&](const json& j) {
       try {
         MetadataFromJson(j, "m.json");

@@ -63,12 +63,24 @@ class NativeFormatImpl : public Format {
 
   void Commit(Env* env, const std::string& dir, const std::string& write_dir,
               const CheckpointMetadata& metadata) const override {
-    if (metadata.format != name() || metadata.format_version != kNativeFormatVersion) {
+    if (metadata.format != name()) {
       Fail(ErrorKind::kInvalidArgument, "cannot commit {} version {} metadata as native version {}",
            metadata.format, metadata.format_version, kNativeFormatVersion);
     }
-    WriteFileAtomic(env, JoinPath(write_dir, kMetadataFileName),
-                    MetadataToText(WithoutDuplicateEmptyChunks(metadata)));
+    // Merged rank metadata is written as the current version; every chunk
+    // must carry what that version stores (NativeWriter's block checksums).
+    CheckpointMetadata current = WithoutDuplicateEmptyChunks(metadata);
+    current.format_version = kNativeFormatVersion;
+    for (const auto& [key, tensor] : current.tensors) {
+      for (const StoredChunk& chunk : tensor.chunks) {
+        if (chunk.block_size == 0) {
+          Fail(ErrorKind::kInvalidArgument,
+               "cannot commit tensor '{}' as native version {}: a chunk has no block checksums",
+               key, kNativeFormatVersion);
+        }
+      }
+    }
+    WriteFileAtomic(env, JoinPath(write_dir, kMetadataFileName), MetadataToText(current));
     SwapInStaging(env, dir, write_dir);  // overwrite: FORMAT.md, crash windows
   }
 

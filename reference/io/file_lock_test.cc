@@ -1,0 +1,43 @@
+#include "io/file_lock.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "io/env.h"
+#include "io/testing.h"
+
+namespace distckpt {
+namespace {
+
+// Issue 15 defect 2: two saves into one directory both succeeded.
+TEST(FileLockTest, SecondLockFailsNamingTheHolder) {
+  ScopedTempDir tmp;
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  {
+    std::unique_ptr<FileLock> first = FileLock::LockForSave(dir + "/");
+    EXPECT_EQ(first->path(), dir + ".lock");
+    EXPECT_THAT(
+        [&] { FileLock::LockForSave(dir); },
+        ThrowsError(ErrorKind::kInvalidArgument, dir + " is being saved by another save (pid " +
+                                                     std::to_string(::getpid()) + " on host "));
+  }
+  // Released with its holder; the file left behind does not block.
+  EXPECT_NE(FileLock::LockForSave(dir), nullptr);
+}
+
+TEST(FileLockTest, KilledHolderDoesNotBlock) {
+  ScopedTempDir tmp;
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  pid_t child = ::fork();
+  if (child == 0) {
+    FileLock::LockForSave(dir).release();  // held until the process dies
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_NE(FileLock::LockForSave(dir), nullptr);
+}
+
+}  // namespace
+}  // namespace distckpt
