@@ -64,10 +64,40 @@ StepReport OnThreads(int world, Fn&& step) {
   return reports[0];
 }
 
+// A per-job directory for Open MPI's shared-memory segments (the vader
+// BTL's backing files) and session directory: a job killed with -9 cannot
+// clean them itself (they used to pile up in /dev/shm, 4 MiB each); this
+// directory goes when the job ends, however it ended. Made under /dev/shm
+// (tmpfs, as Open MPI's default) when it exists.
+class MpiJobDir {
+ public:
+  MpiJobDir() {
+    std::string pattern =
+        (fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path()) /
+        "distckpt-mpi-XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~MpiJobDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  // mpirun options pointing the job's segments and session files here.
+  std::vector<std::string> MpirunArgs() const {
+    if (path_.empty()) return {};
+    return {"--mca", "btl_vader_backing_directory", path_, "--mca", "orte_tmpdir_base", path_};
+  }
+
+ private:
+  std::string path_;
+};
+
 // Runs `mpirun -np world exe args...` and reads the JSON report it writes.
 StepReport OnMpi(const RunOptions& options, int world, std::vector<std::string> args,
                  const std::string& report_path) {
+  const MpiJobDir job_dir;
   std::vector<std::string> argv{"mpirun"};
+  const std::vector<std::string> job_args = job_dir.MpirunArgs();
+  argv.insert(argv.end(), job_args.begin(), job_args.end());
   argv.insert(argv.end(), options.mpirun_args.begin(), options.mpirun_args.end());
   argv.insert(argv.end(), {"-np", std::to_string(world), options.self_exe});
   argv.insert(argv.end(), args.begin(), args.end());
