@@ -181,7 +181,7 @@ class Jsonizer {
   // JSON, which has no sharing. The conversion is bounded instead: at most
   // kMaxJsonValues values, a string counting one per kBytesPerValue bytes
   // and a tensor one per element.
-  static constexpr uint64_t kMaxJsonValues = uint64_t{1} << 22;
+  static constexpr uint64_t kMaxJsonValues = uint64_t{1} << 21;
   static constexpr uint64_t kBytesPerValue = 64;
 
   void Spend(uint64_t values) {

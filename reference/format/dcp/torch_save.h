@@ -69,7 +69,7 @@ void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
 // torch.save(value) of a JSON value.
 std::string TorchSaveJson(const nlohmann::json& value);
 // torch.load of any archive, as JSON (see above). The JSON is bounded (about
-// 4 Mi values; shared pickle references expand, a tensor counts its
+// 2 Mi values; shared pickle references expand, a tensor counts its
 // elements): a larger expansion is CheckpointError(kCorruption).
 nlohmann::json TorchLoadJson(const ZipReader& zip, size_t max_depth = 256);
 

@@ -182,7 +182,8 @@ TEST(TorchSaveTest, SharedReferenceBombIsBounded) {
   // Sharing that stays small still loads: [[], [], []] with one shared [].
   const std::string shared =
       "\x80\x02]q\x00"
-      "0](h\x00h\x00h\x00e."s;
+      "0](h\x00h\x00h\x00"
+      "e."s;
   EXPECT_EQ(TorchLoadJson(ZipReader(Archive(shared, ""), "small")),
             nlohmann::json::parse("[[], [], []]"));
 }
