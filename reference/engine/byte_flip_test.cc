@@ -151,8 +151,9 @@ TEST_P(ByteFlipTest, EveryFlipIsDetectedOrHarmless) {
       "identical values, %zu problems\n",
       std::string(GetParam()->name()).c_str(), Stride(), counts.flips, counts.loads,
       counts.detected, counts.identical, counts.problems.size());
-  for (size_t i = 0; i < counts.problems.size() && i < 20; ++i) {
-    ADD_FAILURE() << counts.problems[i];
+  for (size_t i = 0; i < counts.problems.size(); ++i) {
+    std::printf("problem: %s\n", counts.problems[i].c_str());
+    if (i < 20) ADD_FAILURE() << counts.problems[i];
   }
   EXPECT_EQ(counts.loads, 2 * counts.flips);
   EXPECT_EQ(counts.detected + counts.identical, counts.loads);

@@ -142,6 +142,25 @@ class DcpFormatImpl : public Format {
     }
     DcpLayout layout = LayoutFromDcp(DecodeDcpMetadata(ReadFileToString(env, path), path), path);
     CheckChunkTiling(layout.metadata, path);
+    // .metadata has no checksum: cross-check what can be. Every item must lie
+    // inside its data file (a damaged offset or length is the metadata's
+    // fault, reported as such, before any read).
+    std::map<std::string, uint64_t> sizes;
+    for (const auto& [key, item] : layout.items) {
+      const auto& [file, offset] = key;
+      auto size = sizes.find(file);
+      if (size == sizes.end()) {
+        const std::string data = JoinPath(dir, file);
+        if (!env->FileExists(data)) continue;  // reported, naming the item, when read
+        size = sizes.emplace(file, env->FileSize(data)).first;
+      }
+      if (offset > size->second || item.length > size->second - offset) {
+        Fail(ErrorKind::kCorruption,
+             "{}: storage_data names bytes [{}, {}) of {}, which has {} bytes (the metadata or "
+             "the data file is damaged)",
+             path, offset, offset + item.length, file, size->second);
+      }
+    }
     return std::make_unique<DcpReader>(env, dir, std::move(layout));
   }
 
