@@ -12,6 +12,7 @@
 #include "engine/load.h"
 #include "engine/metadata_api.h"
 #include "engine/save.h"
+#include "io/checksum.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
 
@@ -142,7 +143,7 @@ TEST(SaveLoadTest, FlippedByteIsCorruptionNamingFileAndKey) {
   });
 }
 
-// One edited digit of metadata.json (it has no checksum): chunk 0's offset
+// One edited digit of metadata.json (then resealed): chunk 0's offset
 // [0, 0] -> [1, 0] overlaps chunk 1 by one row and uncovers row 0, as many
 // elements as the overlap, so counting covered elements cannot tell.
 TEST(SaveLoadTest, ShiftedChunkOffsetInMetadataIsRefusedOnOpen) {
@@ -157,6 +158,14 @@ TEST(SaveLoadTest, ShiftedChunkOffsetInMetadataIsRefusedOnOpen) {
   const size_t at = text.find("\"offset\":[0,0]");
   ASSERT_NE(at, std::string::npos);
   text[at + 10] = '1';
+  // Resealed (metadata_checksum recomputed, as a tool rewriting the file
+  // would): the tiling check still refuses it on open.
+  nlohmann::json j = nlohmann::json::parse(text);
+  j.erase("metadata_checksum");
+  const std::string canonical = j.dump();
+  j["metadata_checksum"] =
+      ChecksumToHex(Checksum(std::as_bytes(std::span(canonical.data(), canonical.size()))));
+  text = j.dump();
   std::ofstream(path, std::ios::trunc) << text;
   for (int world : {1, 2}) {
     RunRanks(world, [&](Communicator& comm) {
