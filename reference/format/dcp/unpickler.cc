@@ -238,7 +238,7 @@ class Unpickler {
   }
 
   void PushGlobal(std::string module, std::string name) {
-    if (!IsAllowedGlobal(module, name)) {
+    if (!(limits_.allow_global ? limits_.allow_global : IsAllowedGlobal)(module, name)) {
       Fail(ErrorKind::kUnsupported,
            "{}: refusing to unpickle global '{}.{}' (not on distckpt's allow-list of DCP and "
            "torch classes; nothing was executed)",

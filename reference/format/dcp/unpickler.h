@@ -33,6 +33,8 @@ struct UnpickleLimits {
   // Values created: 8 Mi nodes of 176 bytes, 1.4 GiB at most. A .metadata
   // needs one per 5-10 bytes, so this admits files up to about 40-80 MB.
   size_t max_nodes = 1u << 23;
+  // The globals that resolve; nullptr: IsAllowedGlobal (allow_list.h).
+  bool (*allow_global)(std::string_view module, std::string_view name) = nullptr;
 };
 
 // `source` names the stream in errors (a file, "data.pkl of item ...").
