@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,7 +26,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kFixture = std::string(DISTCKPT_VERL_FIXTURES) + "/fsdp2-w4";
+// The committed fixture, or a verl checkpoint of world size 4 written by
+// make_verl_fixture.py (scenarios/peer/verl_peer_test.sh sets this).
+const std::string kFixture = std::getenv("DISTCKPT_VERL_CHECKPOINT")
+                                 ? std::getenv("DISTCKPT_VERL_CHECKPOINT")
+                                 : std::string(DISTCKPT_VERL_FIXTURES) + "/fsdp2-w4";
 
 // torch's full state dict (expected/*.pt): key -> row-major values.
 struct Expected {
