@@ -489,6 +489,10 @@ class Unpickler {
       }
       case kBuild: {
         PyValue* state = Pop();
+        // An OrderedDict (evaluated to a dict) with instance attributes, e.g.
+        // Module.state_dict()'s `_metadata` of module versions: the items are
+        // the data; the attributes are dropped.
+        if (Top()->kind == PyKind::kDict) break;
         PyValue* obj = Expect(Top(), PyKind::kObject, "BUILD");
         obj->state = state;
         Adopt(obj, state);

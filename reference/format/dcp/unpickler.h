@@ -4,7 +4,8 @@
 // (allow_list.h), and an allowed call (REDUCE, NEWOBJ) is recorded as data,
 // not performed. A few allowed calls are evaluated because they only build data:
 // OrderedDict(...) becomes a dict, PosixPath(*parts) a str,
-// getattr(cls, "NAME") the global "cls.NAME".
+// getattr(cls, "NAME") the global "cls.NAME". BUILD on such an OrderedDict
+// (torch's state_dict() carries `_metadata` as an attribute) drops the state.
 //
 // Bounds (UnpickleLimits): container nesting, memo entries and nodes
 // created; every length field is checked against the bytes left, so a
