@@ -79,7 +79,12 @@ ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string&
   const auto& wrapper = PyToSequence(*args[2], what + " wrapper");
   if (wrapper.size() < 3) Fail(ErrorKind::kCorruption, "{}: short DTensor wrapper", what);
   const Shape global = PyToShape(*wrapper[2], what + " size");
-  const PyValue& state = *args[3];
+  // The state is the instance dict, or (dict or None, slots dict) for a class with __slots__.
+  const PyValue* state_v = args[3];
+  if (state_v->kind == PyKind::kTuple && state_v->items.size() == 2) {
+    state_v = state_v->items[1]->kind == PyKind::kDict ? state_v->items[1] : state_v->items[0];
+  }
+  const PyValue& state = *state_v;
   std::optional<TorchTensor> local =
       AsTorchTensor(Need(state.Get("_local_tensor"), what + " _local_tensor"), what);
   if (!local) Fail(ErrorKind::kCorruption, "{}: _local_tensor is not a tensor", what);
