@@ -32,8 +32,10 @@ bool IsAllowedGlobal(std::string_view module, std::string_view name);
 // torch.distributed.tensor.DTensor (and its torch.distributed._tensor.api
 // path), torch.distributed.tensor._dtensor_spec.{DTensorSpec, TensorMeta},
 // torch.distributed.device_mesh.DeviceMesh, and the placements
-// torch.distributed.tensor.placement_types.{Shard, Replicate}. As everywhere,
-// they are recorded, never called.
+// torch.distributed.tensor.placement_types.{Shard, Replicate}, and
+// _codecs.encode (numpy's RNG state arrays in extra_state: evaluated by the
+// unpickler only as encode(str, "latin1") -> bytes). As everywhere, classes
+// are recorded, never called.
 bool IsAllowedVerlGlobal(std::string_view module, std::string_view name);
 
 }  // namespace distckpt

@@ -275,6 +275,28 @@ class Unpickler {
       }
       return Push(path);
     }
+    if (callable->Is("_codecs", "encode")) {
+      // Protocol 2's spelling of bytes (numpy arrays): encode(str, "latin1").
+      if (a.size() != 2 || a[0]->kind != PyKind::kStr || a[1]->kind != PyKind::kStr ||
+          (a[1]->text != "latin1" && a[1]->text != "latin-1")) {
+        Fail(ErrorKind::kUnsupported, "{}: refusing _codecs.encode except (str, \"latin1\")",
+             source_);
+      }
+      PyValue* bytes = New(PyKind::kBytes);
+      const std::string& u = a[0]->text;  // UTF-8 of code points < 256
+      for (size_t i = 0; i < u.size(); ++i) {
+        const auto c = static_cast<unsigned char>(u[i]);
+        if (c < 0x80) {
+          bytes->text.push_back(static_cast<char>(c));
+        } else if ((c == 0xC2 || c == 0xC3) && i + 1 < u.size()) {
+          bytes->text.push_back(
+              static_cast<char>(((c & 0x03) << 6) | (static_cast<unsigned char>(u[++i]) & 0x3F)));
+        } else {
+          Corrupt("latin1 text with a code point above 255");
+        }
+      }
+      return Push(bytes);
+    }
     if (callable->Is("builtins", "getattr")) {
       if (a.size() != 2 || a[0]->kind != PyKind::kGlobal || a[1]->kind != PyKind::kStr) {
         Fail(ErrorKind::kUnsupported,
