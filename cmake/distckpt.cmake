@@ -1,14 +1,25 @@
 # Helpers shared by every folder's CMakeLists.txt.
 #
-#   distckpt_library(NAME SRCS ... DEPS ...)   static library distckpt_<NAME>
+#   distckpt_library(NAME SRCS ... DEPS ... [TESTONLY])   static library distckpt_<NAME>;
+#       one defined under reference/ (and not TESTONLY) is a layer of the installed
+#       package: exported as distckpt::<NAME> and linked by distckpt::distckpt
+#       (cmake/package.cmake)
 #   distckpt_test(NAME SRCS ... DEPS ... LABELS ...)  GoogleTest binary, one ctest per TEST
 #   distckpt_mpi_test(NAME NP n SRCS ... DEPS ... ) GoogleTest binary run under mpirun -np n
 
 function(distckpt_library name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "TESTONLY" "" "SRCS;DEPS" ${ARGN})
   add_library(distckpt_${name} STATIC ${ARG_SRCS})
-  target_include_directories(distckpt_${name} PUBLIC ${PROJECT_SOURCE_DIR}/reference)
+  target_include_directories(distckpt_${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/reference>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/distckpt>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(distckpt_${name} PUBLIC ${ARG_DEPS})
+  string(FIND "${CMAKE_CURRENT_SOURCE_DIR}/" "${PROJECT_SOURCE_DIR}/reference/" _at)
+  if(_at EQUAL 0 AND NOT ARG_TESTONLY)
+    set_target_properties(distckpt_${name} PROPERTIES EXPORT_NAME ${name})
+    set_property(GLOBAL APPEND PROPERTY DISTCKPT_LAYERS distckpt_${name})
+  endif()
 endfunction()
 
 function(distckpt_test name)

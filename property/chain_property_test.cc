@@ -29,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The loaded "tensors" dict; load drops requests with an empty flattened
-// range (megatron-semantics §1.8), and with them an emptied dict.
+// range (docs/megatron-semantics.md §1.8), and with them an emptied dict.
 Dict LoadedTensors(const LoadResult& r) {
   const Dict& root = r.state_dict.as<Dict>();
   auto it = root.find("tensors");

@@ -31,7 +31,7 @@ std::optional<std::string> SaveScenario(const Scenario& scenario, const std::str
 // Every rank's ShardedTensors (metadata only) as a save of the scenario
 // under `topology` writes them / a load under `load` requests them: save and
 // load drop shards whose flattened range is empty (Megatron's save / load
-// preprocessing, megatron-semantics §1.8), so those are left out.
+// preprocessing, docs/megatron-semantics.md §1.8), so those are left out.
 using RankShards = std::vector<std::vector<ShardedTensor>>;
 RankShards SavedShards(const Scenario& scenario, const PairSpec* pair, const Topology& topology);
 RankShards RequestedShards(const Scenario& scenario, const PairSpec* pair, const Topology& saved,

@@ -1,6 +1,6 @@
 // Property 4: strict handling. For random requested and stored key sets and
 // every mode, the missing and unexpected sets are the set differences the
-// mode computes (megatron-semantics §2.3), the request loses exactly its
+// mode computes (docs/megatron-semantics.md §2.3), the request loses exactly its
 // unexpected keys where the mode removes them and is untouched otherwise,
 // raise_* modes throw exactly when a set they check is non-empty, naming the
 // keys, and log_* modes log exactly then.

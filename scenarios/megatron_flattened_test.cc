@@ -1,5 +1,5 @@
 // Ports of Megatron-Core's tests/unit_tests/dist_checkpointing/
-// test_flattened_resharding.py (v0.15.3; megatron-semantics §5.3 and §9.2
+// test_flattened_resharding.py (v0.15.3; docs/megatron-semantics.md §5.3 and §9.2
 // rows 5, 7, 8): distributed-optimizer style flattened ShardedTensors.
 //
 // Deliberate differences from Megatron, kept here:

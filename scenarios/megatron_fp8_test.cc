@@ -1,5 +1,5 @@
 // Ports of Megatron-Core's test_fp8.py::test_fp8_save_load (v0.15.3;
-// megatron-semantics §6 and §9.2 row 10) on the engine, with FP8 per-tensor
+// docs/megatron-semantics.md §6 and §9.2 row 10) on the engine, with FP8 per-tensor
 // scaling from reference/fp8/: the `dequantized` storage Megatron uses (FP8
 // values stored in their nominal bf16 and requests dequantised before the
 // load), quantising a loaded bf16 tensor into an FP8 request with the

@@ -1,5 +1,5 @@
 // Ports of Megatron-Core's test_serialization.py metadata tests (v0.15.3;
-// megatron-semantics §9.2 rows 64-65 and test_sharded_metadata) to the engine
+// docs/megatron-semantics.md §9.2 rows 64-65 and test_sharded_metadata) to the engine
 // API, with Megatron's world of 8 ranks as threads.
 //
 // Deliberate difference from Megatron, kept here: ShardedObject unique keys

@@ -1,5 +1,5 @@
 // Ports of Megatron-Core's tests/unit_tests/dist_checkpointing/test_serialization.py
-// (v0.15.3; megatron-semantics §9.2 rows 53-61, 63 and 71; 64-65 in
+// (v0.15.3; docs/megatron-semantics.md §9.2 rows 53-61, 63 and 71; 64-65 in
 // megatron_metadata_test.cc, 66-67 in megatron_uneven_test.cc) to the engine
 // API, with Megatron's world of 8 ranks as threads and Megatron's values.
 // Row 62 (remove_sharded_tensors with separation_hint) has no API here.
@@ -62,7 +62,7 @@ TEST(MegatronSerializationTest, SingleProcessSaveLoad) {
   });
 }
 
-// The common-state consistency warning of #54 / #55 (megatron-semantics §2.2).
+// The common-state consistency warning of #54 / #55 (docs/megatron-semantics.md §2.2).
 std::string RankDiffersWarning(int rank) {
   return fmt::format(
       "Rank {} common state dict differs from rank 0 common state dict. Keys only on rank 0: [], "

@@ -1,5 +1,5 @@
 // Ports of Megatron-Core's TestNonStrictLoad (tests/unit_tests/dist_checkpointing/
-// test_serialization.py, v0.15.3; megatron-semantics §2.3 and §9.2 rows
+// test_serialization.py, v0.15.3; docs/megatron-semantics.md §2.3 and §9.2 rows
 // 68-70): every StrictHandling mode against a request with unexpected keys,
 // with missing keys and with exactly the checkpoint's keys, with and without
 // access-integrity validation.

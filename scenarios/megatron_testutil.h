@@ -75,8 +75,8 @@ std::vector<double> ValuesAt(const Node& state_dict, const std::string& key);
 // when there is none.
 nlohmann::json JsonAt(const Node& state_dict, const std::string& key);
 
-// The base state dict of Megatron's TestNonStrictLoad (§9.2 rows 68-71) on
-// `rank`: TenA arange(2) (replica rank), TenB arange(3) split over the ranks,
+// The base state dict of Megatron's TestNonStrictLoad (docs/megatron-semantics.md §9.2 rows
+// 68-71) on `rank`: TenA arange(2) (replica rank), TenB arange(3) split over the ranks,
 // TenC arange(3) (replica 7 - rank), ObjA list(range(10)) (replica rank),
 // ObjB {rank + 7} at (0, rank) of (1, 8). Megatron's set {rank + 7} is the
 // JSON array [rank + 7]; tensors are int64 like torch.arange.

@@ -1,4 +1,4 @@
-// Ports of test_serialization.py's uneven 1-D sharding tests (megatron-semantics
+// Ports of test_serialization.py's uneven 1-D sharding tests (docs/megatron-semantics.md
 // §9.2 rows 66 and 67): every listed (save split, load split) pair, including
 // empty shards and several shards per rank, over Megatron's 8 ranks.
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// Local (non-persistent) checkpoints with replication (megatron-semantics
+// Local (non-persistent) checkpoints with replication (docs/megatron-semantics.md
 // §4.8: Megatron's --non-persistent-ckpt-type local with NVRx's
 // LocalCheckpointManager and CliqueReplicationStrategy).
 //

@@ -1,6 +1,6 @@
 // Local checkpoints with replication over 8 thread ranks (Megatron's
-// test_replication.py / test_local.py, §9.2 rows 25, 26, 50): each rank dir
-// holds its clique's files, lost files are recovered bit-exact from peers,
+// test_replication.py / test_local.py, docs/megatron-semantics.md §9.2 rows 25, 26, 50): each
+// rank dir holds its clique's files, lost files are recovered bit-exact from peers,
 // a lost clique is a clear error, only the newest iteration is kept and a
 // failed save leaves no partial iteration.
 #include "engine/local_checkpoint.h"

@@ -1,5 +1,5 @@
 // Plan and metadata reuse (SaveOptions.plan_cache; Megatron's
-// test_global_metadata_reuse / TestCachedMetadata, §9.2 rows 20-21, 77):
+// test_global_metadata_reuse / TestCachedMetadata, docs/megatron-semantics.md §9.2 rows 20-21, 77):
 // counted collectives show what a reused plan skips, a layout change on any
 // rank is planned afresh, and every checkpoint loads back right.
 #include <gmock/gmock.h>

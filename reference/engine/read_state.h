@@ -20,7 +20,7 @@ namespace distckpt {
 Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolicy policy,
                       LoadSummary* summary, int threads = 0);
 
-// Megatron's load result (§3.1): the checkpoint's `common` state ∪ the
+// Megatron's load result (docs/megatron-semantics.md §3.1): the checkpoint's `common` state ∪ the
 // request's nonpersistent values ∪ `loaded`, then the factory merges;
 // request-only plain values are dropped.
 Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces, const Node& loaded);

@@ -1,4 +1,4 @@
-// SaveAsync: the blocking part of an asynchronous save (megatron-semantics
+// SaveAsync: the blocking part of an asynchronous save (docs/megatron-semantics.md
 // §4.4, Megatron's save(..., async_sharded_save=True) -> AsyncRequest).
 //
 // Collective like Save up to the writing: preprocessing, checks, global

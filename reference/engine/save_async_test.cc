@@ -1,6 +1,6 @@
 // SaveAsync over thread ranks and real files (Megatron's test_async_save.py,
-// §9.2 rows 1-2): async and sync checkpoints are identical, a writer failure
-// on one rank fails every rank and commits nothing, the state may change as
+// docs/megatron-semantics.md §9.2 rows 1-2): async and sync checkpoints are identical, a
+// writer failure on one rank fails every rank and commits nothing, the state may change as
 // soon as SaveAsync returns, staging buffers are reused, a hung writer times
 // out.
 #include "engine/save_async.h"

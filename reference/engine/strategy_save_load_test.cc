@@ -1,8 +1,8 @@
 // Save and Load with the strategies of strategy/ over thread ranks and real
 // files: fully parallel save (each unique shard written once, balanced),
 // fully parallel load (each shard read once per group; Megatron's
-// TestCrossRanksReads, §9.2 rows 16-19, observed through the files each rank
-// reads) and two-stage load.
+// TestCrossRanksReads, docs/megatron-semantics.md §9.2 rows 16-19, observed through the files
+// each rank reads) and two-stage load.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

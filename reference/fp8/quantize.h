@@ -1,4 +1,4 @@
-// Per-tensor-scaled FP8 (Transformer Engine's Float8Tensor, megatron-semantics
+// Per-tensor-scaled FP8 (Transformer Engine's Float8Tensor, docs/megatron-semantics.md
 // §6): value = fp8 code × scale_inv, scale_inv = 1 / scale. Quantising
 // multiplies by `scale` in f32 and rounds to nearest even, saturating at the
 // format's largest finite value (448 for e4m3fn, 57344 for e5m2) as TE does;

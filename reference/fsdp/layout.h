@@ -1,4 +1,4 @@
-// FSDP shard layouts (fsdp-verl-perf §1.1, §1.6): which rows of each
+// FSDP shard layouts (docs/fsdp-verl-perf.md §1.1, §1.6): which rows of each
 // parameter a data-parallel rank holds.
 //
 // Megatron-FSDP v1 (param_and_grad_buffer.py): the parameters of one bucket

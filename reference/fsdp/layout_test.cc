@@ -7,7 +7,7 @@
 namespace distckpt {
 namespace {
 
-// fsdp-verl-perf §1.1, first worked example.
+// docs/fsdp-verl-perf.md §1.1, first worked example.
 TEST(MegatronFsdpLayoutTest, WorkedExampleWithConjugateAndFragment) {
   std::vector<Shape> shapes{{2, 6}, {4, 4}, {4, 4}, {1, 2}, {1, 6}};
   MegatronFsdpBucket b = LayoutMegatronFsdpBucket(shapes, 5);

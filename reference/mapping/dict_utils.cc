@@ -1,4 +1,4 @@
-// Tree utilities (megatron-semantics §1.4, §1.6) and save/load
+// Tree utilities (docs/megatron-semantics.md §1.4, §1.6) and save/load
 // pre-processing (§1.8).
 #include "mapping/dict_utils.h"
 

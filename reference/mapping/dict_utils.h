@@ -1,4 +1,4 @@
-// Tree utilities with Megatron's dict_utils semantics (megatron-semantics §1.6)
+// Tree utilities with Megatron's dict_utils semantics (docs/megatron-semantics.md §1.6)
 // plus the pre-processing of state_dict_utils (§1.8).
 //
 // Thread-safety: pure functions over values.

@@ -1,4 +1,4 @@
-// ShardedObject: unique keys and their parser (megatron-semantics §1.3).
+// ShardedObject: unique keys and their parser (docs/megatron-semantics.md §1.3).
 #include "mapping/sharded_object.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// ShardedObject (megatron-semantics §1.3): an opaque value (JSON here) that is
+// ShardedObject (docs/megatron-semantics.md §1.3): an opaque value (JSON here) that is
 // one element of a grid of objects; cannot be resharded. LocalNonpersistentObject
 // (§1.5): a value never saved, handed back to the caller on load.
 //

@@ -1,5 +1,5 @@
 // ShardedTensor: metadata integrity rules, constructors from rank offsets,
-// narrowing and Megatron's repr (megatron-semantics §1.1, §1.2).
+// narrowing and Megatron's repr (docs/megatron-semantics.md §1.1, §1.2).
 #include "mapping/sharded_tensor.h"
 
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // ShardedTensor: one rank's piece of a global tensor, as in Megatron-Core's
-// dist_checkpointing.mapping.ShardedTensor (see megatron-semantics §1.1).
+// dist_checkpointing.mapping.ShardedTensor (see docs/megatron-semantics.md §1.1).
 //
 // `key` names the global tensor; (global_offset, local_shape) place the local
 // chunk in it, `prepend_axis_num` leading global axes are absent locally (each
@@ -63,7 +63,7 @@ struct ShardedTensor {
   // allow_shape_mismatch=.., flattened_range=..)
   std::string ToString() const;
 
-  // from_rank_offsets: see megatron-semantics §1.1 "Constructors".
+  // from_rank_offsets: see docs/megatron-semantics.md §1.1 "Constructors".
   static ShardedTensor FromRankOffsets(std::string key, Tensor data,
                                        const std::vector<RankOffset>& rank_offsets,
                                        ReplicaId replica_id = {0}, int prepend_axis_num = 0,

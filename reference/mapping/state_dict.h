@@ -1,4 +1,4 @@
-// The nested state-dict tree (megatron-semantics §1, §1.6).
+// The nested state-dict tree (docs/megatron-semantics.md §1, §1.6).
 //
 // A Node is a dict (ordered by key), a list, or a leaf: ShardedTensor,
 // ShardedObject, ShardedTensorFactory, LocalNonpersistentObject, a plain

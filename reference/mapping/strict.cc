@@ -1,5 +1,5 @@
 // StrictHandling: names, predicates and the mismatch handling of
-// megatron-semantics §2.3 (validate_integrity_and_strict_load, step 1).
+// docs/megatron-semantics.md §2.3 (validate_integrity_and_strict_load, step 1).
 #include "mapping/strict.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// StrictHandling (megatron-semantics §2.3): what a load does with keys the
+// StrictHandling (docs/megatron-semantics.md §2.3): what a load does with keys the
 // request has but the checkpoint lacks ("unexpected", per rank) and keys the
 // checkpoint has but no rank requests ("missing", global).
 //

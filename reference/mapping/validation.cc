@@ -1,4 +1,4 @@
-// Sharding validation over all ranks' metadata (megatron-semantics §2.1,
+// Sharding validation over all ranks' metadata (docs/megatron-semantics.md §2.1,
 // §2.2): metadata collection and its JSON form, the per-key driver, the
 // ShardedObject checks and the common-state comparison.
 #include "mapping/validation.h"

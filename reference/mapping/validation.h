@@ -1,4 +1,4 @@
-// Sharding validation (megatron-semantics §2.1-§2.2) as pure functions over
+// Sharding validation (docs/megatron-semantics.md §2.1-§2.2) as pure functions over
 // the metadata of every rank. The engine runs them where its collectives put
 // all ranks' metadata and hands the verdict to every rank (unlike Megatron,
 // where only rank 0 raises, §12).

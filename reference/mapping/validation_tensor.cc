@@ -1,5 +1,5 @@
 // Sharding validation of one ShardedTensor key across ranks
-// (megatron-semantics §2.2): consistency, flattened-range tiling, the
+// (docs/megatron-semantics.md §2.2): consistency, flattened-range tiling, the
 // main-replica count grid of regular grids, exact tiling of uneven shardings.
 #include <fmt/format.h>
 

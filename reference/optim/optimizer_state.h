@@ -1,4 +1,4 @@
-// Adam optimizer state mapped onto the model's sharding (megatron-semantics
+// Adam optimizer state mapped onto the model's sharding (docs/megatron-semantics.md
 // §7): `optimizer.state.{exp_avg,exp_avg_sq,<main param>}.<model key>`, one
 // common step, param groups in common state with their `params` lists as
 // LocalNonpersistentObjects, and the distributed-optimizer formats:

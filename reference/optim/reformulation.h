@@ -1,5 +1,5 @@
 // Megatron v0.15.3's N-D flattened tensor reformulation
-// (strategies/resharding.py, megatron-semantics §5.3) as a pure function:
+// (strategies/resharding.py, docs/megatron-semantics.md §5.3) as a pure function:
 // which whole checkpoint chunks an application chunk must read when the
 // checkpoint's axis fragmentations differ from the application's.
 //

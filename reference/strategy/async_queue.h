@@ -1,4 +1,4 @@
-// Asynchronous calls and their collective finalization (megatron-semantics
+// Asynchronous calls and their collective finalization (docs/megatron-semantics.md
 // §4.4, Megatron's AsyncRequest / AsyncCallsQueue).
 //
 // An AsyncRequest is background work already running on this rank (an

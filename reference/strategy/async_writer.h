@@ -1,4 +1,4 @@
-// Background writers of an async save (megatron-semantics §4.4-§4.5,
+// Background writers of an async save (docs/megatron-semantics.md §4.4-§4.5,
 // Megatron's write_preloaded_data_multiproc / FileSystemWriterAsync, with
 // threads for processes): one rank's staged items are split into buckets,
 // and each non-empty bucket is written by its own thread through its own

@@ -1,4 +1,4 @@
-// Fully parallel shard distribution (megatron-semantics §4.2): which rank of
+// Fully parallel shard distribution (docs/megatron-semantics.md §4.2): which rank of
 // a parallelization group writes (on save) or reads (on load) each shard that
 // several ranks of the group hold, balanced by Megatron's deterministic
 // greedy, so every unique shard is handled by exactly one rank.

@@ -1,5 +1,5 @@
 // The distribution greedy against the expected maps of Megatron's
-// test_fully_parallel.py (megatron-semantics §9.2 rows 11, 12, 16-19), on
+// test_fully_parallel.py (docs/megatron-semantics.md §9.2 rows 11, 12, 16-19), on
 // its world of 8 ranks, computed from every rank's shard metadata.
 #include "strategy/distribution.h"
 

@@ -1,4 +1,4 @@
-// Exchange after a fully parallel or two-stage load (megatron-semantics
+// Exchange after a fully parallel or two-stage load (docs/megatron-semantics.md
 // §4.3, exchange_utils.py): every shard some group ranks hold but did not
 // read from storage comes from the group rank that did.
 //

@@ -1,4 +1,4 @@
-// Fully parallel save and load (megatron-semantics §4.2-§4.3): Megatron's
+// Fully parallel save and load (docs/megatron-semantics.md §4.2-§4.3): Megatron's
 // FullyParallelSaveStrategyWrapper / FullyParallelLoadStrategyWrapper over a
 // parallelization group (Megatron training: the DP group with CP).
 //

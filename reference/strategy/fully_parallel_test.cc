@@ -1,6 +1,6 @@
 // Fully parallel save and load over 8 thread ranks with a fake storage read
-// (Megatron's test_fully_parallel.py with MockLoadStrategy, §9.2 rows 11-15):
-// who reads what, what each rank ends up with, how many exchanges run, the
+// (Megatron's test_fully_parallel.py with MockLoadStrategy, docs/megatron-semantics.md §9.2
+// rows 11-15): who reads what, what each rank ends up with, how many exchanges run, the
 // extra memory they take, objects, failures and the distribution cache.
 #include "strategy/fully_parallel.h"
 

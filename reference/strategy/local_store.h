@@ -1,5 +1,5 @@
 // The node-local files of local (non-persistent) checkpoints
-// (megatron-semantics §4.8, NVRx LocalCheckpointManager): rank H keeps, in
+// (docs/megatron-semantics.md §4.8, NVRx LocalCheckpointManager): rank H keeps, in
 // <root>/<H>/, one file per (iteration, owner rank) it holds — its own and,
 // with replication, its clique peers' — named
 // "iter_<iteration, 7 digits>_<owner>_local.bin". A file is written as

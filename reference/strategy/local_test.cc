@@ -1,4 +1,4 @@
-// Local checkpoint files and replication cliques (megatron-semantics §4.8;
+// Local checkpoint files and replication cliques (docs/megatron-semantics.md §4.8;
 // Megatron's test_local.py::test_filename_to_id, §9.2 row 22).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // Plan and metadata reuse across saves of an unchanged structure
-// (megatron-semantics §4.6, Megatron's ckpt_assume_constant_structure and
+// (docs/megatron-semantics.md §4.6, Megatron's ckpt_assume_constant_structure and
 // cached_metadata).
 //
 // A SavePlanCache keeps what a successful save planned: the fingerprint of

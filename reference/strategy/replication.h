@@ -1,4 +1,4 @@
-// Clique replication of local checkpoints (megatron-semantics §4.8, NVRx
+// Clique replication of local checkpoints (docs/megatron-semantics.md §4.8, NVRx
 // CliqueReplicationStrategy.from_replication_params(J, F)): the world of W
 // ranks is split into W / F cliques {n, n+J, ..., n+(F-1)J} with
 // n = a*J*F + b (a < W/(J*F), b < J); every member of a clique stores the

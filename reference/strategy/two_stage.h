@@ -1,4 +1,4 @@
-// Two-stage load (megatron-semantics §4.7, Megatron's deprecated
+// Two-stage load (docs/megatron-semantics.md §4.7, Megatron's deprecated
 // TwoStageDataParallelLoadShardedStrategy): within a data-parallel group,
 // each shard that several group ranks request is read from storage by the
 // lowest of them and broadcast to the others, one shard at a time in

@@ -25,7 +25,7 @@ TEST(TopologyTest, ParsesSizesWithDefaults) {
 }
 
 TEST(TopologyTest, DefaultOrderTpFastest) {
-  // Megatron: TP=2, PP=4 => rank = tp + 2*pp (megatron-semantics §0.1).
+  // Megatron: TP=2, PP=4 => rank = tp + 2*pp (docs/megatron-semantics.md §0.1).
   Topology t = Topology::Parse("tp=2,pp=4");
   for (int rank = 0; rank < 8; ++rank) {
     RankCoords c = t.Coords(rank);

@@ -67,7 +67,7 @@ Shape DataShape(const Param& param) {
 }
 
 // A plain ShardedTensor leaf with an empty flattened range: load drops it
-// before anything else, as Megatron's load_preprocess does (megatron-semantics
+// before anything else, as Megatron's load_preprocess does (docs/megatron-semantics.md
 // §1.8), so it is not in the loaded state. Factory leaves are not dropped.
 bool DroppedByLoad(const Param& param) {
   const ShardedTensor& t = param.pieces.front();

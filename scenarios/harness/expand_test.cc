@@ -135,7 +135,7 @@ TEST(ExpandTest, JitteredFlatRangesAreMegatrons) {
 
 TEST(ExpandTest, CheckLoadedExpectsEmptyFlattenedRangesDroppedByLoad) {
   // One element flattened over tp=2: rank 0's range is [0, 0), which load
-  // drops (megatron-semantics §1.8); rank 1's is [0, 1).
+  // drops (docs/megatron-semantics.md §1.8); rank 1's is [0, 1).
   Scenario s = Scenario::FromJson(nlohmann::json::parse(R"({"tensors": [
       {"key": "t0", "shape": [], "dtype": "f32", "flatten": "tp"}]})"),
                                   "$");

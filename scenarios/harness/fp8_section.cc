@@ -264,7 +264,7 @@ Fp8Check CheckFp8Loaded(const Scenario& s, const PairSpec* pair, const Topology&
     const Tensor* scale_inv = LoadedTensor(fp8, ScaleInvKey(key));
     ShardedTensor shard = ExpandTensor(spec.tensor, topo, rank).front();
     if (shard.flattened_range && shard.flattened_range->size() == 0) {
-      // Load drops a request whose flattened range is empty (megatron-semantics §1.8).
+      // Load drops a request whose flattened range is empty (docs/megatron-semantics.md §1.8).
       if (got) {
         check.error = fmt::format(
             "fp8 key '{}' has an empty flattened range on rank {}, which load drops, "

@@ -1,5 +1,5 @@
 // The "fp8" section of a scenario (scenarios/README.md): FP8 tensors with a
-// per-tensor scale (reference/fp8/, megatron-semantics §6), saved in one of
+// per-tensor scale (reference/fp8/, docs/megatron-semantics.md §6), saved in one of
 // two storage modes and loaded into float or FP8 requests.
 //
 // - `dequantized` (Megatron's): saved in the nominal dtype with values

@@ -1,6 +1,6 @@
 // The GPT model generator: expands `"model": {"kind": "gpt", ...}` into the
 // sharded state dict Megatron-Core's GPTModel would produce on each rank
-// (megatron-semantics §5.2), so topology changes exercise the same keys,
+// (docs/megatron-semantics.md §5.2), so topology changes exercise the same keys,
 // offsets, replica ids and factories as real Megatron checkpoints.
 //
 // Per rank: vocab-parallel `embedding.word_embeddings.weight` (vocab padded

@@ -1,4 +1,4 @@
-// Megatron test_finetune_doesnt_load_optimizer (megatron-semantics §7.4): a
+// Megatron test_finetune_doesnt_load_optimizer (docs/megatron-semantics.md §7.4): a
 // dp_reshardable checkpoint loaded under another TP or PP (or, with experts,
 // another EP) fails with a clear error before anything is read, on every
 // rank; the same checkpoint loads under a DP change.

@@ -14,7 +14,7 @@ namespace distckpt {
 // nonpersistent leaves) with every sharded leaf carrying the data `loaded`
 // (the load's state dict) holds at its path, plus the leaves of `loaded`
 // the request has not (the common state). A ShardedTensor whose flattened
-// range is empty (load dropped it, megatron-semantics §1.8) is kept with no
+// range is empty (load dropped it, docs/megatron-semantics.md §1.8) is kept with no
 // data, so the save drops it the same way; another requested leaf that
 // `loaded` lacks (a strict mode removed it) is not saved again.
 Node ResaveState(const Node& request, const Node& loaded);

@@ -1,5 +1,5 @@
 // Golden bytes: the DCP writer reproduces fixtures/dcp/raw-stdlib (written by
-// shared/tools/dcp_rawwrite.py, which real torch 1.13 and 2.6 load) byte for
+// fixtures/dcp/tools/dcp_rawwrite.py, which real torch 1.13 and 2.6 load) byte for
 // byte: the .metadata pickle for both targets, every tensor item, the
 // BYTE_IO item of an int.
 #include <gmock/gmock.h>

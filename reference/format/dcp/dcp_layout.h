@@ -1,6 +1,6 @@
 // Maps a DCP `.metadata` (DcpMetadata) onto distckpt's format-independent
 // CheckpointMetadata and back, with Megatron's torch_dist conventions
-// (megatron-semantics §3.3):
+// (docs/megatron-semantics.md §3.3):
 //
 // - a TensorStorageMetadata is a StoredTensor; each chunk is one item whose
 //   StoredChunk.file / offset are the item's _StorageInfo relative_path /

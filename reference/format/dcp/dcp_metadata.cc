@@ -8,7 +8,7 @@
 namespace distckpt {
 namespace {
 
-// Module paths of the DCP classes per target (dcp-format.md §2 table).
+// Module paths of the DCP classes per target (docs/dcp-format.md §2 table).
 struct ClassPaths {
   std::string_view metadata;           // Metadata, *StorageMetadata, MetadataIndex
   std::string_view filesystem;         // _StorageInfo

@@ -1,6 +1,6 @@
 // DcpMetadata: the contents of a DCP checkpoint's `.metadata` pickle
 // (PyTorch's torch.distributed.checkpoint Metadata written by
-// FileSystemWriter; shared/docs/dcp-format.md §2), decoded from and encoded
+// FileSystemWriter; docs/dcp-format.md §2), decoded from and encoded
 // to the pickle stream.
 //
 // Decoding accepts the torch 2.x and 1.13 class paths (and Megatron's
@@ -12,7 +12,7 @@
 // (kCorruption) naming `source` and the entry; a dtype distckpt does not
 // hold is kUnsupported naming the key.
 //
-// Encoding writes the byte-stable form of shared/tools/dcp_rawwrite.py:
+// Encoding writes the byte-stable form of fixtures/dcp/tools/dcp_rawwrite.py:
 // protocol 2, the target's class paths, MetadataIndex state {fqn, index
 // [, offset]}, no storage_meta; `mcore_data` and `distckpt` are emitted only
 // when non-empty (torch ignores unknown attributes).

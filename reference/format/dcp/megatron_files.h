@@ -1,5 +1,5 @@
 // The files Megatron-Core's torch_dist backend keeps beside DCP's
-// (megatron-semantics §3.2): `metadata.json`, its CheckpointingConfig
+// (docs/megatron-semantics.md §3.2): `metadata.json`, its CheckpointingConfig
 // naming the backends, and `common.pt`, torch.save of the common
 // (non-sharded) state dict.
 //

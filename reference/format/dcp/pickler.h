@@ -1,5 +1,5 @@
 // PickleWriter: emits the protocol-2 pickle opcodes distckpt writes (the
-// same encoding as shared/tools/dcp_rawwrite.py, so the output is byte-stable
+// same encoding as fixtures/dcp/tools/dcp_rawwrite.py, so the output is byte-stable
 // and loads in torch 1.13 and 2.x): BININT1/BININT2/BININT/LONG1 integers,
 // BINFLOAT, BINUNICODE strings, GLOBAL, tuples (EMPTY_TUPLE, TUPLE1-3,
 // MARK..TUPLE), dicts and lists (EMPTY_* then MARK..SETITEMS / APPENDS when

@@ -7,7 +7,7 @@
 // _rebuild_tensor_v3(..., dtype) with an UntypedStorage counted in bytes
 // (float8). The reader honours size, stride and storage offset; the writer
 // emits contiguous tensors (v2, or v3 for float8) exactly as
-// shared/tools/dcp_rawwrite.py: records data.pkl, byteorder, data/0, version.
+// fixtures/dcp/tools/dcp_rawwrite.py: records data.pkl, byteorder, data/0, version.
 //
 // Values (BYTE_IO items, ShardedObjects, common.pt) convert to JSON:
 // None/bool/int/float/str as themselves, list/tuple/set as arrays, dict /

@@ -2,7 +2,7 @@
 // PyTorchStreamReader): every record STORED under "<prefix>/<name>".
 //
 // ZipWriter writes what torch 1.13 and 2.x both load, byte for byte like
-// shared/tools/dcp_rawwrite.py: local headers carry CRC32 (zlib) and sizes,
+// fixtures/dcp/tools/dcp_rawwrite.py: local headers carry CRC32 (zlib) and sizes,
 // no data descriptors, each record's data starts at a multiple of 64 bytes
 // from the start of the archive (an "FB" extra field of 'Z' padding),
 // central directory, classic end record. Records or offsets that do not fit

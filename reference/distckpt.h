@@ -1,0 +1,75 @@
+// distckpt: the public API in one include.
+//
+//   #include <distckpt/distckpt.h>      // installed package (find_package(distckpt))
+//   #include "distckpt.h"               // in the source tree
+//
+// Exactly the headers included below are public (docs/api.md describes
+// them); every other header under reference/ is internal and may change
+// without notice. Headers keep their folder names ("engine/save.h"), so
+// including one of the public headers directly is fine too.
+//
+// Contracts: every function is collective or rank-local as its header says;
+// every failure is a CheckpointError (core/error.h) whose kind says what went
+// wrong and whose message names the key, file, rank or topology. A collective
+// that fails on one rank throws on every rank.
+//
+// Thread-safety: as each header states; the usual rule is one call per rank,
+// ranks running concurrently (threads of one process or MPI processes).
+#ifndef DISTCKPT_DISTCKPT_H_
+#define DISTCKPT_DISTCKPT_H_
+
+// Values: errors, dtypes, boxes, host tensors.
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+// Storage and ranks: the file-system interface, communicators (threads; Open
+// MPI when the package was built with it), parallel topologies.
+#include "comm/communicator.h"
+#include "comm/thread_world.h"
+#include "io/env.h"
+#include "topology/topology.h"
+#ifdef DISTCKPT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+// What a rank saves and requests: the sharded state-dict tree and strict
+// handling of key mismatches.
+#include "mapping/sharded_object.h"
+#include "mapping/sharded_tensor.h"
+#include "mapping/state_dict.h"
+#include "mapping/strict.h"
+
+// Formats: native (default) and PyTorch DCP / Megatron torch_dist; the
+// format-independent metadata of a committed checkpoint.
+#include "format/checkpoint_metadata.h"
+#include "format/dcp/dcp_format.h"
+#include "format/format.h"
+
+// Strategies: fully parallel save/load and exchange, plan reuse, async
+// staging and finalization, local-checkpoint replication cliques.
+#include "strategy/async_queue.h"
+#include "strategy/exchange.h"
+#include "strategy/fully_parallel.h"
+#include "strategy/plan_cache.h"
+#include "strategy/replication.h"
+#include "strategy/staging.h"
+
+// Entry points: save, async save, load, the metadata API (inspection and
+// verification without a sharded request), global-space diff, local
+// checkpoints.
+#include "engine/checkpoint_diff.h"
+#include "engine/load.h"
+#include "engine/local_checkpoint.h"
+#include "engine/metadata_api.h"
+#include "engine/options.h"
+#include "engine/save.h"
+#include "engine/save_async.h"
+
+// Model-state helpers: optimizer state, FSDP layouts, FP8 quantization.
+#include "fp8/quantize.h"
+#include "fsdp/layout.h"
+#include "optim/optimizer_state.h"
+
+#endif  // DISTCKPT_DISTCKPT_H_
