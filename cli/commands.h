@@ -56,6 +56,8 @@ int InspectCommand(const std::string& dir, bool json);
 int DiffCommand(const std::string& a, const std::string& b, double atol, double rtol);
 // Writes the full global tensor `key` (little-endian, stored dtype) to `out`.
 int DumpCommand(const std::string& dir, const std::string& key, const std::string& out);
+// verl per-rank FSDP files -> a checkpoint in `format` (engine/verl_convert.h).
+int ImportVerlCommand(const std::string& src, const std::string& dst, const std::string& format);
 
 // Loads a scenario file, or the embedded default for "".
 Scenario LoadScenario(const std::string& path);

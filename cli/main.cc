@@ -99,6 +99,16 @@ int main(int argc, char** argv) {
   dump->add_option("key", dump_key, "tensor key")->required();
   dump->add_option("--out,-o", dump_out, "output file")->required();
 
+  std::string verl_src, verl_dir, verl_format = "native";
+  CLI::App* import_verl = app.add_subcommand(
+      "import-verl",
+      "convert verl's per-rank FSDP files into a checkpoint (any world size on load)");
+  import_verl
+      ->add_option("src", verl_src, "verl checkpoint directory (model_world_size_W_rank_r.pt)")
+      ->required();
+  import_verl->add_option("--dir", verl_dir, "destination checkpoint directory")->required();
+  import_verl->add_option("--format", verl_format, "native (default) or a DCP format name");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -120,6 +130,7 @@ int main(int argc, char** argv) {
     if (load->parsed()) return distckpt::LoadCommand(load_args);
     if (inspect->parsed()) return distckpt::InspectCommand(inspect_dir, inspect_json);
     if (dump->parsed()) return distckpt::DumpCommand(dump_dir, dump_key, dump_out);
+    if (import_verl->parsed()) return distckpt::ImportVerlCommand(verl_src, verl_dir, verl_format);
     if (diff->parsed()) return distckpt::DiffCommand(diff_a, diff_b, diff_atol, diff_rtol);
   } catch (const distckpt::CheckpointError& e) {
     std::cerr << "distckpt: error (" << distckpt::ErrorKindName(e.kind()) << "): " << e.what()

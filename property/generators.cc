@@ -310,7 +310,9 @@ rc::Gen<Scenario> GenScenario(const GenLimits& limits) {
           s.tensors.push_back(*GenTensorSpec("t" + std::to_string(i), topos, limits));
         }
         if (limits.fsdp && OneIn(3)) s.fsdp = PickFsdpLayout(false);
-        if (limits.fp8_section && OneIn(4)) s.fp8 = GenFp8Section(topos, s.seed, limits);
+        // fp8 tensors cannot be combined with fsdp (the scenario parser refuses it).
+        if (limits.fp8_section && s.fsdp == FsdpLayout::kNone && OneIn(4))
+          s.fp8 = GenFp8Section(topos, s.seed, limits);
         const int objects = limits.objects ? Pick<int>({{4, 0}, {2, 1}, {1, 2}}) : 0;
         for (int i = 0; i < objects; ++i) {
           ObjectSpec o{"o" + std::to_string(i), {}};
@@ -370,7 +372,7 @@ rc::Gen<Scenario> GenReshardScenario(const GenLimits& limits) {
   return rc::gen::exec([limits] {
     Scenario s = *GenScenario(limits);
     s.pairs = {MakePair(s.topologies[0], s.topologies[1])};
-    if (limits.fsdp && OneIn(3)) {
+    if (limits.fsdp && s.fp8.empty() && OneIn(3)) {
       const FsdpLayout load = PickFsdpLayout(true);
       if (load != s.fsdp) s.pairs[0].load_fsdp = load;
     }

@@ -49,15 +49,38 @@ Topology GenDpChange(const Topology& src, int max_world) {
 
 int64_t PadDivisor() { return OneOf<int64_t>({128, 8, 40, 44, 56, 64}); }
 
+// An FSDP layout name, "none" one time in `none_weight + 2`.
+std::string PickLayout(unsigned none_weight) {
+  if (Choose(none_weight + 2) < none_weight) return "none";
+  return OneOf<std::string>({"megatron", "fsdp2"});
+}
+
+// HSDP one time in two: dp_shard a proper divisor of dp (1 = replicate
+// only). Dense parameters only: HSDP of experts (ep > 1) is refused.
+void MaybeHsdp(Topology& t) {
+  if (t.ep > 1 || t.dp < 2 || !OneIn(2)) return;
+  std::vector<int> divisors;
+  for (int d = 1; d < t.dp; ++d) {
+    if (t.dp % d == 0) divisors.push_back(d);
+  }
+  t.dp_shard = divisors[Choose(divisors.size())];
+}
+
 }  // namespace
 
 rc::Gen<Scenario> GenOptimizerScenario(int max_world) {
   return rc::gen::exec([max_world] {
     const std::string format = OneOf<std::string>(
         {"plain", "fully_reshardable", "fully_sharded_model_space", "dp_reshardable"});
-    const Topology src = GenLayout(max_world);
-    const Topology dst =
-        format == "dp_reshardable" ? GenDpChange(src, max_world) : GenLayout(max_world);
+    Topology src = GenLayout(max_world);
+    Topology dst = format == "dp_reshardable" ? GenDpChange(src, max_world) : GenLayout(max_world);
+    // FSDP (model-space formats only): the parameters and their Adam state
+    // sharded by a layout on save and by the same or another one on load.
+    const bool model_space = format == "plain" || format == "fully_reshardable";
+    const std::string save_fsdp = model_space ? PickLayout(2) : "none";
+    const std::string load_fsdp = model_space ? PickLayout(save_fsdp == "none" ? 2 : 1) : "none";
+    if (save_fsdp != "none") MaybeHsdp(src);
+    if (load_fsdp != "none") MaybeHsdp(dst);
     const int tp = std::lcm(src.tp, dst.tp);
     const int stages = std::lcm(src.pp * src.vpp, dst.pp * dst.vpp);
     const int ep = std::lcm(src.ep, dst.ep);
@@ -85,13 +108,15 @@ rc::Gen<Scenario> GenOptimizerScenario(int max_world) {
     if (format != "plain" && format != "fully_reshardable" && OneIn(2)) {
       pair["load_optimizer"] = {{"pad_divisor", PadDivisor()}};
     }
-    return Scenario::FromJson({{"name", "optimizer-property"},
-                               {"seed", *rc::gen::inRange(1, 1000)},
-                               {"model", model},
-                               {"optimizer", optimizer},
-                               {"topologies", {src.ToString(), dst.ToString()}},
-                               {"pairs", json::array({pair})}},
-                              "generated");
+    if (load_fsdp != save_fsdp) pair["load_fsdp"] = {{"layout", load_fsdp}};
+    json scenario = {{"name", "optimizer-property"},
+                     {"seed", *rc::gen::inRange(1, 1000)},
+                     {"model", model},
+                     {"optimizer", optimizer},
+                     {"topologies", {src.ToString(), dst.ToString()}},
+                     {"pairs", json::array({pair})}};
+    if (save_fsdp != "none") scenario["fsdp"] = {{"layout", save_fsdp}};
+    return Scenario::FromJson(scenario, "generated");
   });
 }
 
@@ -141,6 +166,17 @@ std::vector<std::string> OptimizerClasses(const Scenario& s) {
   tag(m.dtype == DType::kF32, "f32-params");
   tag(s.optimizer && s.optimizer->bucket_numel > 0, "bucketed");
   tag(!pair.load_optimizer.is_null(), "pad-divisor-changing");
+  const FsdpLayout save = s.fsdp, load = pair.load_fsdp.value_or(s.fsdp);
+  tag(save != FsdpLayout::kNone || load != FsdpLayout::kNone, "fsdp");
+  tag(save == FsdpLayout::kMegatron || load == FsdpLayout::kMegatron, "fsdp-megatron");
+  tag(save == FsdpLayout::kFsdp2 || load == FsdpLayout::kFsdp2, "fsdp2");
+  tag(save != load, "fsdp-layout-changing");
+  tag((save != FsdpLayout::kNone && a.dp_shard != 0) ||
+          (load != FsdpLayout::kNone && b.dp_shard != 0),
+      "hsdp");
+  tag((save != FsdpLayout::kNone && a.tp > 1) || (load != FsdpLayout::kNone && b.tp > 1),
+      "fsdp+tp");
+  tag(m.experts > 0 && (save != FsdpLayout::kNone || load != FsdpLayout::kNone), "fsdp-experts");
   return tags;
 }
 

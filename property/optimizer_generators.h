@@ -5,7 +5,10 @@
 // fully_sharded_model_space, dp_reshardable) with random bucket padding,
 // and one pair: save under A, load under B (tp, pp, dp, cp, ep).
 // dp_reshardable keeps (TP, PP, EP), as Megatron requires, and changes
-// DP x CP and, one pair in two, the padding divisor on load.
+// DP x CP and, one pair in two, the padding divisor on load. Model-space
+// formats (plain, fully_reshardable) get an FSDP layout (Megatron-FSDP or
+// FSDP2) on save and/or load, with HSDP splits (dp_shard) one time in two
+// and TP inside (FSDP+TP) whenever tp > 1.
 //
 // Thread-safety: generators are values; use them from one thread.
 #ifndef DISTCKPT_PROPERTY_OPTIMIZER_GENERATORS_H_
@@ -29,7 +32,8 @@ rc::Gen<Scenario> GenOptimizerScenario(int max_world);
 bool ModelsFit(const Scenario& scenario);
 
 // The classes of the first pair: the format, tp/pp/dp/ep/world-size
-// changing, ep>1, moe, glu, tied, bf16, bucketed, pad-divisor-changing, ...
+// changing, ep>1, moe, glu, tied, bf16, bucketed, pad-divisor-changing,
+// fsdp, fsdp-megatron, fsdp2, fsdp-layout-changing, hsdp, fsdp+tp, fsdp-experts.
 std::vector<std::string> OptimizerClasses(const Scenario& scenario);
 
 }  // namespace distckpt

@@ -35,7 +35,14 @@ TEST(OptimizerProperty, SaveUnderALoadUnderBGivesEveryParameterAndOptimizerEleme
                   {"tied", 0.10},
                   {"bucketed", 0.25},
                   {"pad-divisor-changing", 0.10},
-                  {"world-size-changing", 0.40}}},
+                  {"world-size-changing", 0.40},
+                  {"fsdp", 0.25},
+                  {"fsdp-megatron", 0.12},
+                  {"fsdp2", 0.12},
+                  {"fsdp-layout-changing", 0.15},
+                  {"hsdp", 0.04},
+                  {"fsdp+tp", 0.10},
+                  {"fsdp-experts", 0.06}}},
                 [&] {
                   const Scenario s = *GenOptimizerScenario(limits.max_world);
                   Tag(OptimizerClasses(s));

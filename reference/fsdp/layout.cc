@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -92,40 +93,102 @@ FsdpLayout ParseFsdpLayout(std::string_view name) {
        name);
 }
 
-std::vector<ShardedTensor> ShardForFsdp(FsdpLayout layout, const std::vector<ShardedTensor>& shards,
-                                        int64_t dp, int64_t dp_rank) {
-  if (layout == FsdpLayout::kNone) return shards;
-  std::vector<FlatRange> rows(shards.size());
+FsdpGroup DenseFsdpGroup(const Topology& topo, int rank) {
+  RankCoords c = topo.Coords(rank);
+  const int64_t shard = topo.dp_shard_size();
+  return {shard * topo.cp, (c.dp % shard) * topo.cp + c.cp, c.dp / shard};
+}
+
+FsdpGroup ExpertFsdpGroup(const Topology& topo, int rank) {
+  if (topo.dp_shard != 0 && topo.ep > 1) {
+    Fail(ErrorKind::kUnsupported,
+         "topology dp_shard: HSDP of expert parameters with ep={} is not supported ({})", topo.ep,
+         topo.ToString());
+  }
+  RankCoords c = topo.Coords(rank);
+  return {topo.edp(), c.edp, 0};
+}
+
+std::vector<std::vector<ShardedTensor>> ShardParamsForFsdp(FsdpLayout layout,
+                                                           const std::vector<FsdpParam>& params,
+                                                           const FsdpGroup& dense,
+                                                           const FsdpGroup& expert) {
+  std::vector<std::vector<ShardedTensor>> out;
+  if (layout == FsdpLayout::kNone) {
+    for (const FsdpParam& p : params) out.push_back(p.pieces);
+    return out;
+  }
+  // Each parameter's concatenated local shape (rows summed over pieces).
+  std::vector<Shape> shapes;
+  for (const FsdpParam& p : params) {
+    if (p.pieces.empty()) Fail(ErrorKind::kInvalidArgument, "fsdp: a parameter without pieces");
+    for (const ShardedTensor& s : p.pieces) {
+      if (s.flattened_range || s.local_shape.empty() || s.replica_id.size() != 3) {
+        Fail(ErrorKind::kInvalidArgument,
+             "fsdp: '{}' must be an unflattened, at least 1-d shard with a (PP, TP, DP) replica id",
+             s.key);
+      }
+      if (s.local_shape.size() != p.pieces.front().local_shape.size() ||
+          !std::equal(s.local_shape.begin() + 1, s.local_shape.end(),
+                      p.pieces.front().local_shape.begin() + 1)) {
+        Fail(ErrorKind::kInvalidArgument, "fsdp: the pieces of '{}' differ in row shape", s.key);
+      }
+    }
+    Shape shape = p.pieces.front().local_shape;
+    shape[0] = 0;
+    for (const ShardedTensor& s : p.pieces) shape[0] += s.local_shape[0];
+    shapes.push_back(std::move(shape));
+  }
+  std::vector<FlatRange> rows(params.size());
   if (layout == FsdpLayout::kFsdp2) {
-    for (size_t i = 0; i < shards.size(); ++i)
-      rows[i] = Fsdp2Rows(shards[i].local_shape.at(0), dp, dp_rank);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const FsdpGroup& g = params[i].expert ? expert : dense;
+      rows[i] = Fsdp2Rows(shapes[i][0], g.size, g.rank);
+    }
   } else {
-    std::map<DType, std::vector<size_t>> buckets;
-    for (size_t i = 0; i < shards.size(); ++i) buckets[shards[i].dtype].push_back(i);
-    for (const auto& [dtype, members] : buckets) {
-      std::vector<Shape> shapes;
-      for (size_t i : members) shapes.push_back(shards[i].local_shape);
-      MegatronFsdpBucket bucket = LayoutMegatronFsdpBucket(shapes, dp);
+    std::map<std::tuple<DType, bool, int64_t>, std::vector<size_t>> buckets;
+    for (size_t i = 0; i < params.size(); ++i) {
+      buckets[{params[i].pieces.front().dtype, params[i].expert, params[i].unit}].push_back(i);
+    }
+    for (const auto& [id, members] : buckets) {
+      const FsdpGroup& g = std::get<1>(id) ? expert : dense;
+      std::vector<Shape> bucket_shapes;
+      for (size_t i : members) bucket_shapes.push_back(shapes[i]);
+      MegatronFsdpBucket bucket = LayoutMegatronFsdpBucket(bucket_shapes, g.size);
       for (size_t k = 0; k < members.size(); ++k) {
-        rows[members[k]] = MegatronFsdpRows(bucket, shapes, static_cast<int>(k), dp_rank);
+        rows[members[k]] = MegatronFsdpRows(bucket, bucket_shapes, static_cast<int>(k), g.rank);
       }
     }
   }
-  std::vector<ShardedTensor> out;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const ShardedTensor& s = shards[i];
-    if (s.flattened_range || s.local_shape.empty() || s.replica_id.size() != 3) {
-      Fail(ErrorKind::kInvalidArgument,
-           "fsdp: '{}' must be an unflattened, at least 1-d shard with a (PP, TP, DP) replica id",
-           s.key);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const FsdpGroup& g = params[i].expert ? expert : dense;
+    std::vector<ShardedTensor> pieces;
+    int64_t first = 0;  // the piece's first row in the concatenated local tensor
+    for (const ShardedTensor& s : params[i].pieces) {
+      const int64_t n = s.local_shape[0];
+      const int64_t start = std::clamp(rows[i].start - first, int64_t{0}, n);
+      const int64_t stop = std::clamp(rows[i].stop - first, start, n);
+      first += n;
+      ShardedTensor t = s.WithoutData();
+      const size_t axis = static_cast<size_t>(s.prepend_axis_num);
+      t.local_shape[0] = stop - start;
+      t.global_offset[axis] += start;
+      t.axis_fragmentations.reset();
+      t.replica_id = {s.replica_id[0], s.replica_id[1], g.replica};
+      pieces.push_back(std::move(t));
     }
-    ShardedTensor t = s.WithoutData();
-    const size_t axis = static_cast<size_t>(s.prepend_axis_num);
-    t.local_shape[0] = rows[i].size();
-    t.global_offset[axis] += rows[i].start;
-    t.axis_fragmentations.reset();
-    t.replica_id = {s.replica_id[0], s.replica_id[1], 0};
-    out.push_back(std::move(t));
+    out.push_back(std::move(pieces));
+  }
+  return out;
+}
+
+std::vector<ShardedTensor> ShardForFsdp(FsdpLayout layout, const std::vector<ShardedTensor>& shards,
+                                        const FsdpGroup& group) {
+  std::vector<FsdpParam> params;
+  for (const ShardedTensor& s : shards) params.push_back({{s}, -1, false});
+  std::vector<ShardedTensor> out;
+  for (auto& pieces : ShardParamsForFsdp(layout, params, group, group)) {
+    out.push_back(std::move(pieces.front()));
   }
   return out;
 }

@@ -23,6 +23,7 @@
 
 #include "core/box.h"
 #include "mapping/sharded_tensor.h"
+#include "topology/topology.h"
 
 namespace distckpt {
 
@@ -50,14 +51,46 @@ enum class FsdpLayout { kNone, kMegatron, kFsdp2 };
 // "none" | "megatron" | "fsdp2"; throws CheckpointError(kInvalidArgument).
 FsdpLayout ParseFsdpLayout(std::string_view name);
 
-// Re-shards a rank's parameter shards (regular boxes, no flattened range;
-// their local shapes are what FSDP splits) over its DP group: each becomes
-// the rows this DP rank holds, an uneven ShardedTensor (no
-// axis_fragmentations) with DP dropped from its (PP, TP, DP) replica id.
-// Ranks without rows keep an empty shard. Megatron-FSDP puts all shards of
-// one dtype in one bucket, in order. kNone returns `shards` unchanged.
+// One parameter as FSDP sees it: the ShardedTensor pieces its local tensor
+// is made of, concatenated along the first local axis (one piece, or the W
+// and V halves of a GLU fc1 factory). FSDP splits the concatenated rows and
+// each piece keeps its part (possibly none).
+struct FsdpParam {
+  std::vector<ShardedTensor> pieces;
+  int64_t unit = -1;    // FSDP unit (e.g. the layer); -1: none
+  bool expert = false;  // sharded over the expert group, in its own buckets
+};
+
+// The FSDP group a rank shards over: `size` ranks, this one at `rank`;
+// `replica` is the HSDP replicate coordinate (0 without HSDP), which becomes
+// the DP component of the shards' replica ids.
+struct FsdpGroup {
+  int64_t size = 1, rank = 0, replica = 0;
+};
+
+// The groups of rank `rank`: dense parameters shard over dp_shard x cp and
+// replicate over dp_replicate (Topology::dp_shard); expert parameters shard
+// over the expert DP group. Throws CheckpointError(kUnsupported) for HSDP
+// with ep > 1 when `experts` (naming "topology dp_shard").
+FsdpGroup DenseFsdpGroup(const Topology& topology, int rank);
+FsdpGroup ExpertFsdpGroup(const Topology& topology, int rank);
+
+// Re-shards a rank's parameters (regular pieces, no flattened range; their
+// local shapes are what FSDP splits) over their FSDP group: each piece
+// becomes the rows this rank holds, an uneven ShardedTensor (no
+// axis_fragmentations) whose (PP, TP, DP) replica id gets the group's
+// `replica` as DP. Ranks without rows keep empty pieces. Megatron-FSDP
+// buckets parameters by (dtype, expert, unit), in order; FSDP2 chunks each
+// parameter. Returns the new pieces per parameter; kNone returns them as is.
+// Throws CheckpointError(kInvalidArgument) naming the key of a bad piece.
+std::vector<std::vector<ShardedTensor>> ShardParamsForFsdp(FsdpLayout layout,
+                                                           const std::vector<FsdpParam>& params,
+                                                           const FsdpGroup& dense,
+                                                           const FsdpGroup& expert);
+
+// The same for single-piece dense parameters over one group (tensor specs).
 std::vector<ShardedTensor> ShardForFsdp(FsdpLayout layout, const std::vector<ShardedTensor>& shards,
-                                        int64_t dp, int64_t dp_rank);
+                                        const FsdpGroup& group);
 
 }  // namespace distckpt
 

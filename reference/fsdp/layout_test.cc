@@ -79,14 +79,76 @@ TEST(ShardForFsdpTest, UnevenShardsDropDpFromReplicaId) {
   w.global_offset = {0, 5};
   w.axis_fragmentations = Shape{1, 2};
   w.replica_id = {0, 0, 2};
-  std::vector<ShardedTensor> out = ShardForFsdp(FsdpLayout::kFsdp2, {w}, 4, 2);
+  std::vector<ShardedTensor> out = ShardForFsdp(FsdpLayout::kFsdp2, {w}, FsdpGroup{4, 2, 0});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].local_shape, (Shape{2, 5}));
   EXPECT_EQ(out[0].global_offset, (Shape{4, 5}));
   EXPECT_FALSE(out[0].axis_fragmentations);
   EXPECT_EQ(out[0].replica_id, (ReplicaId{0, 0, 0}));
-  EXPECT_EQ(ShardForFsdp(FsdpLayout::kFsdp2, {w}, 4, 3)[0].local_shape, (Shape{0, 5}));
-  EXPECT_EQ(ShardForFsdp(FsdpLayout::kNone, {w}, 4, 3)[0].replica_id, (ReplicaId{0, 0, 2}));
+  EXPECT_EQ(ShardForFsdp(FsdpLayout::kFsdp2, {w}, FsdpGroup{4, 3, 0})[0].local_shape,
+            (Shape{0, 5}));
+  EXPECT_EQ(ShardForFsdp(FsdpLayout::kNone, {w}, FsdpGroup{4, 3, 0})[0].replica_id,
+            (ReplicaId{0, 0, 2}));
+}
+
+ShardedTensor Piece(std::string key, Shape global, Shape local, Shape offset, ReplicaId replica) {
+  ShardedTensor t;
+  t.key = std::move(key);
+  t.global_shape = std::move(global);
+  t.local_shape = std::move(local);
+  t.global_offset = std::move(offset);
+  t.replica_id = std::move(replica);
+  return t;
+}
+
+// A GLU fc1 factory (W rows [0,4), V rows [4,8) of the concatenated local
+// tensor) on 3 FSDP2 ranks: chunks of 3 rows, so rank 1 straddles W and V.
+TEST(ShardParamsForFsdpTest, FactoryPiecesSplitTheConcatenatedRows) {
+  FsdpParam fc1{{Piece("fc1", {8, 2}, {4, 2}, {0, 0}, {0, 0, 1}),
+                 Piece("fc1", {8, 2}, {4, 2}, {4, 0}, {0, 0, 1})}};
+  auto at = [&](int64_t rank) {
+    return ShardParamsForFsdp(FsdpLayout::kFsdp2, {fc1}, {3, rank, 0}, {3, rank, 0}).at(0);
+  };
+  EXPECT_EQ(at(0)[0].local_shape, (Shape{3, 2}));
+  EXPECT_EQ(at(0)[1].local_shape, (Shape{0, 2}));
+  EXPECT_EQ(at(1)[0].local_shape, (Shape{1, 2}));
+  EXPECT_EQ(at(1)[0].global_offset, (Shape{3, 0}));
+  EXPECT_EQ(at(1)[1].local_shape, (Shape{2, 2}));
+  EXPECT_EQ(at(1)[1].global_offset, (Shape{4, 0}));
+  EXPECT_EQ(at(2)[0].local_shape, (Shape{0, 2}));
+  EXPECT_EQ(at(2)[1].local_shape, (Shape{2, 2}));
+  EXPECT_EQ(at(2)[1].global_offset, (Shape{6, 0}));
+  EXPECT_EQ(at(2)[1].replica_id, (ReplicaId{0, 0, 0}));
+}
+
+// Megatron-FSDP buckets per (dtype, expert, unit): an expert parameter is
+// laid out over the expert group alone, and HSDP's replica goes into the id.
+TEST(ShardParamsForFsdpTest, ExpertBucketsAndHsdpReplica) {
+  FsdpParam dense{{Piece("d", {4, 3}, {4, 3}, {0, 0}, {0, 0, 3})}};
+  FsdpParam expert{{Piece("e", {2, 6}, {2, 6}, {0, 0}, {0, 0, 1})}, -1, true};
+  auto out = ShardParamsForFsdp(FsdpLayout::kMegatron, {dense, expert}, {2, 1, 1}, {2, 0, 0});
+  // dense alone: chunk 3, bucket 12 -> rank 1 holds rows [2,4).
+  EXPECT_EQ(out[0][0].local_shape, (Shape{2, 3}));
+  EXPECT_EQ(out[0][0].global_offset, (Shape{2, 0}));
+  EXPECT_EQ(out[0][0].replica_id, (ReplicaId{0, 0, 1}));
+  // expert alone: chunk 6, bucket 12 -> expert rank 0 holds row 0.
+  EXPECT_EQ(out[1][0].local_shape, (Shape{1, 6}));
+  EXPECT_EQ(out[1][0].replica_id, (ReplicaId{0, 0, 0}));
+}
+
+TEST(FsdpGroupTest, HsdpShardsInsideReplicas) {
+  Topology t = Topology::Parse("tp=2,dp=6,dp_shard=3");
+  // rank 2*dp + tp: dp coordinate 4 -> replica 1, shard rank 1.
+  FsdpGroup g = DenseFsdpGroup(t, 9);
+  EXPECT_EQ(g.size, 3);
+  EXPECT_EQ(g.rank, 1);
+  EXPECT_EQ(g.replica, 1);
+  FsdpGroup plain = DenseFsdpGroup(Topology::Parse("dp=2,cp=2"), 3);
+  EXPECT_EQ(plain.size, 4);
+  EXPECT_EQ(plain.rank, 3);
+  EXPECT_EQ(plain.replica, 0);
+  EXPECT_THAT([] { ExpertFsdpGroup(Topology::Parse("dp=4,dp_shard=2,ep=2"), 0); },
+              ThrowsError(ErrorKind::kUnsupported, "topology dp_shard"));
 }
 
 TEST(FsdpLayoutTest, RefusesBadInput) {

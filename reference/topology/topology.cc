@@ -136,11 +136,14 @@ Topology Topology::Parse(std::string_view text) {
       t.ep = ParsePositive(name, value, text);
     else if (name == "vpp")
       t.vpp = ParsePositive(name, value, text);
+    else if (name == "dp_shard")
+      t.dp_shard = ParsePositive(name, value, text);
     else if (name == "order")
       t.order = ParseOrder(value, text);
     else {
       Fail(ErrorKind::kInvalidArgument,
-           "invalid topology '{}': unknown field '{}' (expected tp, pp, dp, cp, ep, vpp, order)",
+           "invalid topology '{}': unknown field '{}' (expected tp, pp, dp, cp, ep, vpp, dp_shard, "
+           "order)",
            text, name);
     }
     if (rest.empty()) break;
@@ -163,6 +166,11 @@ Topology Topology::Parse(std::string_view text) {
          "invalid topology '{}': pp*vpp = {} exceeds the largest supported {} virtual stages", text,
          int64_t{t.pp} * t.vpp, kMaxWorldSize);
   }
+  if (t.dp_shard != 0 && t.dp % t.dp_shard != 0) {
+    Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': dp_shard={} must divide dp={}", text,
+         t.dp_shard, t.dp);
+  }
+  if (t.dp_shard == t.dp) t.dp_shard = 0;
   if ((t.dp * t.cp) % t.ep != 0) {
     Fail(ErrorKind::kInvalidArgument, "invalid topology '{}': ep={} must divide dp*cp={}", text,
          t.ep, t.dp * t.cp);
@@ -268,6 +276,7 @@ std::string Topology::ToString() const {
   add("cp", cp);
   add("ep", ep);
   add("dp", dp);
+  if (dp_shard != 0) out += fmt::format(",dp_shard={}", dp_shard);
   add("pp", pp);
   add("vpp", vpp);
   if (out.empty()) out = "tp=1";

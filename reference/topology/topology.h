@@ -1,5 +1,11 @@
 // Topology: parallel sizes and rank order, parsed from the contract string
-// "tp=2,pp=4,dp=2[,cp=N][,ep=N][,vpp=N][,order=tp-cp-ep-dp-pp]".
+// "tp=2,pp=4,dp=2[,cp=N][,ep=N][,vpp=N][,dp_shard=N][,order=tp-cp-ep-dp-pp]".
+//
+// dp_shard (HSDP): the DP group is dp_replicate x dp_shard with dp_shard
+// fastest (torch's (replicate, shard) device mesh): an FSDP layout shards
+// over the dp_shard ranks (times cp) and replicates over dp / dp_shard.
+// It must divide dp; absent (or equal to dp) means plain FSDP over all of
+// DP. It does not change rank order or anything without an FSDP layout.
 //
 // Missing sizes are 1. world = tp*cp*dp*pp. ep must divide dp*cp and applies
 // to expert tensors only (expert data parallel edp = dp*cp/ep). The default
@@ -37,17 +43,22 @@ class Topology {
   static Topology Parse(std::string_view text);
 
   int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
+  int dp_shard = 0;  // HSDP inner shard size; 0 = dp (normalized: never equal to dp)
   std::vector<MeshDim> order{MeshDim::kTp, MeshDim::kCp, MeshDim::kDp, MeshDim::kPp};
 
   int world_size() const { return tp * cp * dp * pp; }
   int edp() const { return dp * cp / ep; }
+  // HSDP: DP ranks per FSDP shard group and the replicas of it (dp_shard_size() * dp_replicate() ==
+  // dp).
+  int dp_shard_size() const { return dp_shard == 0 ? dp : dp_shard; }
+  int dp_replicate() const { return dp / dp_shard_size(); }
   int Size(MeshDim dim) const;
   RankCoords Coords(int rank) const;
   int RankOf(const RankCoords& coords) const;
   // Global ranks sharing every coordinate but `dim` with `rank`, ordered by `dim`'s coordinate.
   std::vector<int> Group(int rank, MeshDim dim) const;
-  // Canonical string: sizes that are not 1 (tp,cp,ep,dp,pp,vpp), order if not default; "tp=1" for a
-  // single rank.
+  // Canonical string: sizes that are not 1 (tp,cp,ep,dp,dp_shard,pp,vpp), order if not default;
+  // "tp=1" for a single rank.
   std::string ToString() const;
   friend bool operator==(const Topology&, const Topology&) = default;
 };

@@ -97,3 +97,29 @@ TEST(TopologyTest, RefusesWorldsWhoseSizeOverflows) {
 
 }  // namespace
 }  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+TEST(TopologyTest, HsdpSplit) {
+  Topology t = Topology::Parse("dp=8,dp_shard=4");
+  EXPECT_EQ(t.dp_shard_size(), 4);
+  EXPECT_EQ(t.dp_replicate(), 2);
+  EXPECT_EQ(t.world_size(), 8);
+  EXPECT_EQ(t.ToString(), "dp=8,dp_shard=4");
+  EXPECT_EQ(Topology::Parse(t.ToString()), t);
+  // dp_shard == dp is plain FSDP: the same topology as without it.
+  EXPECT_EQ(Topology::Parse("dp=4,dp_shard=4"), Topology::Parse("dp=4"));
+  EXPECT_EQ(Topology::Parse("dp=4").dp_shard_size(), 4);
+  EXPECT_EQ(Topology::Parse("dp=4").dp_replicate(), 1);
+  try {
+    Topology::Parse("dp=6,dp_shard=4");
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("dp_shard=4 must divide dp=6"));
+  }
+  EXPECT_THROW(Topology::Parse("dp=4,dp_shard=0"), CheckpointError);
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -65,11 +65,34 @@ void ApplyFsdp(const Scenario& s, FsdpLayout layout, const Topology& topo, int r
       shards.push_back(state.params[i].pieces.front());
     }
   }
-  RankCoords c = topo.Coords(rank);
-  std::vector<ShardedTensor> out =
-      ShardForFsdp(layout, shards, static_cast<int64_t>(topo.dp) * topo.cp,
-                   static_cast<int64_t>(c.dp) * topo.cp + c.cp);
+  std::vector<ShardedTensor> out = ShardForFsdp(layout, shards, DenseFsdpGroup(topo, rank));
   for (size_t k = 0; k < members.size(); ++k) state.params[members[k]].pieces = {std::move(out[k])};
+}
+
+// The FSDP unit of a GPT parameter: its global layer (Megatron-FSDP wraps
+// each transformer layer), -1 outside the decoder layers.
+int64_t GptFsdpUnit(const GptConfig& config, const std::string& path) {
+  const std::string layers = config.prefix + "decoder.layers.";
+  if (!path.starts_with(layers)) return -1;
+  return std::stoll(path.substr(layers.size()));
+}
+
+// Re-shards a model generator's parameters by `layout`: each parameter (a
+// GLU factory's W and V halves together) over the dense or, for experts,
+// the expert FSDP group.
+void ApplyFsdpToModel(FsdpLayout layout, const GptConfig& config, const Topology& topo, int rank,
+                      std::vector<Param>& params) {
+  std::vector<FsdpParam> fsdp;
+  bool experts = false;
+  for (const Param& p : params) {
+    const bool expert = p.path.find(".mlp.experts.") != std::string::npos;
+    experts = experts || expert;
+    fsdp.push_back({p.pieces, GptFsdpUnit(config, p.path), expert});
+  }
+  const FsdpGroup dense = DenseFsdpGroup(topo, rank);
+  const FsdpGroup expert = experts ? ExpertFsdpGroup(topo, rank) : dense;
+  std::vector<std::vector<ShardedTensor>> out = ShardParamsForFsdp(layout, fsdp, dense, expert);
+  for (size_t i = 0; i < params.size(); ++i) params[i].pieces = std::move(out[i]);
 }
 
 }  // namespace
@@ -92,7 +115,9 @@ RankState ExpandRank(const Scenario& s, const Topology& topo, int rank,
   for (const GptConfig& model : s.models) {
     GptConfig config =
         model_overrides.is_null() ? model : ApplyGptOverrides(model, model_overrides, "load_model");
-    for (Param& p : ExpandGptParams(config, topo, rank)) state.params.push_back(std::move(p));
+    std::vector<Param> params = ExpandGptParams(config, topo, rank);
+    if (fsdp != FsdpLayout::kNone) ApplyFsdpToModel(fsdp, config, topo, rank, params);
+    for (Param& p : params) state.params.push_back(std::move(p));
     for (ObjectParam& o : ExpandGptObjects(config, s.seed, topo, rank))
       state.objects.push_back(std::move(o));
   }

@@ -22,8 +22,12 @@ namespace distckpt {
 // objects, and with an "optimizer" section the Adam state of the model
 // generators' parameters (`optimizer_overrides`: a pair's load_optimizer).
 // With an FSDP layout (the scenario's, or `fsdp_override`), tensor specs
-// that are regular, unflattened, unpadded and not split over dp/cp/ep are
-// re-sharded over DP x CP by that layout.
+// that are regular, unflattened, unpadded and not split over dp/cp/ep, and
+// every model generator's parameters (experts over the expert DP group),
+// are re-sharded over the FSDP group (DP x CP, or its dp_shard part under
+// HSDP) by that layout; the optimizer state then follows the sharded
+// parameters (model-space formats only: the scenario parser refuses the
+// others with fsdp).
 // Throws CheckpointError(kInvalidArgument) naming the dimension when the
 // topology cannot shard the state, before anything is written.
 struct RankState {

@@ -114,6 +114,27 @@ FsdpLayout ParseFsdpSection(const json& v, const std::string& path) {
   return AtPath(f.at("layout"), [&] { return ParseFsdpLayout(f.str("layout")); });
 }
 
+// What an FSDP layout (the scenario's or a pair's load_fsdp) cannot shard is
+// refused, naming the field: the distributed-optimizer formats (FSDP shards
+// the optimizer state like its parameters, in model space) and the fp8
+// section.
+void CheckFsdpCombinations(const Scenario& s) {
+  bool fsdp = s.fsdp != FsdpLayout::kNone;
+  for (const PairSpec& p : s.pairs)
+    fsdp = fsdp || p.load_fsdp.value_or(s.fsdp) != FsdpLayout::kNone;
+  if (!fsdp) return;
+  if (s.optimizer && s.optimizer->format != OptimFormat::kPlain &&
+      s.optimizer->format != OptimFormat::kFullyReshardable) {
+    Fail(ErrorKind::kInvalidArgument,
+         "$.optimizer.format: '{}' cannot be combined with fsdp (FSDP shards the optimizer state "
+         "like its parameters: use plain or fully_reshardable)",
+         OptimFormatName(s.optimizer->format));
+  }
+  if (!s.fp8.empty()) {
+    Fail(ErrorKind::kInvalidArgument, "$.fp8: fp8 tensors cannot be combined with fsdp");
+  }
+}
+
 // A pair's deliberate damage: {"key", "kind", "rank", "axis", "by", "dtype"}.
 BreakSpec ParseBreak(const json& v, const std::string& path) {
   Fields f(v, path, {"key", "kind", "rank", "axis", "by", "dtype"});
@@ -442,6 +463,7 @@ Scenario Scenario::FromJson(const json& j, const std::string& source) {
     }
     if (f.has("strict")) s.strict = ParseStrictAt(f, "strict");
     CheckFp8Keys(s);
+    CheckFsdpCombinations(s);
     return s;
   });
 }

@@ -150,16 +150,20 @@ TEST(SpecTest, ParsesDamageVerifyLoadedOrRefusedAndPerRankDrops) {
 TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
   Scenario s = Parse(
       R"({"optimizer": {"kind": "adam", "format": "dp_reshardable", "step": 4, "pad_divisor": 56},
-                         "fsdp": {"layout": "fsdp2"},
-                         "pairs": [{"save": "dp=2", "load": "dp=3", "load_optimizer": {"pad_divisor": 40},
-                                    "load_fsdp": {"layout": "megatron"}}]})");
+                         "pairs": [{"save": "dp=2", "load": "dp=3", "load_optimizer": {"pad_divisor": 40}}]})");
   ASSERT_TRUE(s.optimizer);
   EXPECT_EQ(s.optimizer->format, OptimFormat::kDpReshardable);
   EXPECT_EQ(s.optimizer->step, 4);
   EXPECT_EQ(s.optimizer->pad_divisor, 56);
-  EXPECT_EQ(s.fsdp, FsdpLayout::kFsdp2);
-  EXPECT_EQ(s.pairs[0].load_fsdp, FsdpLayout::kMegatron);
   EXPECT_EQ(s.pairs[0].load_optimizer["pad_divisor"], 40);
+  // FSDP with a model-space optimizer format.
+  Scenario f = Parse(
+      R"({"optimizer": {"kind": "adam", "format": "fully_reshardable"},
+                         "fsdp": {"layout": "fsdp2"},
+                         "pairs": [{"save": "dp=2", "load": "dp=4,dp_shard=2",
+                                    "load_fsdp": {"layout": "megatron"}}]})");
+  EXPECT_EQ(f.fsdp, FsdpLayout::kFsdp2);
+  EXPECT_EQ(f.pairs[0].load_fsdp, FsdpLayout::kMegatron);
   EXPECT_THAT([] { Parse(R"({"optimizer": {"kind": "sgd"}})"); },
               ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer.kind"));
   EXPECT_THAT([] { Parse(R"({"optimizer": {"format": "fully_sharded_bucket_space"}})"); },
@@ -173,6 +177,19 @@ TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
               ThrowsError(ErrorKind::kInvalidArgument, "$.fsdp.layout"));
   EXPECT_THAT([] { Parse(R"({"fp8": {}})"); },
               ThrowsError(ErrorKind::kInvalidArgument, "$.fp8.tensors"));
+  // FSDP shards optimizer state in model space: bucket-space formats are refused, not ignored.
+  EXPECT_THAT(
+      [] {
+        Parse(R"({"fsdp": {"layout": "megatron"},
+                  "optimizer": {"kind": "adam", "format": "dp_reshardable"}})");
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer.format: 'dp_reshardable'"));
+  EXPECT_THAT(
+      [] {
+        Parse(R"({"optimizer": {"kind": "adam", "format": "fully_sharded_model_space"},
+                  "pairs": [{"save": "dp=2", "load": "dp=2", "load_fsdp": {"layout": "fsdp2"}}]})");
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "cannot be combined with fsdp"));
 }
 
 TEST(SpecTest, MissingFileIsAnInputError) {

@@ -114,4 +114,21 @@ bool IsAllowedGlobal(std::string_view module, std::string_view name) {
   return AllowList().contains(fmt::format("{}.{}", module, name));
 }
 
+bool IsAllowedVerlGlobal(std::string_view module, std::string_view name) {
+  static const std::unordered_set<std::string> dtensor{
+      "torch._tensor._rebuild_from_type_v2",
+      "torch._utils._rebuild_wrapper_subclass",
+      "torch.device",
+      "torch.distributed.tensor.DTensor",
+      "torch.distributed._tensor.api.DTensor",
+      "torch.distributed.tensor._dtensor_spec.DTensorSpec",
+      "torch.distributed.tensor._dtensor_spec.TensorMeta",
+      "torch.distributed.device_mesh.DeviceMesh",
+      "torch.distributed.tensor.placement_types.Shard",
+      "torch.distributed.tensor.placement_types.Replicate",
+      "_codecs.encode",  // evaluated only as encode(str, "latin1"): numpy's bytes in protocol 2
+  };
+  return IsAllowedGlobal(module, name) || dtensor.contains(fmt::format("{}.{}", module, name));
+}
+
 }  // namespace distckpt

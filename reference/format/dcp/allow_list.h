@@ -25,6 +25,19 @@ namespace distckpt {
 // True if the global `module.name` is on the allow-list.
 bool IsAllowedGlobal(std::string_view module, std::string_view name);
 
+// The allow-list for verl's per-rank FSDP files (format/verl/verl_files.h),
+// a superset of the above with only the classes torch.save uses to rebuild
+// a DTensor: torch._tensor._rebuild_from_type_v2,
+// torch._utils._rebuild_wrapper_subclass, torch.device,
+// torch.distributed.tensor.DTensor (and its torch.distributed._tensor.api
+// path), torch.distributed.tensor._dtensor_spec.{DTensorSpec, TensorMeta},
+// torch.distributed.device_mesh.DeviceMesh, and the placements
+// torch.distributed.tensor.placement_types.{Shard, Replicate}, and
+// _codecs.encode (numpy's RNG state arrays in extra_state: evaluated by the
+// unpickler only as encode(str, "latin1") -> bytes). As everywhere, classes
+// are recorded, never called.
+bool IsAllowedVerlGlobal(std::string_view module, std::string_view name);
+
 }  // namespace distckpt
 
 #endif  // DISTCKPT_FORMAT_DCP_ALLOW_LIST_H_

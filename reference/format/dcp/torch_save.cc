@@ -335,6 +335,10 @@ std::string TorchSaveJson(const nlohmann::json& value) {
   });
 }
 
+nlohmann::json PyToJson(const ZipReader& zip, const PyValue& value, size_t max_depth) {
+  return Jsonizer(zip, max_depth).Convert(value, 0);
+}
+
 nlohmann::json TorchLoadJson(const ZipReader& zip, size_t max_depth) {
   CheckByteOrder(zip);
   PyTree tree = Unpickle(zip.ReadRecord(zip.Get("data.pkl")), zip.source() + ": data.pkl");

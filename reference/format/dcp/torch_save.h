@@ -68,6 +68,8 @@ void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
                         std::span<const std::byte> data);
 // torch.save(value) of a JSON value.
 std::string TorchSaveJson(const nlohmann::json& value);
+// One unpickled value of `zip`'s data.pkl (its tensors read from `zip`), as JSON.
+nlohmann::json PyToJson(const ZipReader& zip, const PyValue& value, size_t max_depth = 256);
 // torch.load of any archive, as JSON (see above). The JSON is bounded (about
 // 2 Mi values; shared pickle references expand, a tensor counts its
 // elements): a larger expansion is CheckpointError(kCorruption).

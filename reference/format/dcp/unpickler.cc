@@ -238,7 +238,7 @@ class Unpickler {
   }
 
   void PushGlobal(std::string module, std::string name) {
-    if (!IsAllowedGlobal(module, name)) {
+    if (!(limits_.allow_global ? limits_.allow_global : IsAllowedGlobal)(module, name)) {
       Fail(ErrorKind::kUnsupported,
            "{}: refusing to unpickle global '{}.{}' (not on distckpt's allow-list of DCP and "
            "torch classes; nothing was executed)",
@@ -274,6 +274,28 @@ class Unpickler {
         path->text += s;
       }
       return Push(path);
+    }
+    if (callable->Is("_codecs", "encode")) {
+      // Protocol 2's spelling of bytes (numpy arrays): encode(str, "latin1").
+      if (a.size() != 2 || a[0]->kind != PyKind::kStr || a[1]->kind != PyKind::kStr ||
+          (a[1]->text != "latin1" && a[1]->text != "latin-1")) {
+        Fail(ErrorKind::kUnsupported, "{}: refusing _codecs.encode except (str, \"latin1\")",
+             source_);
+      }
+      PyValue* bytes = New(PyKind::kBytes);
+      const std::string& u = a[0]->text;  // UTF-8 of code points < 256
+      for (size_t i = 0; i < u.size(); ++i) {
+        const auto c = static_cast<unsigned char>(u[i]);
+        if (c < 0x80) {
+          bytes->text.push_back(static_cast<char>(c));
+        } else if ((c == 0xC2 || c == 0xC3) && i + 1 < u.size()) {
+          bytes->text.push_back(
+              static_cast<char>(((c & 0x03) << 6) | (static_cast<unsigned char>(u[++i]) & 0x3F)));
+        } else {
+          Corrupt("latin1 text with a code point above 255");
+        }
+      }
+      return Push(bytes);
     }
     if (callable->Is("builtins", "getattr")) {
       if (a.size() != 2 || a[0]->kind != PyKind::kGlobal || a[1]->kind != PyKind::kStr) {
@@ -489,6 +511,10 @@ class Unpickler {
       }
       case kBuild: {
         PyValue* state = Pop();
+        // An OrderedDict (evaluated to a dict) with instance attributes, e.g.
+        // Module.state_dict()'s `_metadata` of module versions: the items are
+        // the data; the attributes are dropped.
+        if (Top()->kind == PyKind::kDict) break;
         PyValue* obj = Expect(Top(), PyKind::kObject, "BUILD");
         obj->state = state;
         Adopt(obj, state);

@@ -4,7 +4,8 @@
 // (allow_list.h), and an allowed call (REDUCE, NEWOBJ) is recorded as data,
 // not performed. A few allowed calls are evaluated because they only build data:
 // OrderedDict(...) becomes a dict, PosixPath(*parts) a str,
-// getattr(cls, "NAME") the global "cls.NAME".
+// getattr(cls, "NAME") the global "cls.NAME". BUILD on such an OrderedDict
+// (torch's state_dict() carries `_metadata` as an attribute) drops the state.
 //
 // Bounds (UnpickleLimits): container nesting, memo entries and nodes
 // created; every length field is checked against the bytes left, so a
@@ -33,6 +34,8 @@ struct UnpickleLimits {
   // Values created: 8 Mi nodes of 176 bytes, 1.4 GiB at most. A .metadata
   // needs one per 5-10 bytes, so this admits files up to about 40-80 MB.
   size_t max_nodes = 1u << 23;
+  // The globals that resolve; nullptr: IsAllowedGlobal (allow_list.h).
+  bool (*allow_global)(std::string_view module, std::string_view name) = nullptr;
 };
 
 // `source` names the stream in errors (a file, "data.pkl of item ...").

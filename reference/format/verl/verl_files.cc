@@ -1,0 +1,318 @@
+#include "format/verl/verl_files.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "core/error.h"
+#include "format/dcp/allow_list.h"
+#include "format/dcp/torch_save.h"
+#include "format/dcp/torch_zip.h"
+#include "format/dcp/unpickler.h"
+#include "fsdp/layout.h"
+
+namespace distckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail(ErrorKind::kIncomplete, "verl checkpoint: cannot open {}", path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (!in.good() && !in.eof()) Fail(ErrorKind::kIo, "verl checkpoint: cannot read {}", path);
+  return buffer.str();
+}
+
+// One torch.save archive, unpickled with the verl allow-list.
+struct Archive {
+  Archive(std::string path_in)
+      : path(std::move(path_in)), bytes(ReadWholeFile(path)), zip(bytes, path) {
+    UnpickleLimits limits;
+    limits.allow_global = IsAllowedVerlGlobal;
+    tree = Unpickle(zip.ReadRecord(zip.Get("data.pkl")), path + ": data.pkl", limits);
+  }
+  std::string path;
+  std::string bytes;
+  ZipReader zip;
+  PyTree tree;
+};
+
+const PyValue& Need(const PyValue* v, const std::string& what) {
+  if (!v) Fail(ErrorKind::kCorruption, "{}: missing", what);
+  return *v;
+}
+
+// The tensor `t` of `archive`, row-major.
+Tensor ReadTorchTensor(const Archive& a, const TorchTensor& t, const std::string& what) {
+  const ZipReader::Entry* entry = a.zip.Find("data/" + t.storage_key);
+  if (!entry) Fail(ErrorKind::kCorruption, "{}: storage data/{} is missing", what, t.storage_key);
+  std::string storage = a.zip.ReadRecord(*entry);
+  if (storage.size() < t.storage_bytes) {
+    Fail(ErrorKind::kCorruption, "{}: storage data/{} holds {} bytes, expected {}", what,
+         t.storage_key, storage.size(), t.storage_bytes);
+  }
+  Tensor out = Tensor::Empty(t.dtype, t.size);
+  GatherRowMajor(t, std::as_bytes(std::span(storage.data(), storage.size())), out.data());
+  return out;
+}
+
+// A rebuilt DTensor: _rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor,
+// (cls, dtype, size, stride, offset, layout, device, requires_grad), state).
+bool IsDTensor(const PyValue& v) {
+  return v.kind == PyKind::kObject && v.IsInstance("torch._tensor", "_rebuild_from_type_v2");
+}
+
+ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string& key, int rank) {
+  const std::string what = fmt::format("{}: '{}'", a.path, key);
+  const auto& args = PyToSequence(Need(v.args, what), what);
+  if (args.size() != 4 || !args[0]->Is("torch._utils", "_rebuild_wrapper_subclass") ||
+      !(args[1]->Is("torch.distributed.tensor", "DTensor") ||
+        args[1]->Is("torch.distributed._tensor.api", "DTensor"))) {
+    Fail(ErrorKind::kUnsupported, "{}: a tensor subclass other than DTensor", what);
+  }
+  const auto& wrapper = PyToSequence(*args[2], what + " wrapper");
+  if (wrapper.size() < 3) Fail(ErrorKind::kCorruption, "{}: short DTensor wrapper", what);
+  const Shape global = PyToShape(*wrapper[2], what + " size");
+  // The state is the instance dict, or (dict or None, slots dict) for a class with __slots__.
+  const PyValue* state_v = args[3];
+  if (state_v->kind == PyKind::kTuple && state_v->items.size() == 2) {
+    state_v = state_v->items[1]->kind == PyKind::kDict ? state_v->items[1] : state_v->items[0];
+  }
+  const PyValue& state = *state_v;
+  std::optional<TorchTensor> local =
+      AsTorchTensor(Need(state.Get("_local_tensor"), what + " _local_tensor"), what);
+  if (!local) Fail(ErrorKind::kCorruption, "{}: _local_tensor is not a tensor", what);
+  const PyValue& spec = Need(state.Get("_spec"), what + " _spec");
+  if (!spec.IsInstance("torch.distributed.tensor._dtensor_spec", "DTensorSpec")) {
+    Fail(ErrorKind::kCorruption, "{}: _spec is not a DTensorSpec", what);
+  }
+  const PyValue& mesh = Need(spec.Field("mesh"), what + " mesh");
+  std::optional<TorchTensor> mesh_tensor =
+      AsTorchTensor(Need(mesh.Field("mesh"), what + " mesh"), what);
+  if (!mesh_tensor) Fail(ErrorKind::kCorruption, "{}: the device mesh has no mesh tensor", what);
+  const Shape mesh_shape = mesh_tensor->size;
+  const PyValue* coord_v = mesh.Field("_coordinate_on_dim");
+  if (!coord_v || coord_v->kind == PyKind::kNone) {
+    Fail(ErrorKind::kCorruption, "{}: rank {} is not in its device mesh", what, rank);
+  }
+  const Shape coord = PyToShape(*coord_v, what + " mesh coordinate");
+  const auto& placements = PyToSequence(Need(spec.Field("placements"), what + " placements"), what);
+  if (coord.size() != mesh_shape.size() || placements.size() != mesh_shape.size()) {
+    Fail(ErrorKind::kCorruption, "{}: mesh of {} dims, coordinate {}, {} placements", what,
+         mesh_shape.size(), ShapeToString(coord), placements.size());
+  }
+  Shape offset(global.size(), 0), size = global;
+  int64_t replica = 0;
+  for (size_t i = 0; i < placements.size(); ++i) {
+    const PyValue& p = *placements[i];
+    if (p.IsInstance("torch.distributed.tensor.placement_types", "Replicate")) {
+      replica = replica * mesh_shape[i] + coord[i];
+      continue;
+    }
+    if (!p.IsInstance("torch.distributed.tensor.placement_types", "Shard")) {
+      Fail(ErrorKind::kUnsupported, "{}: placement {} (only Shard and Replicate)", what,
+           p.GlobalName());
+    }
+    const int64_t dim = PyToInt(Need(p.Field("dim"), what + " Shard.dim"), what);
+    if (dim < 0 || dim >= static_cast<int64_t>(global.size())) {
+      Fail(ErrorKind::kCorruption, "{}: Shard({}) of a {}-d tensor", what, dim, global.size());
+    }
+    FlatRange rows = Fsdp2Rows(size[dim], mesh_shape[i], coord[i]);
+    offset[dim] += rows.start;
+    size[dim] = rows.size();
+  }
+  if (size != local->size) {
+    Fail(ErrorKind::kUnsupported,
+         "{}: local shape {} is not torch.chunk's {} for placements over mesh {} at {} (uneven "
+         "DTensor)",
+         what, ShapeToString(local->size), ShapeToString(size), ShapeToString(mesh_shape),
+         ShapeToString(coord));
+  }
+  ShardedTensor t;
+  t.key = key;
+  t.dtype = local->dtype;
+  t.global_shape = global;
+  t.global_offset = offset;
+  t.local_shape = size;
+  t.replica_id = {0, 0, replica};
+  t.data = ReadTorchTensor(a, *local, what);
+  return t;
+}
+
+// A model or optimizer value that is a tensor: a DTensor shard, or a plain
+// tensor (whole, main on rank 0). nullopt for other values.
+std::optional<ShardedTensor> ReadTensorValue(const Archive& a, const PyValue& v,
+                                             const std::string& key, int rank) {
+  if (IsDTensor(v)) return ReadDTensor(a, v, key, rank);
+  const std::string what = fmt::format("{}: '{}'", a.path, key);
+  std::optional<TorchTensor> plain = AsTorchTensor(v, what);
+  if (!plain) return std::nullopt;
+  ShardedTensor t;
+  t.key = key;
+  t.dtype = plain->dtype;
+  t.global_shape = plain->size;
+  t.global_offset = Shape(plain->size.size(), 0);
+  t.local_shape = plain->size;
+  t.replica_id = {0, 0, rank};
+  t.data = ReadTorchTensor(a, *plain, what);
+  return t;
+}
+
+std::string KeyText(const PyValue& k, const std::string& what) {
+  if (k.kind == PyKind::kStr) return k.text;
+  if (k.kind == PyKind::kInt) return std::to_string(k.integer);
+  Fail(ErrorKind::kCorruption, "{}: a key that is neither str nor int", what);
+}
+
+}  // namespace
+
+std::string VerlModelFile(int world, int rank) {
+  return fmt::format("model_world_size_{}_rank_{}.pt", world, rank);
+}
+std::string VerlOptimFile(int world, int rank) {
+  return fmt::format("optim_world_size_{}_rank_{}.pt", world, rank);
+}
+std::string VerlExtraFile(int world, int rank) {
+  return fmt::format("extra_state_world_size_{}_rank_{}.pt", world, rank);
+}
+
+int VerlWorldSize(const std::string& dir) {
+  static const std::regex pattern(R"(model_world_size_([0-9]{1,7})_rank_0\.pt)");
+  std::vector<int> worlds;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, pattern)) worlds.push_back(std::stoi(m[1].str()));
+  }
+  if (ec) Fail(ErrorKind::kIncomplete, "verl checkpoint {}: {}", dir, ec.message());
+  if (worlds.empty()) {
+    Fail(ErrorKind::kIncomplete, "{}: no model_world_size_W_rank_0.pt (not a verl FSDP checkpoint)",
+         dir);
+  }
+  if (worlds.size() > 1) {
+    Fail(ErrorKind::kCorruption, "{}: model files of several world sizes ({} and {})", dir,
+         worlds[0], worlds[1]);
+  }
+  const std::string config = (fs::path(dir) / "fsdp_config.json").string();
+  if (fs::exists(config)) {
+    nlohmann::json j = nlohmann::json::parse(ReadWholeFile(config), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("world_size") ||
+        !j["world_size"].is_number_integer()) {
+      Fail(ErrorKind::kCorruption, "{}: no integer world_size", config);
+    }
+    if (j["world_size"].get<int>() != worlds[0]) {
+      Fail(ErrorKind::kCorruption, "{}: world_size {} but the model files are of world size {}",
+           config, j["world_size"].get<int>(), worlds[0]);
+    }
+  }
+  return worlds[0];
+}
+
+VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    Fail(ErrorKind::kInvalidArgument, "verl checkpoint {}: rank {} of world {}", dir, rank, world);
+  }
+  VerlRankState out;
+  out.common = nlohmann::json::object();
+  {
+    Archive model((fs::path(dir) / VerlModelFile(world, rank)).string());
+    const PyValue& root = *model.tree.root();
+    if (root.kind != PyKind::kDict) {
+      Fail(ErrorKind::kCorruption, "{}: not a state dict ({})", model.path, PyKindName(root.kind));
+    }
+    for (const auto& [k, v] : root.entries) {
+      std::string key = KeyText(*k, model.path);
+      std::optional<ShardedTensor> t = ReadTensorValue(model, *v, key, rank);
+      if (!t) Fail(ErrorKind::kUnsupported, "{}: '{}' is not a tensor", model.path, key);
+      out.model_keys.push_back(key);
+      out.tensors.push_back(std::move(*t));
+    }
+  }
+  const fs::path optim_path = fs::path(dir) / VerlOptimFile(world, rank);
+  if (fs::exists(optim_path)) {
+    Archive optim(optim_path.string());
+    const PyValue& root = *optim.tree.root();
+    const PyValue* state = root.kind == PyKind::kDict ? root.Get("state") : nullptr;
+    const PyValue* groups = root.kind == PyKind::kDict ? root.Get("param_groups") : nullptr;
+    if (!state || state->kind != PyKind::kDict || !groups) {
+      Fail(ErrorKind::kCorruption, "{}: not an optimizer state dict (state, param_groups)",
+           optim.path);
+    }
+    // Parameter index -> FQN: the indices of param_groups in order are the
+    // model's parameters in order.
+    std::map<int64_t, std::string> fqn;
+    size_t n = 0;
+    for (const PyValue* g : PyToSequence(*groups, optim.path + " param_groups")) {
+      for (const PyValue* i :
+           PyToSequence(Need(g->Get("params"), optim.path + " params"), optim.path)) {
+        if (n >= out.model_keys.size()) {
+          Fail(ErrorKind::kCorruption, "{}: more parameters than the model file's {} keys",
+               optim.path, out.model_keys.size());
+        }
+        fqn[PyToInt(*i, optim.path + " params")] = out.model_keys[n++];
+      }
+    }
+    if (n != out.model_keys.size()) {
+      Fail(ErrorKind::kCorruption, "{}: {} parameters in param_groups, the model file has {} keys",
+           optim.path, n, out.model_keys.size());
+    }
+    nlohmann::json common_state = nlohmann::json::object();
+    for (const auto& [k, per_param] : state->entries) {
+      const int64_t index = PyToInt(*k, optim.path + " state index");
+      auto it = fqn.find(index);
+      if (it == fqn.end()) {
+        Fail(ErrorKind::kCorruption, "{}: state of parameter {} is in no param group", optim.path,
+             index);
+      }
+      if (per_param->kind != PyKind::kDict) {
+        Fail(ErrorKind::kCorruption, "{}: state of parameter {} is not a dict", optim.path, index);
+      }
+      for (const auto& [name_v, value] : per_param->entries) {
+        const std::string name = KeyText(*name_v, optim.path);
+        const std::string key = fmt::format("optimizer.state.{}.{}", name, it->second);
+        std::optional<ShardedTensor> t;
+        const bool scalar = !IsDTensor(*value) && [&] {
+          auto plain = AsTorchTensor(*value, optim.path);
+          return !plain || plain->size.empty();
+        }();
+        if (!scalar) t = ReadTensorValue(optim, *value, key, rank);
+        if (t) {
+          out.tensors.push_back(std::move(*t));
+        } else {
+          nlohmann::json j = PyToJson(optim.zip, *value);
+          // A 0-d tensor (Adam's step) is its one value.
+          if (j.is_object() && j.contains("__tensor__")) j = j["__tensor__"]["data"].at(0);
+          common_state[it->second][name] = std::move(j);
+        }
+      }
+    }
+    nlohmann::json groups_json = PyToJson(optim.zip, *groups);
+    out.common["optimizer"] = {{"param_groups", std::move(groups_json)},
+                               {"state", std::move(common_state)}};
+  }
+  const fs::path extra_path = fs::path(dir) / VerlExtraFile(world, rank);
+  if (fs::exists(extra_path)) {
+    Archive extra(extra_path.string());
+    out.common["extra_state"] = PyToJson(extra.zip, *extra.tree.root());
+  }
+  return out;
+}
+
+ShardedObject VerlExtraStateObject(const VerlRankState& state, int world, int rank) {
+  ShardedObject o;
+  o.key = "extra_state";
+  o.data = state.common.value("extra_state", nlohmann::json());
+  o.global_shape = {world};
+  o.global_offset = {rank};
+  o.replica_id = {0};
+  return o;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,69 @@
+// verl's FSDP checkpoint files (verl/utils/checkpoint/fsdp_checkpoint_manager.py):
+// per rank r of a world of W, torch.save of the model's sharded state dict
+// (model_world_size_{W}_rank_{r}.pt), of the optimizer's
+// (optim_world_size_{W}_rank_{r}.pt: {"state": {index: {"step", "exp_avg",
+// "exp_avg_sq", ...}}, "param_groups": [...]}) and of
+// {"lr_scheduler", "rng"} (extra_state_world_size_{W}_rank_{r}.pt), plus
+// rank 0's huggingface/ folder and fsdp_config.json {"FSDP_version", "world_size"}.
+//
+// Values are FSDP2 DTensors (torch._tensor._rebuild_from_type_v2 of a
+// wrapper subclass whose state holds `_local_tensor` and a `_spec` with the
+// device mesh, this rank's mesh coordinate and the placements), read
+// through the safe unpickler with IsAllowedVerlGlobal (format/dcp/allow_list.h):
+// nothing is executed. A DTensor's chunk follows its placements as torch
+// does: per mesh dim in order, Shard(d) takes torch.chunk's piece of the
+// current extent of axis d (trailing pieces short or empty), Replicate keeps
+// it and makes coordinates other than 0 non-main replicas; the local tensor
+// must have exactly that shape. A plain tensor (world size 1, verl#903) is
+// the whole tensor, main on rank 0. FSDP1's ShardedTensor values
+// (torch.distributed._shard) are not read: refused by the allow-list.
+//
+// Keys: model tensors keep their FQN; optimizer tensors become
+// "optimizer.state.<name>.<fqn>" (the state of parameter index i is that of
+// the i-th model key, torch's param_groups order; a count mismatch is an
+// error), scalar tensors (Adam's `step`) and other values go to `common`.
+//
+// Errors: CheckpointError naming the file and key: kIncomplete for a missing
+// rank file, kCorruption for malformed contents, kUnsupported for classes or
+// placements outside the above.
+//
+// Thread-safety: pure functions.
+#ifndef DISTCKPT_FORMAT_VERL_VERL_FILES_H_
+#define DISTCKPT_FORMAT_VERL_VERL_FILES_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mapping/sharded_object.h"
+#include "mapping/sharded_tensor.h"
+
+namespace distckpt {
+
+std::string VerlModelFile(int world_size, int rank);  // model_world_size_{W}_rank_{r}.pt
+std::string VerlOptimFile(int world_size, int rank);
+std::string VerlExtraFile(int world_size, int rank);
+
+// The world size of the verl checkpoint in `dir`: the W of its
+// model_world_size_{W}_rank_0.pt (fsdp_config.json, when present, must agree).
+// kIncomplete when there is none, kCorruption for two different W.
+int VerlWorldSize(const std::string& dir);
+
+struct VerlRankState {
+  std::vector<ShardedTensor> tensors;  // model then optimizer state, with data
+  // {"optimizer": {"param_groups": [...], "state": {"<fqn>": {"step": n, ...}}},
+  //  "extra_state": {...} (this rank's lr_scheduler and rng as JSON)}
+  nlohmann::json common;
+  std::vector<std::string> model_keys;  // in file order
+};
+
+// Rank `rank`'s files (the optimizer and extra-state files when present).
+VerlRankState ReadVerlRank(const std::string& dir, int world_size, int rank);
+
+// The rank's extra state as the ShardedObject "extra_state" of global shape
+// {W} at {rank} (RNG states differ per rank).
+ShardedObject VerlExtraStateObject(const VerlRankState& state, int world_size, int rank);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_FORMAT_VERL_VERL_FILES_H_
