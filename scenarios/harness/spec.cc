@@ -304,6 +304,12 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   TensorSpec t;
   t.key = f.str("key");
   if (t.key.empty()) Fail(ErrorKind::kInvalidArgument, "{}: empty key", f.at("key"));
+  if (!f.has("shape")) {
+    Fail(ErrorKind::kInvalidArgument,
+         "{}: missing field 'shape' (it may be omitted only in a request spec given with a "
+         "checkpoint: verify, reshard)",
+         path);
+  }
   for (const json& d : f.array("shape")) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
       Fail(ErrorKind::kInvalidArgument, "{}: sizes must be non-negative integers", f.at("shape"));
@@ -441,6 +447,17 @@ Scenario Scenario::FromJson(const json& j, const std::string& source) {
       }
     }
     if (f.has("strict")) s.strict = ParseStrictAt(f, "strict");
+    if (s.optimizer && (s.models.empty() || !s.tensors.empty())) {
+      // Optimizer state is expanded for the model generators' parameters
+      // only (rank_state.cc): refuse rather than save a silently empty one.
+      Fail(ErrorKind::kInvalidArgument,
+           "{}: the optimizer section applies to the parameters of \"model\" generators only; "
+           "{}",
+           f.at("optimizer"),
+           s.models.empty() ? "this scenario has no model, so its optimizer state would be empty"
+                            : "its \"tensors\" would get no optimizer state (move them to a "
+                              "scenario without an optimizer)");
+    }
     CheckFp8Keys(s);
     return s;
   });

@@ -149,7 +149,8 @@ TEST(SpecTest, ParsesDamageVerifyLoadedOrRefusedAndPerRankDrops) {
 
 TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
   Scenario s = Parse(
-      R"({"optimizer": {"kind": "adam", "format": "dp_reshardable", "step": 4, "pad_divisor": 56},
+      R"({"model": {"kind": "gpt"},
+          "optimizer": {"kind": "adam", "format": "dp_reshardable", "step": 4, "pad_divisor": 56},
                          "fsdp": {"layout": "fsdp2"},
                          "pairs": [{"save": "dp=2", "load": "dp=3", "load_optimizer": {"pad_divisor": 40},
                                     "load_fsdp": {"layout": "megatron"}}]})");
@@ -173,6 +174,25 @@ TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
               ThrowsError(ErrorKind::kInvalidArgument, "$.fsdp.layout"));
   EXPECT_THAT([] { Parse(R"({"fp8": {}})"); },
               ThrowsError(ErrorKind::kInvalidArgument, "$.fp8.tensors"));
+}
+
+TEST(SpecTest, OptimizerWithoutModelOrWithTensorsIsRefused) {
+  // Before: an optimizer over plain tensors silently saved an empty optimizer.
+  EXPECT_THAT(
+      [] {
+        Parse(R"({"tensors": [{"key": "w", "shape": [4]}], "optimizer": {"kind": "adam"}})");
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer: the optimizer section applies"));
+  EXPECT_THAT([] { Parse(R"({"optimizer": {"kind": "adam"}})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "has no model"));
+  EXPECT_THAT(
+      [] {
+        Parse(R"({"model": {"kind": "gpt"}, "tensors": [{"key": "w", "shape": [4]}],
+                  "optimizer": {"kind": "adam"}})");
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "would get no optimizer state"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w"}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "missing field 'shape'"));
 }
 
 TEST(SpecTest, MissingFileIsAnInputError) {
