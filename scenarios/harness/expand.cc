@@ -123,11 +123,7 @@ RankState LoadSideState(const Scenario& s, const PairSpec* pair, const Topology&
                                pair ? pair->load_fsdp : std::nullopt);
   if (pair) {
     for (const TensorSpec& spec : pair->load_extra) {
-      for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-        std::string path = ParamPath(spec, t);
-        state.params.push_back(
-            {std::move(path), {std::move(t)}, LogicalShape(spec), spec.load_dtype});
-      }
+      for (Param& p : ExpandTensorParams(spec, topo, rank)) state.params.push_back(std::move(p));
     }
   }
   return state;

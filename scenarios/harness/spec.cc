@@ -300,7 +300,7 @@ OptimizerConfig ParseOptimizerConfig(const json& v, const std::string& path, Opt
 TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   Fields f(v, path,
            {"key", "shape", "dtype", "shard", "split", "flatten", "flatten_jitter", "pad_multiple",
-            "load_dtype", "replica", "stack"});
+            "load_dtype", "replica", "stack", "glu"});
   TensorSpec t;
   t.key = f.str("key");
   if (t.key.empty()) Fail(ErrorKind::kInvalidArgument, "{}: empty key", f.at("key"));
@@ -370,6 +370,14 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   if (t.pad_multiple < 0 || (t.pad_multiple > 0 && t.shape.empty())) {
     Fail(ErrorKind::kInvalidArgument, "{}: must be positive and the tensor at least 1-d",
          f.at("pad_multiple"));
+  }
+  t.glu = f.boolean("glu", false);
+  if (t.glu && (t.shape.empty() || t.shape[0] % 2 != 0 || t.flatten || t.pad_multiple > 0 ||
+                t.split != SplitKind::kEven)) {
+    Fail(ErrorKind::kInvalidArgument,
+         "{}: a GLU tensor needs an even axis 0 ([W; V]), an even split, no flatten and no "
+         "pad_multiple (shape {})",
+         f.at("glu"), ShapeToString(t.shape));
   }
   if (f.has("stack")) {
     Fields sf(f.get("stack"), f.at("stack"), {"shape", "over"});

@@ -59,6 +59,11 @@ struct TensorSpec {
   // numbers layers), so PP and VPP changes move indices between ranks;
   // nullopt: every rank holds every index.
   std::optional<MeshDim> stack_over;
+  // Megatron's SwiGLU linear_fc1 (apply_swiglu_sharded_factory): axis 0 is
+  // [W; V], each half split over axis 0's mesh dims, so a rank holds
+  // [W_p; V_p] saved as two pieces of one factory (W_p at offset p*n, V_p at
+  // shape[0]/2 + p*n, each of 2*parts fragments) and TP can change.
+  bool glu = false;
 };
 
 // A tensor of the "fp8" section: `tensor.dtype` is the nominal dtype.

@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
-#include <mutex>
 #include <vector>
 
 #include "comm/thread_world.h"
@@ -58,40 +57,42 @@ VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std:
 
   VerifyResult result;
   result.ranks = topo.world_size();
-  std::mutex mu;
-  std::vector<std::string> errors(result.ranks);
   std::vector<LoadResult> loads(result.ranks);
   std::vector<uint64_t> tensors(result.ranks), objects(result.ranks);
-  RunRanks(result.ranks, [&](Communicator& comm) {
+  // A rank that throws aborts the world (the others' collectives throw
+  // kComm); every refusal below is agreed, so each rank holds the same one.
+  std::vector<RankOutcome> outcomes = RunRanksCollect(result.ranks, [&](Communicator& comm) {
     const int rank = comm.rank();
-    try {
-      Node request;
-      AgreeOnOutcome(comm, [&] {
-        // The same refusal a load gives before reading anything.
-        if (spec.optimizer) CheckOptimizerLoadable(spec, CommonFromJson(md.common), topo);
-        request = RequestFor(spec, md, saved, topo, rank, /*zero_fill=*/false);
-      });
-      LoadPieces pieces = LoadPreprocess(request);
-      ForEachLeaf(pieces.sharded, [&](const NodePath&, const Node& leaf) {
-        tensors[rank] += leaf.is<ShardedTensor>();
-        objects[rank] += leaf.is<ShardedObject>();
-      });
-      LoadOptions load;
-      load.env = env;
-      load.strict = options.strict;
-      load.plan_only = true;
-      loads[rank] = Load(request, dir, comm, load);
-    } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      errors[rank] = e.what();
-    }
+    Node request;
+    AgreeOnOutcome(comm, [&] {
+      // The same refusal a load gives before reading anything.
+      if (spec.optimizer) CheckOptimizerLoadable(spec, CommonFromJson(md.common), topo);
+      request = RequestFor(spec, md, saved, topo, rank, /*zero_fill=*/false);
+    });
+    LoadOptions load;
+    load.env = env;
+    load.strict = options.strict;
+    load.plan_only = true;
+    loads[rank] = Load(request, dir, comm, load);
+    LoadPieces pieces = LoadPreprocess(request);
+    ForEachLeaf(pieces.sharded, [&](const NodePath&, const Node& leaf) {
+      tensors[rank] += leaf.is<ShardedTensor>();
+      objects[rank] += leaf.is<ShardedObject>();
+    });
   });
-  for (const std::string& e : errors) {
-    if (!e.empty()) {
-      result.error = e;  // agreed: every rank holds the same message
-      break;
+  std::string comm_error;
+  for (const RankOutcome& o : outcomes) {
+    if (!o.error) continue;
+    try {
+      std::rethrow_exception(o.error);
+    } catch (const CheckpointError& e) {
+      if (e.kind() != ErrorKind::kComm && result.error.empty()) result.error = e.what();
+      if (comm_error.empty()) comm_error = e.what();
+    } catch (const std::exception& e) {
+      if (result.error.empty()) result.error = fmt::format("rank {}: {}", o.rank, e.what());
     }
   }
+  if (result.error.empty()) result.error = comm_error;
   result.ok = result.error.empty();
   std::set<std::string> missing, unexpected;
   for (int r = 0; r < result.ranks; ++r) {
