@@ -245,7 +245,8 @@ int RunCommand(const RunArgs& args) {
   report.title = fmt::format("scenario {} ({} backend, {} format{})", s.name, args.backend,
                              args.format, matrix ? ", matrix" : "");
   // The JSON report keeps its fields (scenario, backend, pairs) and gains the cases.
-  report.extra = {{"scenario", s.name}, {"backend", args.backend}, {"pairs", ResultsToJson(results)}};
+  report.extra = {
+      {"scenario", s.name}, {"backend", args.backend}, {"pairs", ResultsToJson(results)}};
   for (const PairResult& r : results) {
     report.cases.push_back({"distckpt.run." + s.name, r.save + " -> " + r.load, r.ok, r.reason,
                             r.save_report.seconds + r.load_report.seconds, nullptr});

@@ -42,9 +42,8 @@ Report DiffReport(const std::string& a, const std::string& b, const CheckpointDi
   }
   for (const std::string& key : keys) {
     auto it = failing.find(key);
-    report.cases.push_back(
-        {"distckpt.diff", key, it == failing.end(), it == failing.end() ? "" : it->second, 0,
-         nullptr});
+    report.cases.push_back({"distckpt.diff", key, it == failing.end(),
+                            it == failing.end() ? "" : it->second, 0, nullptr});
   }
   for (const std::string& line : unmatched) {
     size_t colon = line.find(": ");

@@ -4,9 +4,8 @@
 #include <iostream>
 #include <map>
 
-#include "core/error.h"
-
 #include "cli/commands.h"
+#include "core/error.h"
 #include "format/format.h"
 #include "format/native/metadata_json.h"
 
@@ -49,9 +48,10 @@ void CheckDataFiles(Env* env, const std::string& dir, const CheckpointMetadata& 
            path, size, n.end, n.item, n.end);
     }
   }
-  std::cout << fmt::format("check: {} data files present with the sizes the metadata implies
-",
-                           files.size());
+  std::cout << fmt::format(
+      "check: {} data files present with the sizes the metadata implies
+      ",
+      files.size());
 }
 
 }  // namespace

@@ -58,8 +58,10 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
 
 void AddReportOptions(CLI::App* cmd, distckpt::ReportPaths& paths, const char* per) {
   cmd->add_option("--report", paths.json, "write a JSON report here");
-  cmd->add_option("--junit", paths.junit, fmt::format("write a JUnit XML report (one testcase per {})", per));
-  cmd->add_option("--markdown", paths.markdown, "write a Markdown report (a table for a PR comment)");
+  cmd->add_option("--junit", paths.junit,
+                  fmt::format("write a JUnit XML report (one testcase per {})", per));
+  cmd->add_option("--markdown", paths.markdown,
+                  "write a Markdown report (a table for a PR comment)");
 }
 
 void AddSpecOptions(CLI::App* cmd, std::string& spec, std::vector<std::string>& sets) {
@@ -132,14 +134,14 @@ int main(int argc, char** argv) {
   CLI::App* reshard = app.add_subcommand(
       "reshard", "load a spec's request from a checkpoint under a topology and save it there");
   reshard->add_option("dir", reshard_args.dir, "checkpoint directory (native or DCP)")->required();
-  reshard->add_option("--topology,-t", reshard_args.topology, "topology to reshard to")
-      ->required();
+  reshard->add_option("--topology,-t", reshard_args.topology, "topology to reshard to")->required();
   AddSpecOptions(reshard, reshard_args.spec, reshard_args.sets);
   reshard->add_option("--out,-o", reshard_args.out, "directory of the new checkpoint")->required();
   reshard->add_option("--format", reshard_args.format, "native, dcp or dcp-1.13");
   reshard->add_option("--backend", reshard_args.backend, "threads or mpi (run under mpirun)")
       ->check(CLI::IsMember({"threads", "mpi"}));
-  reshard->add_option("--strict", reshard_args.strict, "strict handling mode (default: the spec's)");
+  reshard->add_option("--strict", reshard_args.strict,
+                      "strict handling mode (default: the spec's)");
   std::string dump_dir, dump_key, dump_out;
   CLI::App* dump =
       app.add_subcommand("dump", "write one global tensor (little-endian, stored dtype) to a file");
@@ -172,7 +174,8 @@ int main(int argc, char** argv) {
     if (verify->parsed()) return distckpt::VerifyCommand(verify_args);
     if (reshard->parsed()) return distckpt::ReshardCommand(reshard_args);
     if (dump->parsed()) return distckpt::DumpCommand(dump_dir, dump_key, dump_out);
-    if (diff->parsed()) return distckpt::DiffCommand(diff_a, diff_b, diff_atol, diff_rtol, diff_reports);
+    if (diff->parsed())
+      return distckpt::DiffCommand(diff_a, diff_b, diff_atol, diff_rtol, diff_reports);
   } catch (const distckpt::CheckpointError& e) {
     std::cerr << "distckpt: error (" << distckpt::ErrorKindName(e.kind()) << "): " << e.what()
               << "\n";

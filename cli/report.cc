@@ -16,11 +16,21 @@ std::string XmlEscape(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') {
           out += '?';
@@ -40,8 +50,10 @@ std::string MarkdownCell(std::string s, size_t max = 200) {
   if (s.size() > max) s = s.substr(0, max) + "...";
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else
+      out += c;
   }
   return out;
 }
@@ -64,18 +76,18 @@ size_t Report::failures() const {
 nlohmann::json ReportToJson(const Report& report) {
   nlohmann::json cases = nlohmann::json::array();
   for (const ReportCase& c : report.cases) {
-    nlohmann::json j = {{"group", c.group},     {"name", c.name},
-                        {"ok", c.ok},           {"message", c.message},
+    nlohmann::json j = {{"group", c.group},
+                        {"name", c.name},
+                        {"ok", c.ok},
+                        {"message", c.message},
                         {"seconds", c.seconds}};
     if (c.details.is_object()) j.update(c.details);
     cases.push_back(std::move(j));
   }
-  nlohmann::json j = {{"command", report.command},
-                      {"title", report.title},
-                      {"ok", report.failures() == 0},
-                      {"passed", report.cases.size() - report.failures()},
-                      {"failed", report.failures()},
-                      {"cases", std::move(cases)}};
+  nlohmann::json j = {
+      {"command", report.command},    {"title", report.title},
+      {"ok", report.failures() == 0}, {"passed", report.cases.size() - report.failures()},
+      {"failed", report.failures()},  {"cases", std::move(cases)}};
   if (report.extra.is_object()) j.update(report.extra);
   return j;
 }
@@ -84,15 +96,16 @@ std::string ReportToJunit(const Report& report) {
   double total = 0;
   for (const ReportCase& c : report.cases) total += c.seconds;
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += fmt::format("<testsuites name=\"distckpt {}\" tests=\"{}\" failures=\"{}\" time=\"{:.3f}\">\n",
-                     XmlEscape(report.command), report.cases.size(), report.failures(), total);
+  out += fmt::format(
+      "<testsuites name=\"distckpt {}\" tests=\"{}\" failures=\"{}\" time=\"{:.3f}\">\n",
+      XmlEscape(report.command), report.cases.size(), report.failures(), total);
   out += fmt::format(
       "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\" "
       "time=\"{:.3f}\">\n",
       XmlEscape(report.title), report.cases.size(), report.failures(), total);
   for (const ReportCase& c : report.cases) {
-    out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"", XmlEscape(c.group),
-                       XmlEscape(c.name), c.seconds);
+    out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"",
+                       XmlEscape(c.group), XmlEscape(c.name), c.seconds);
     if (c.ok && c.message.empty()) {
       out += "/>\n";
       continue;
@@ -113,7 +126,8 @@ std::string ReportToJunit(const Report& report) {
 
 std::string ReportToMarkdown(const Report& report) {
   const size_t failed = report.failures();
-  std::string out = fmt::format("### distckpt {}: {}\n\n", report.command, MarkdownCell(report.title));
+  std::string out =
+      fmt::format("### distckpt {}: {}\n\n", report.command, MarkdownCell(report.title));
   out += fmt::format("**{}**: {} passed, {} failed of {}\n\n", failed == 0 ? "PASS" : "FAIL",
                      report.cases.size() - failed, failed, report.cases.size());
   out += "| | case | group | reason |\n|---|---|---|---|\n";

@@ -15,8 +15,8 @@
 namespace distckpt {
 
 struct ReportCase {
-  std::string group;    // JUnit classname: "distckpt.run.<scenario>", ...
-  std::string name;     // "tp=2 -> tp=4", a topology, a key
+  std::string group;  // JUnit classname: "distckpt.run.<scenario>", ...
+  std::string name;   // "tp=2 -> tp=4", a topology, a key
   bool ok = false;
   std::string message;  // the reason (failure) or a note
   double seconds = 0;

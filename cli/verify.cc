@@ -1,5 +1,7 @@
 // distckpt verify / reshard: a request spec checked against, or loaded from,
 // an existing checkpoint (harness/verify.h).
+#include "harness/verify.h"
+
 #include <fmt/format.h>
 
 #include <iostream>
@@ -9,7 +11,6 @@
 #include "core/error.h"
 #include "format/format.h"
 #include "harness/request_spec.h"
-#include "harness/verify.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
 #endif
@@ -44,9 +45,10 @@ int VerifyCommand(const VerifyArgs& args) {
   report.title = fmt::format("{} with spec {}", args.dir, args.spec);
   for (const std::string& t : args.topologies) {
     VerifyResult r = VerifyLoad(spec, args.dir, t, options);
-    std::string note = r.ok ? fmt::format("{} ranks, {} tensor and {} object requests, {} bytes "
-                                          "would be read",
-                                          r.ranks, r.tensors, r.objects, r.bytes_needed)
+    std::string note = r.ok ? fmt::format(
+                                  "{} ranks, {} tensor and {} object requests, {} bytes "
+                                  "would be read",
+                                  r.ranks, r.tensors, r.objects, r.bytes_needed)
                             : r.error;
     if (r.ok && !r.missing.empty()) note += "; missing keys: " + r.missing;
     if (r.ok && !r.unexpected.empty()) note += "; unexpected keys: " + r.unexpected;
@@ -57,7 +59,11 @@ int VerifyCommand(const VerifyArgs& args) {
       std::cout << fmt::format("verify {} under {}: WOULD NOT LOAD: {}\n", args.dir, t, r.error);
     }
     for (const std::string& w : r.warnings) std::cout << "  warning: " << w << "\n";
-    report.cases.push_back({"distckpt.verify", t, r.ok, note, r.seconds,
+    report.cases.push_back({"distckpt.verify",
+                            t,
+                            r.ok,
+                            note,
+                            r.seconds,
                             {{"ranks", r.ranks},
                              {"tensors", r.tensors},
                              {"objects", r.objects},
@@ -70,7 +76,9 @@ int VerifyCommand(const VerifyArgs& args) {
     std::cout << fmt::format(
         "verify --data {}: {} chunks and {} objects, {} bytes read, every checksum matches\n",
         args.dir, data.chunks, data.objects, data.bytes);
-    report.cases.push_back({"distckpt.verify", "data", true,
+    report.cases.push_back({"distckpt.verify",
+                            "data",
+                            true,
                             fmt::format("{} chunks, {} objects, {} bytes: checksums match",
                                         data.chunks, data.objects, data.bytes),
                             0,
@@ -98,8 +106,8 @@ int ReshardCommand(const ReshardArgs& args) {
 #ifdef DISTCKPT_HAVE_MPI
     std::unique_ptr<Communicator> comm = MpiWorld();
     if (comm->size() != world) {
-      Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}",
-           world, comm->size());
+      Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
+           comm->size());
     }
     result = step(*comm);
     prints = comm->rank() == 0;

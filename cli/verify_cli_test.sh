@@ -79,7 +79,7 @@ md = json.load(open(os.path.join(d, "metadata.json")))
 chunk = md["tensors"]["layer.weight"]["chunks"][0]
 path = os.path.join(d, chunk["file"])
 with open(path, "r+b") as f:
-    at = chunk["offset"] + chunk["length"] // 2
+    at = chunk["byte_offset"] + chunk["length"] // 2
     f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0xFF]))
 print(chunk["file"])
 PY
@@ -108,6 +108,14 @@ expect 0 "$d" reshard "$w/ck" --spec "$scenarios/tensors.json" -t tp=2,pp=2,dp=2
 expect 0 "$d" reshard "$w/dcp" --spec "$scenarios/tensors.json" -t tp=2,pp=2 --out "$w/back"
 expect 0 "$d" diff "$w/ck" "$w/back"
 grep -q "^identical" "$w/out" || fail "round trip through DCP is not identical"
+# --backend mpi: one process per rank of tp=4 gives the same checkpoint.
+if command -v mpirun >/dev/null && ! "$d" reshard --help 2>&1 | grep -q "without MPI"; then
+  mpi=(mpirun --oversubscribe -np 4)
+  [[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
+  expect 0 "${mpi[@]}" "$d" reshard "$w/ck" --spec "$scenarios/tensors.json" -t tp=4 \
+    --out "$w/r4mpi" --backend mpi
+  expect 0 "$d" diff "$w/r4" "$w/r4mpi"
+fi
 # reshard into an existing checkpoint is refused; a load refusal is exit 2.
 expect 2 "$d" reshard "$w/ck" --spec "$scenarios/tensors.json" -t tp=4 --out "$w/r4"
 expect 2 "$d" reshard "$w/ck" --spec "$w/spec.json" -t tp=5 --out "$w/r5"

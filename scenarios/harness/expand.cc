@@ -245,8 +245,7 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
   for (ObjectParam& o : state.objects) {
     if (dropped(o.object.key)) continue;
     auto it = grids.find(o.object.key);
-    if (it != grids.end() && it->second != o.object.global_shape)
-      continue;  // not reshardable
+    if (it != grids.end() && it->second != o.object.global_shape) continue;  // not reshardable
     o.object.data = nullptr;
     objects[o.path] = Node(std::move(o.object));
   }

@@ -11,8 +11,7 @@ namespace distckpt {
 
 bool FsdpEligible(const TensorSpec& spec) {
   if (spec.flatten || spec.pad_multiple > 0 || spec.split != SplitKind::kEven ||
-      spec.shape.empty() || spec.replica == ReplicaKind::kFlat || !spec.stack.empty() ||
-      spec.glu) {
+      spec.shape.empty() || spec.replica == ReplicaKind::kFlat || !spec.stack.empty() || spec.glu) {
     return false;
   }
   for (const auto& [axis, dims] : spec.shard) {

@@ -35,8 +35,8 @@ const StoredTensor* Find(const CheckpointMetadata& md, const std::string& key) {
 }
 
 [[noreturn]] void CannotInfer(const std::string& field, const std::string& why) {
-  Fail(ErrorKind::kInvalidArgument, "--spec gpt: cannot infer '{}': {}; pass --set {}=VALUE",
-       field, why, field);
+  Fail(ErrorKind::kInvalidArgument, "--spec gpt: cannot infer '{}': {}; pass --set {}=VALUE", field,
+       why, field);
 }
 
 // The size of axis `axis` counted from the end of `t`'s global shape.
@@ -106,8 +106,7 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
     if (!k.starts_with(per_layer)) continue;
     std::string rest = k.substr(per_layer.size());
     size_t dot = rest.find('.');
-    if (dot == 0 || dot == std::string::npos ||
-        rest.find_first_not_of("0123456789") != dot) {
+    if (dot == 0 || dot == std::string::npos || rest.find_first_not_of("0123456789") != dot) {
       continue;
     }
     int64_t g = std::stoll(rest.substr(0, dot));
@@ -154,18 +153,20 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
       model["glu"] = false;
     }
   }
-  if (router) model["experts"] = FromEnd(*router, 1);
-  else model["experts"] = 0;
+  if (router)
+    model["experts"] = FromEnd(*router, 1);
+  else
+    model["experts"] = 0;
 
   for (const auto& [field, value] : overrides) {
     if (field != "prefix") model[field] = value;
   }
   // Fields the generator needs and the shapes did not decide.
   const std::map<std::string, std::string> why = {
-      {"hidden", fmt::format("no '{}' or '{}' of the expected rank", key(kEmbedding),
-                             key(kFinalNorm))},
-      {"layers", fmt::format("no '{}input_layernorm.weight' or '{}<g>.*' keys", per_layer,
-                             per_layer)},
+      {"hidden",
+       fmt::format("no '{}' or '{}' of the expected rank", key(kEmbedding), key(kFinalNorm))},
+      {"layers",
+       fmt::format("no '{}input_layernorm.weight' or '{}<g>.*' keys", per_layer, per_layer)},
       {"ffn", "no linear_fc2 weight (dense or experts) found"},
       {"glu", "linear_fc1 rows are neither ffn nor 2*ffn"},
       {"vocab", fmt::format("no '{}' or '{}output_layer.weight'", key(kEmbedding), prefix)},

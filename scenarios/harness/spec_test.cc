@@ -179,9 +179,7 @@ TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
 TEST(SpecTest, OptimizerWithoutModelOrWithTensorsIsRefused) {
   // Before: an optimizer over plain tensors silently saved an empty optimizer.
   EXPECT_THAT(
-      [] {
-        Parse(R"({"tensors": [{"key": "w", "shape": [4]}], "optimizer": {"kind": "adam"}})");
-      },
+      [] { Parse(R"({"tensors": [{"key": "w", "shape": [4]}], "optimizer": {"kind": "adam"}})"); },
       ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer: the optimizer section applies"));
   EXPECT_THAT([] { Parse(R"({"optimizer": {"kind": "adam"}})"); },
               ThrowsError(ErrorKind::kInvalidArgument, "has no model"));

@@ -134,8 +134,8 @@ DataCheck VerifyData(const std::string& dir, Env* env) {
 }
 
 ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
-                          const std::string& topology, const std::string& out,
-                          const Format& format, StrictHandling strict, Communicator& comm) {
+                          const std::string& topology, const std::string& out, const Format& format,
+                          StrictHandling strict, Communicator& comm) {
   Scenario spec = request_spec;  // stored dtypes: a resharded checkpoint keeps them
   for (TensorSpec& t : spec.tensors) t.load_dtype.reset();
   auto start = std::chrono::steady_clock::now();

@@ -45,12 +45,12 @@ struct VerifyOptions {
 
 struct VerifyResult {
   bool ok = false;
-  std::string error;            // why it would not load (agreed over the ranks)
-  int ranks = 0;                // world size of the topology
-  uint64_t tensors = 0;         // requested ShardedTensors, summed over ranks
-  uint64_t objects = 0;         // requested ShardedObjects, summed over ranks
-  uint64_t bytes_needed = 0;    // stored bytes a load would read, summed over ranks
-  std::string missing, unexpected;  // return_* modes: sorted, comma-separated
+  std::string error;                  // why it would not load (agreed over the ranks)
+  int ranks = 0;                      // world size of the topology
+  uint64_t tensors = 0;               // requested ShardedTensors, summed over ranks
+  uint64_t objects = 0;               // requested ShardedObjects, summed over ranks
+  uint64_t bytes_needed = 0;          // stored bytes a load would read, summed over ranks
+  std::string missing, unexpected;    // return_* modes: sorted, comma-separated
   std::vector<std::string> warnings;  // log_* modes
   double seconds = 0;
 };
