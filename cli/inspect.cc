@@ -48,10 +48,8 @@ void CheckDataFiles(Env* env, const std::string& dir, const CheckpointMetadata& 
            path, size, n.end, n.item, n.end);
     }
   }
-  std::cout << fmt::format(
-      "check: {} data files present with the sizes the metadata implies
-      ",
-      files.size());
+  std::cout << fmt::format("check: {} data files present with the sizes the metadata implies\n",
+                           files.size());
 }
 
 }  // namespace
