@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
 
@@ -222,13 +220,7 @@ Scenario LoadRequestSpec(const std::string& spec, const CheckpointMetadata& md,
   if (!overrides.empty()) {
     Fail(ErrorKind::kInvalidArgument, "--set applies to --spec gpt only (spec {})", spec);
   }
-  std::ifstream in(spec);
-  if (!in) Fail(ErrorKind::kInvalidArgument, "cannot open spec file {}", spec);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json j = json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (j.is_discarded()) Fail(ErrorKind::kInvalidArgument, "{}: not valid JSON", spec);
-  return SpecFromJson(std::move(j), spec, md);
+  return SpecFromJson(ReadScenarioJson(spec), spec, md);
 }
 
 }  // namespace distckpt

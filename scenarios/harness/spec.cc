@@ -471,14 +471,18 @@ Scenario Scenario::FromJson(const json& j, const std::string& source) {
   });
 }
 
-Scenario Scenario::FromFile(const std::string& path) {
+json ReadScenarioJson(const std::string& path) {
   std::ifstream in(path);
   if (!in) Fail(ErrorKind::kInvalidArgument, "cannot open scenario file {}", path);
   std::stringstream buffer;
   buffer << in.rdbuf();
   json j = json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
   if (j.is_discarded()) Fail(ErrorKind::kInvalidArgument, "{}: not valid JSON", path);
-  return FromJson(j, path);
+  return j;
+}
+
+Scenario Scenario::FromFile(const std::string& path) {
+  return FromJson(ReadScenarioJson(path), path);
 }
 
 }  // namespace distckpt

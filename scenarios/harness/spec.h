@@ -155,6 +155,9 @@ struct Scenario {
   nlohmann::json ToJson(const std::string& description = "") const;
 };
 
+// The JSON of a scenario / spec file (comments allowed); errors name `path`.
+nlohmann::json ReadScenarioJson(const std::string& path);
+
 TensorSpec ParseTensorSpec(const nlohmann::json& json, const std::string& path);
 nlohmann::json TensorSpecToJson(const TensorSpec& spec);
 // An "optimizer" section (`full`) or a pair's load_optimizer overrides of

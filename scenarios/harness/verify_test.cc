@@ -17,6 +17,7 @@
 #include "engine/checkpoint_diff.h"
 #include "harness/request_spec.h"
 #include "harness/runner.h"
+#include "strategy/testing.h"
 
 namespace distckpt {
 namespace {
@@ -25,32 +26,16 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-// Forwards to the POSIX Env and counts the files opened for reading other
-// than the checkpoint's metadata (metadata.json, .metadata).
-class CountingEnv : public Env {
+// Counts the files opened for reading other than the checkpoint's
+// metadata (metadata.json, .metadata).
+class CountingEnv : public ForwardingEnv {
  public:
-  std::unique_ptr<WritableFile> NewWritableFile(const std::string& p) override {
-    return base_->NewWritableFile(p);
-  }
   std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& p) override {
     std::string name = fs::path(p).filename().string();
     if (name != "metadata.json" && name != ".metadata") ++data_opens;
     return base_->NewRandomAccessFile(p);
   }
-  bool FileExists(const std::string& p) override { return base_->FileExists(p); }
-  bool IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
-  uint64_t FileSize(const std::string& p) override { return base_->FileSize(p); }
-  std::vector<std::string> ListDir(const std::string& d) override { return base_->ListDir(d); }
-  void CreateDirs(const std::string& d) override { base_->CreateDirs(d); }
-  void RemoveFile(const std::string& p) override { base_->RemoveFile(p); }
-  void RemoveAll(const std::string& p) override { base_->RemoveAll(p); }
-  void RenameFile(const std::string& a, const std::string& b) override { base_->RenameFile(a, b); }
-  void SyncDir(const std::string& d) override { base_->SyncDir(d); }
-
   std::atomic<int> data_opens{0};
-
- private:
-  Env* base_ = Env::Default();
 };
 
 class VerifyTest : public ::testing::Test {
