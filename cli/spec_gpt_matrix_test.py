@@ -34,7 +34,7 @@ def main():
                                  capture_output=True, text=True)
             assert run.returncode in (0, 1), run.stderr
             pairs = json.load(open(report))["pairs"]
-            verdict = {(p["save"], p["load"]): p["ok"] for p in pairs}
+            verdict = {(p["save"], p["load"]): p["verdict"] == "ok" for p in pairs}
             for i, saved in enumerate(topologies):
                 dirs = glob.glob(os.path.join(work, "ck", "save-%d-*" % i))
                 if not dirs or not os.path.exists(os.path.join(dirs[0], "metadata.json")):

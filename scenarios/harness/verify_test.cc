@@ -101,7 +101,8 @@ TEST_F(VerifyTest, ThousandTensorsOpenNoDataFileAndTakeUnderOneSecond) {
   EXPECT_EQ(r.bytes_needed, 1000u * 8 * 4 * 4 * 2);  // two dp replicas read everything
   EXPECT_LT(seconds, 1.0);
   std::cout << fmt::format(
-      "verify of 1000 tensors under tp=4,dp=2: {:.3f} s, {} data files opened\n", seconds,
+      "verify of 1000 tensors: tp=4 {:.3f} s, tp=4,dp=2 {:.3f} s, {} data files opened\n", seconds,
+      eight_ranks,
       env.data_opens.load());
   // A load opens data files; the counter sees them.
   LoadVerdict(s, "tp=2", "tp=4,dp=2", dir, StrictHandling::kAssumeOkUnexpected);
