@@ -240,15 +240,18 @@ int RunCommand(const RunArgs& args) {
   std::cout << fmt::format("bytes read / needed over all loads: {} / {} ({})\n", read, needed,
                            Ratio(read, needed));
   std::cout << fmt::format("pairs: {} passed, {} failed\n", passed, results.size() - passed);
-  if (!args.report.empty()) {
-    std::ofstream out(args.report);
-    out << nlohmann::json{{"scenario", s.name},
-                          {"backend", args.backend},
-                          {"pairs", ResultsToJson(results)}}
-               .dump(2)
-        << "\n";
-    if (!out) Fail(ErrorKind::kIo, "cannot write report {}", args.report);
+  Report report;
+  report.command = "run";
+  report.title = fmt::format("scenario {} ({} backend, {} format{})", s.name, args.backend,
+                             args.format, matrix ? ", matrix" : "");
+  // The JSON report keeps its fields (scenario, backend, pairs) and gains the cases.
+  report.extra = {
+      {"scenario", s.name}, {"backend", args.backend}, {"pairs", ResultsToJson(results)}};
+  for (const PairResult& r : results) {
+    report.cases.push_back({"distckpt.run." + s.name, r.save + " -> " + r.load, r.ok, r.reason,
+                            r.save_report.seconds + r.load_report.seconds, nullptr});
   }
+  WriteReports({args.report, args.junit, args.markdown}, report);
   return passed == results.size() ? kExitOk : kExitVerdictFailed;
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/report.h"
 #include "harness/runner.h"
 
 namespace distckpt {
@@ -45,15 +46,44 @@ struct RunArgs {
   std::string report;
   std::string work_dir;
   bool keep = false;
+  std::string junit, markdown;  // CI reports (cli/report.h); `report` is the JSON one
+};
+
+struct VerifyArgs {
+  std::string dir;
+  std::vector<std::string> topologies;  // one verdict (report case) each
+  std::string spec;                     // a spec / scenario file, or "gpt"
+  std::vector<std::string> sets;        // --set field=value (--spec gpt)
+  std::string strict;                   // default: the spec's
+  std::string saved_topology;
+  bool data = false;  // also read every byte and check every checksum
+  ReportPaths reports;
+};
+
+struct ReshardArgs {
+  std::string dir, topology, spec, out;
+  std::vector<std::string> sets;
+  std::string format = "native";
+  std::string backend = "threads";
+  std::string strict;
 };
 
 int SaveCommand(const StepArgs& args);
 int LoadCommand(const StepArgs& args);
 int RunCommand(const RunArgs& args);
-int InspectCommand(const std::string& dir, bool json);
+// `check`: also every data file present with at least the bytes the
+// metadata places in it; exit 2 naming the file otherwise.
+int InspectCommand(const std::string& dir, bool json, bool check = false);
 // Compares two checkpoints in global space (any layouts and formats):
 // exit 0 when identical, 1 when they differ.
-int DiffCommand(const std::string& a, const std::string& b, double atol, double rtol);
+int DiffCommand(const std::string& a, const std::string& b, double atol, double rtol,
+                const ReportPaths& reports = {});
+// Metadata-only verdict per topology (harness/verify.h): 0 every topology
+// loads, 1 some would not, 2 bad input or (--data) a damaged byte.
+int VerifyCommand(const VerifyArgs& args);
+// Loads the spec's request from the checkpoint under a topology and saves
+// it there into --out (0 done, 2 failed).
+int ReshardCommand(const ReshardArgs& args);
 // Writes the full global tensor `key` (little-endian, stored dtype) to `out`.
 int DumpCommand(const std::string& dir, const std::string& key, const std::string& out);
 // verl per-rank FSDP files -> a checkpoint in `format` (engine/verl_convert.h).

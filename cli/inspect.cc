@@ -2,18 +2,64 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <map>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "format/format.h"
 #include "format/native/metadata_json.h"
 
 namespace distckpt {
+namespace {
 
-int InspectCommand(const std::string& dir, bool json) {
+// Every data file the metadata names exists and holds at least the bytes it
+// places there (stat only: no file is opened). Throws
+// CheckpointError(kCorruption) naming the file and an item stored in it.
+void CheckDataFiles(Env* env, const std::string& dir, const CheckpointMetadata& md) {
+  struct Need {
+    uint64_t end = 0;
+    std::string item;  // the item reaching furthest
+  };
+  std::map<std::string, Need> files;
+  auto need = [&](const std::string& file, uint64_t end, const std::string& item) {
+    Need& n = files[file];
+    if (end >= n.end) n = {end, item};
+  };
+  for (const auto& [key, t] : md.tensors) {
+    for (const StoredChunk& c : t.chunks) {
+      need(c.file, c.offset + c.length,
+           fmt::format("tensor '{}' chunk at {}", key, ShapeToString(c.box.offset)));
+    }
+  }
+  for (const auto& [unique_key, o] : md.objects) {
+    need(o.file, o.offset + o.length, fmt::format("object '{}'", unique_key));
+  }
+  for (const auto& [file, n] : files) {
+    const std::string path = JoinPath(dir, file);
+    if (!env->FileExists(path)) {
+      Fail(ErrorKind::kCorruption, "data file {} is missing (the metadata places {} in it)", path,
+           n.item);
+    }
+    uint64_t size = env->FileSize(path);
+    if (size < n.end) {
+      Fail(ErrorKind::kCorruption,
+           "data file {} is truncated: {} bytes, the metadata places {} bytes in it ({} ends at "
+           "byte {})",
+           path, size, n.end, n.item, n.end);
+    }
+  }
+  std::cout << fmt::format("check: {} data files present with the sizes the metadata implies\n",
+                           files.size());
+}
+
+}  // namespace
+
+int InspectCommand(const std::string& dir, bool json, bool check) {
   Env* env = Env::Default();
   const Format& format = DetectFormat(env, dir);
   std::unique_ptr<CheckpointReader> reader = format.OpenReader(env, dir);
   const CheckpointMetadata& md = reader->metadata();
+  if (check) CheckDataFiles(env, dir, md);
   if (json) {
     std::cout << MetadataToJson(md).dump(2) << "\n";
     return kExitOk;

@@ -1,4 +1,6 @@
 // distckpt: the command-line front end (see README.md for the contract).
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
@@ -54,6 +56,21 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
   }
 }
 
+void AddReportOptions(CLI::App* cmd, distckpt::ReportPaths& paths, const char* per) {
+  cmd->add_option("--report", paths.json, "write a JSON report here");
+  cmd->add_option("--junit", paths.junit,
+                  fmt::format("write a JUnit XML report (one testcase per {})", per));
+  cmd->add_option("--markdown", paths.markdown,
+                  "write a Markdown report (a table for a PR comment)");
+}
+
+void AddSpecOptions(CLI::App* cmd, std::string& spec, std::vector<std::string>& sets) {
+  cmd->add_option("--spec", spec,
+                  "request spec: a scenario / spec file, or gpt (inferred from the checkpoint)")
+      ->required();
+  cmd->add_option("--set", sets, "field=value for --spec gpt (repeatable)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +93,8 @@ int main(int argc, char** argv) {
   run->add_option("--work-dir", run_args.work_dir,
                   "where checkpoints are written (default: a temp dir)");
   run->add_flag("--keep", run_args.keep, "keep the checkpoints");
+  run->add_option("--junit", run_args.junit, "write a JUnit XML report (one testcase per pair)");
+  run->add_option("--markdown", run_args.markdown, "write a Markdown report (a table per pair)");
   CLI::App* save = app.add_subcommand("save", "save a scenario's state under a topology");
   AddStepOptions(save, save_args, false);
   CLI::App* load = app.add_subcommand(
@@ -84,6 +103,9 @@ int main(int argc, char** argv) {
   CLI::App* inspect = app.add_subcommand("inspect", "list what a checkpoint holds");
   inspect->add_option("dir", inspect_dir, "checkpoint directory")->required();
   inspect->add_flag("--json", inspect_json, "print the metadata as JSON");
+  bool inspect_check = false;
+  inspect->add_flag("--check", inspect_check,
+                    "also check every data file is present with the sizes the metadata implies");
   std::string diff_a, diff_b;
   double diff_atol = 0, diff_rtol = 0;
   CLI::App* diff =
@@ -92,6 +114,34 @@ int main(int argc, char** argv) {
   diff->add_option("b", diff_b, "second checkpoint directory")->required();
   diff->add_option("--atol", diff_atol, "absolute tolerance (default: bitwise equality)");
   diff->add_option("--rtol", diff_rtol, "relative tolerance");
+  distckpt::ReportPaths diff_reports;
+  AddReportOptions(diff, diff_reports, "key");
+
+  distckpt::VerifyArgs verify_args;
+  CLI::App* verify = app.add_subcommand(
+      "verify", "would a checkpoint load under a topology? (metadata only; --data: every byte)");
+  verify->add_option("dir", verify_args.dir, "checkpoint directory (native or DCP)")->required();
+  verify->add_option("--topology,-t", verify_args.topologies, "topology (repeatable)")->required();
+  AddSpecOptions(verify, verify_args.spec, verify_args.sets);
+  verify->add_option("--strict", verify_args.strict, "strict handling mode (default: the spec's)");
+  verify->add_option("--saved-topology", verify_args.saved_topology,
+                     "topology the checkpoint was saved under (default: recorded in it)");
+  verify->add_flag("--data", verify_args.data,
+                   "also read every stored byte once and check every checksum");
+  AddReportOptions(verify, verify_args.reports, "topology");
+
+  distckpt::ReshardArgs reshard_args;
+  CLI::App* reshard = app.add_subcommand(
+      "reshard", "load a spec's request from a checkpoint under a topology and save it there");
+  reshard->add_option("dir", reshard_args.dir, "checkpoint directory (native or DCP)")->required();
+  reshard->add_option("--topology,-t", reshard_args.topology, "topology to reshard to")->required();
+  AddSpecOptions(reshard, reshard_args.spec, reshard_args.sets);
+  reshard->add_option("--out,-o", reshard_args.out, "directory of the new checkpoint")->required();
+  reshard->add_option("--format", reshard_args.format, "native, dcp or dcp-1.13");
+  reshard->add_option("--backend", reshard_args.backend, "threads or mpi (run under mpirun)")
+      ->check(CLI::IsMember({"threads", "mpi"}));
+  reshard->add_option("--strict", reshard_args.strict,
+                      "strict handling mode (default: the spec's)");
   std::string dump_dir, dump_key, dump_out;
   CLI::App* dump =
       app.add_subcommand("dump", "write one global tensor (little-endian, stored dtype) to a file");
@@ -117,7 +167,8 @@ int main(int argc, char** argv) {
   }
 
   bool mpi = (save->parsed() && save_args.backend == "mpi") ||
-             (load->parsed() && load_args.backend == "mpi");
+             (load->parsed() && load_args.backend == "mpi") ||
+             (reshard->parsed() && reshard_args.backend == "mpi");
   try {
 #ifdef DISTCKPT_HAVE_MPI
     std::unique_ptr<distckpt::MpiSession> session;
@@ -128,10 +179,14 @@ int main(int argc, char** argv) {
     if (run->parsed()) return distckpt::RunCommand(run_args);
     if (save->parsed()) return distckpt::SaveCommand(save_args);
     if (load->parsed()) return distckpt::LoadCommand(load_args);
-    if (inspect->parsed()) return distckpt::InspectCommand(inspect_dir, inspect_json);
+    if (inspect->parsed())
+      return distckpt::InspectCommand(inspect_dir, inspect_json, inspect_check);
+    if (verify->parsed()) return distckpt::VerifyCommand(verify_args);
+    if (reshard->parsed()) return distckpt::ReshardCommand(reshard_args);
     if (dump->parsed()) return distckpt::DumpCommand(dump_dir, dump_key, dump_out);
     if (import_verl->parsed()) return distckpt::ImportVerlCommand(verl_src, verl_dir, verl_format);
-    if (diff->parsed()) return distckpt::DiffCommand(diff_a, diff_b, diff_atol, diff_rtol);
+    if (diff->parsed())
+      return distckpt::DiffCommand(diff_a, diff_b, diff_atol, diff_rtol, diff_reports);
   } catch (const distckpt::CheckpointError& e) {
     std::cerr << "distckpt: error (" << distckpt::ErrorKindName(e.kind()) << "): " << e.what()
               << "\n";

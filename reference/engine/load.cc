@@ -63,6 +63,12 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
   ReadShardsFn read = [&](const Node& sharded) {
     return ReadShardedState(*reader, sharded, options.verify, &result.summary);
   };
+  if (options.plan_only) {
+    AgreeOnOutcome(comm, [&] { PlanShardedState(*reader, pieces.sharded, &result.summary); });
+    result.summary.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
   Communicator& group = options.parallelization_group ? *options.parallelization_group : comm;
   Node loaded;
   if (options.two_stage) {

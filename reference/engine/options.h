@@ -74,6 +74,12 @@ struct LoadOptions {
   Communicator* parallelization_group = nullptr;
   ExchangeAlgorithm exchange = ExchangeAlgorithm::kBroadcast;
   DistributionCache* distribution_cache = nullptr;
+  // Plan only (`distckpt verify`): everything a load decides — strict
+  // handling, access validation, the plan of every requested shard (coverage,
+  // global shape, key lookup) — with the same rules and messages, but no data
+  // file is opened and nothing is read: the result's state_dict is empty and
+  // summary.bytes_needed counts the stored bytes a load would read.
+  bool plan_only = false;
   // Two-stage load (strategy/two_stage.h): within `parallelization_group`
   // (the DP group), the lowest rank holding a shard reads it and broadcasts
   // it, one shard at a time. Takes precedence over fully_parallel.

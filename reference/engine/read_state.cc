@@ -24,12 +24,22 @@ namespace {
        fmt::join(keys, ", "));
 }
 
-Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, VerifyPolicy policy,
-                  LoadSummary* summary) {
-  const CheckpointMetadata& md = reader.metadata();
+const StoredTensor& StoredFor(const CheckpointMetadata& md, const ShardedTensor& request) {
   auto it = md.tensors.find(request.key);
   if (it == md.tensors.end()) FailUnknownKey(md, request.key);
-  const StoredTensor& stored = it->second;
+  return it->second;
+}
+
+const StoredObject& StoredFor(const CheckpointMetadata& md, const ShardedObject& request) {
+  std::string unique_key = request.UniqueKey();
+  auto it = md.objects.find(unique_key);
+  if (it == md.objects.end()) FailUnknownKey(md, unique_key);
+  return it->second;
+}
+
+Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, VerifyPolicy policy,
+                  LoadSummary* summary) {
+  const StoredTensor& stored = StoredFor(reader.metadata(), request);
 
   Tensor dst = request.data;
   Shape local =
@@ -52,16 +62,13 @@ Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, Verify
 
 nlohmann::json LoadObject(CheckpointReader& reader, const ShardedObject& request,
                           LoadSummary* summary) {
-  const CheckpointMetadata& md = reader.metadata();
-  std::string unique_key = request.UniqueKey();
-  auto it = md.objects.find(unique_key);
-  if (it == md.objects.end()) FailUnknownKey(md, unique_key);
-  std::string payload = reader.ReadObject(it->second);
-  if (summary) summary->bytes_needed += it->second.length;
+  const StoredObject& stored = StoredFor(reader.metadata(), request);
+  std::string payload = reader.ReadObject(stored);
+  if (summary) summary->bytes_needed += stored.length;
   nlohmann::json value = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
-    Fail(ErrorKind::kCorruption, "object '{}' in {} is not valid JSON", unique_key,
-         it->second.file);
+    Fail(ErrorKind::kCorruption, "object '{}' in {} is not valid JSON", stored.unique_key,
+         stored.file);
   }
   return value;
 }
@@ -120,6 +127,25 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
     summary->chunks_unverified = stats.chunks_unverified;
   }
   return loaded;
+}
+
+void PlanShardedState(const CheckpointReader& reader, const Node& sharded, LoadSummary* summary) {
+  const CheckpointMetadata& md = reader.metadata();
+  ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
+    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
+      const StoredTensor& stored = StoredFor(md, *t);
+      TensorPlan plan = PlanTensorLoad(stored, *t);
+      if (summary) {
+        for (const ChunkPlan& c : plan.chunks) {
+          summary->bytes_needed += static_cast<uint64_t>(c.elements) * DTypeSize(stored.dtype);
+          summary->chunk_bytes += stored.chunks[c.chunk_index].length;
+        }
+      }
+    } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
+      const StoredObject& stored = StoredFor(md, *o);
+      if (summary) summary->bytes_needed += stored.length;
+    }
+  });
 }
 
 Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces,

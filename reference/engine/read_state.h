@@ -20,6 +20,10 @@ namespace distckpt {
 Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolicy policy,
                       LoadSummary* summary, int threads = 0);
 
+// The same lookups and plans as ReadShardedState (the same errors), reading
+// nothing: summary->bytes_needed counts the stored bytes a read would need.
+void PlanShardedState(const CheckpointReader& reader, const Node& sharded, LoadSummary* summary);
+
 // Megatron's load result (docs/megatron-semantics.md §3.1): the checkpoint's `common` state ∪ the
 // request's nonpersistent values ∪ `loaded`, then the factory merges;
 // request-only plain values are dropped.

@@ -123,11 +123,7 @@ RankState LoadSideState(const Scenario& s, const PairSpec* pair, const Topology&
                                pair ? pair->load_fsdp : std::nullopt);
   if (pair) {
     for (const TensorSpec& spec : pair->load_extra) {
-      for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-        std::string path = ParamPath(spec, t);
-        state.params.push_back(
-            {std::move(path), {std::move(t)}, LogicalShape(spec), spec.load_dtype});
-      }
+      for (Param& p : ExpandTensorParams(spec, topo, rank)) state.params.push_back(std::move(p));
     }
   }
   return state;
@@ -231,25 +227,25 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
 }
 
 Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& saved,
-                      const Topology& topo, int rank) {
+                      const Topology& topo, int rank, const RequestOptions& options) {
   RankState state = LoadSideState(s, pair, topo, rank);
   auto dropped = [&](const std::string& key) { return pair && pair->Drops(key, rank); };
   Dict tensors;
   for (const Param& param : state.params) {
     if (dropped(param.key())) continue;
     DType dtype = param.load_dtype.value_or(param.pieces.front().dtype);
-    bool zeros = param.pieces.front().allow_shape_mismatch;
+    bool zeros = param.pieces.front().allow_shape_mismatch && options.zero_fill;
     Tensor data =
         zeros ? Tensor::Zeros(dtype, DataShape(param)) : Tensor::Empty(dtype, DataShape(param));
     tensors[param.path] = LeafFor(param, std::move(data));
   }
-  SavedIndex index = IndexOf(s, saved);
+  std::map<std::string, Shape> grids =
+      options.stored_objects ? *options.stored_objects : IndexOf(s, saved).objects;
   Dict objects;
   for (ObjectParam& o : state.objects) {
     if (dropped(o.object.key)) continue;
-    auto it = index.objects.find(o.object.key);
-    if (it != index.objects.end() && it->second != o.object.global_shape)
-      continue;  // not reshardable
+    auto it = grids.find(o.object.key);
+    if (it != grids.end() && it->second != o.object.global_shape) continue;  // not reshardable
     o.object.data = nullptr;
     objects[o.path] = Node(std::move(o.object));
   }
@@ -259,6 +255,12 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
   if (s.optimizer) root["optimizer"] = std::move(state.optimizer);
   if (!s.fp8.empty()) root["fp8"] = BuildFp8Request(s, pair, topo, rank);
   return Node(std::move(root));
+}
+
+std::map<std::string, Shape> StoredObjectGrids(const CheckpointMetadata& md) {
+  std::map<std::string, Shape> grids;
+  for (const auto& [unique_key, o] : md.objects) grids.emplace(o.key, o.global_shape);
+  return grids;
 }
 
 void CheckOptimizerLoadable(const Scenario& s, const Node& saved_common, const Topology& topo) {

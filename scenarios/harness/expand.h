@@ -9,11 +9,13 @@
 #ifndef DISTCKPT_SCENARIO_EXPAND_H_
 #define DISTCKPT_SCENARIO_EXPAND_H_
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/load.h"
+#include "format/checkpoint_metadata.h"
 #include "harness/expand_tensor.h"
 #include "harness/param.h"
 #include "harness/rank_state.h"
@@ -27,11 +29,23 @@ namespace distckpt {
 // Rank `rank`'s state dict with generated values (and the pair's deliberate damage).
 Node BuildSaveState(const Scenario& scenario, const PairSpec* pair, const Topology& topology,
                     int rank);
+// How BuildLoadRequest builds a request for a real checkpoint (verify,
+// reshard): `stored_objects` (object key -> grid, from the checkpoint's
+// metadata) replaces the scenario's expansion under the saved topology;
+// `zero_fill` false leaves padded destinations uninitialised (a plan-only
+// load never touches them).
+struct RequestOptions {
+  const std::map<std::string, Shape>* stored_objects = nullptr;
+  bool zero_fill = true;
+};
+
 // Rank `rank`'s load request: destination buffers allocated, load_extra
 // added, load_drop removed; objects requested only when their grid is the
 // same under both topologies (objects cannot be resharded).
 Node BuildLoadRequest(const Scenario& scenario, const PairSpec* pair, const Topology& saved,
-                      const Topology& topology, int rank);
+                      const Topology& topology, int rank, const RequestOptions& options = {});
+// Object key -> grid (global_shape) of every object a checkpoint stores.
+std::map<std::string, Shape> StoredObjectGrids(const CheckpointMetadata& metadata);
 // Refuses to load a checkpoint whose optimizer format cannot follow the
 // change of topology (dp_reshardable under other TP/PP), before anything is
 // read; `saved_common` is the checkpoint's common state.

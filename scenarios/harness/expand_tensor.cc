@@ -168,6 +168,27 @@ Shape LogicalShape(const TensorSpec& spec) {
 }
 
 std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topo, int rank) {
+  if (spec.glu) {
+    // Each half expanded as its own tensor, then placed in the [W; V] tensor.
+    TensorSpec half = spec;
+    half.glu = false;
+    half.stack.clear();
+    half.shape[0] /= 2;
+    ShardedTensor w = ExpandTensor(half, topo, rank).front();
+    w.global_shape[0] *= 2;
+    if (w.axis_fragmentations) (*w.axis_fragmentations)[0] *= 2;
+    ShardedTensor v = w;
+    v.global_offset[0] += half.shape[0];
+    if (spec.stack.empty()) return {w, v};
+    std::vector<ShardedTensor> out;
+    std::vector<ShardedTensor> ws = Stacked(spec, topo, topo.Coords(rank), w);
+    std::vector<ShardedTensor> vs = Stacked(spec, topo, topo.Coords(rank), v);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      out.push_back(std::move(ws[i]));
+      out.push_back(std::move(vs[i]));
+    }
+    return out;
+  }
   RankCoords c = topo.Coords(rank);
   ShardedTensor t;
   t.key = spec.key;
@@ -205,6 +226,18 @@ std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& 
   }
   if (!spec.stack.empty()) return Stacked(spec, topo, c, t);
   return {t};
+}
+
+std::vector<Param> ExpandTensorParams(const TensorSpec& spec, const Topology& topo, int rank) {
+  std::vector<ShardedTensor> shards = ExpandTensor(spec, topo, rank);
+  std::vector<Param> params;
+  const size_t step = spec.glu ? 2 : 1;
+  for (size_t i = 0; i < shards.size(); i += step) {
+    Param p{ParamPath(spec, shards[i]), {}, LogicalShape(spec), spec.load_dtype};
+    for (size_t k = i; k < i + step; ++k) p.pieces.push_back(std::move(shards[k]));
+    params.push_back(std::move(p));
+  }
+  return params;
 }
 
 ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology& topo, int rank) {

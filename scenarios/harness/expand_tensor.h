@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/param.h"
 #include "harness/spec.h"
 #include "harness/values.h"
 #include "mapping/sharded_object.h"
@@ -25,7 +26,11 @@ namespace distckpt {
 // CheckpointError(kInvalidArgument) when the topology cannot split the
 // tensor ("tensor 'w' axis 0 of size 10 cannot be split evenly into
 // tp*dp=4 parts"), before anything is written.
+// With `glu`, each shard is two: W then V (see TensorSpec::glu).
 std::vector<ShardedTensor> ExpandTensor(const TensorSpec& spec, const Topology& topology, int rank);
+// ExpandTensor's shards as the rank's parameters: one per shard, or per
+// [W, V] pair of a GLU tensor (a factory of two pieces).
+std::vector<Param> ExpandTensorParams(const TensorSpec& spec, const Topology& topology, int rank);
 ShardedObject ExpandObject(const ObjectSpec& spec, uint64_t seed, const Topology& topology,
                            int rank);
 // `t` (no prepended axes yet) behind prepended axes of `sizes` at `index`

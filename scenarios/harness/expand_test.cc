@@ -35,6 +35,35 @@ TEST(ExpandTest, MegatronReplicaIdsForATpShardedTensor) {
   EXPECT_EQ(t.axis_fragmentations, (Shape{2, 1}));
 }
 
+// Megatron's apply_swiglu_sharded_factory: a rank holds [W_p; V_p], two
+// pieces of one parameter at offsets p*n and F/2 + p*n, 2*tp fragments each.
+TEST(ExpandTest, GluTensorIsWAndVHalvesEachSplitOverTp) {
+  TensorSpec spec = Spec(R"({"key": "fc1", "shape": [8, 2], "shard": {"0": "tp"}, "glu": true})");
+  Topology topo = Topology::Parse("tp=2");
+  std::vector<Param> params = ExpandTensorParams(spec, topo, 1);
+  ASSERT_EQ(params.size(), 1u);
+  ASSERT_EQ(params[0].pieces.size(), 2u);
+  const ShardedTensor& w = params[0].pieces[0];
+  const ShardedTensor& v = params[0].pieces[1];
+  EXPECT_EQ(w.global_shape, (Shape{8, 2}));
+  EXPECT_EQ(w.local_shape, (Shape{2, 2}));
+  EXPECT_EQ(w.global_offset, (Shape{2, 0}));
+  EXPECT_EQ(v.global_offset, (Shape{6, 0}));
+  EXPECT_EQ(w.axis_fragmentations, (Shape{4, 1}));
+  EXPECT_EQ(params[0].path, "fc1");
+  // Every rank's pieces tile the [W; V] tensor exactly once.
+  EXPECT_NO_THROW(ValidateShardingIntegrity(AllRanks(spec, Topology::Parse("tp=4"))));
+  TensorSpec stacked = Spec(
+      R"({"key": "s", "shape": [4, 2], "shard": {"0": "tp"}, "glu": true,
+          "stack": {"shape": [4], "over": "pp"}})");
+  std::vector<Param> layers = ExpandTensorParams(stacked, Topology::Parse("tp=2,pp=2"), 3);
+  ASSERT_EQ(layers.size(), 2u);  // pp rank 1 holds layers 2 and 3
+  EXPECT_EQ(layers[1].path, "s.3");
+  EXPECT_EQ(layers[1].pieces[1].global_offset, (Shape{3, 3, 0}));
+  EXPECT_THAT([] { Spec(R"({"key": "odd", "shape": [3, 2], "glu": true})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.glu: a GLU tensor needs an even axis 0"));
+}
+
 // Megatron's layer stacking: prepend_axis_num 1, layers in contiguous
 // blocks over the pp x vpp virtual stages (stage v*pp + pp_rank), the pp
 // coordinate no longer a replica component, each layer at "<key>.<layer>".

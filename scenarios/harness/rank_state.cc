@@ -11,7 +11,7 @@ namespace distckpt {
 
 bool FsdpEligible(const TensorSpec& spec) {
   if (spec.flatten || spec.pad_multiple > 0 || spec.split != SplitKind::kEven ||
-      spec.shape.empty() || spec.replica == ReplicaKind::kFlat || !spec.stack.empty()) {
+      spec.shape.empty() || spec.replica == ReplicaKind::kFlat || !spec.stack.empty() || spec.glu) {
     return false;
   }
   for (const auto& [axis, dims] : spec.shard) {
@@ -103,11 +103,7 @@ RankState ExpandRank(const Scenario& s, const Topology& topo, int rank,
                      std::optional<FsdpLayout> fsdp_override) {
   RankState state;
   for (const TensorSpec& spec : s.tensors) {
-    for (ShardedTensor& t : ExpandTensor(spec, topo, rank)) {
-      std::string path = ParamPath(spec, t);
-      state.params.push_back(
-          {std::move(path), {std::move(t)}, LogicalShape(spec), spec.load_dtype});
-    }
+    for (Param& p : ExpandTensorParams(spec, topo, rank)) state.params.push_back(std::move(p));
   }
   FsdpLayout fsdp = fsdp_override.value_or(s.fsdp);
   if (fsdp != FsdpLayout::kNone) ApplyFsdp(s, fsdp, topo, rank, state);

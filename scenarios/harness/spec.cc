@@ -321,10 +321,16 @@ OptimizerConfig ParseOptimizerConfig(const json& v, const std::string& path, Opt
 TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   Fields f(v, path,
            {"key", "shape", "dtype", "shard", "split", "flatten", "flatten_jitter", "pad_multiple",
-            "load_dtype", "replica", "stack"});
+            "load_dtype", "replica", "stack", "glu"});
   TensorSpec t;
   t.key = f.str("key");
   if (t.key.empty()) Fail(ErrorKind::kInvalidArgument, "{}: empty key", f.at("key"));
+  if (!f.has("shape")) {
+    Fail(ErrorKind::kInvalidArgument,
+         "{}: missing field 'shape' (it may be omitted only in a request spec given with a "
+         "checkpoint: verify, reshard)",
+         path);
+  }
   for (const json& d : f.array("shape")) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) {
       Fail(ErrorKind::kInvalidArgument, "{}: sizes must be non-negative integers", f.at("shape"));
@@ -385,6 +391,14 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   if (t.pad_multiple < 0 || (t.pad_multiple > 0 && t.shape.empty())) {
     Fail(ErrorKind::kInvalidArgument, "{}: must be positive and the tensor at least 1-d",
          f.at("pad_multiple"));
+  }
+  t.glu = f.boolean("glu", false);
+  if (t.glu && (t.shape.empty() || t.shape[0] % 2 != 0 || t.flatten || t.pad_multiple > 0 ||
+                t.split != SplitKind::kEven)) {
+    Fail(ErrorKind::kInvalidArgument,
+         "{}: a GLU tensor needs an even axis 0 ([W; V]), an even split, no flatten and no "
+         "pad_multiple (shape {})",
+         f.at("glu"), ShapeToString(t.shape));
   }
   if (f.has("stack")) {
     Fields sf(f.get("stack"), f.at("stack"), {"shape", "over"});
@@ -462,20 +476,35 @@ Scenario Scenario::FromJson(const json& j, const std::string& source) {
       }
     }
     if (f.has("strict")) s.strict = ParseStrictAt(f, "strict");
+    if (s.optimizer && (s.models.empty() || !s.tensors.empty())) {
+      // Optimizer state is expanded for the model generators' parameters
+      // only (rank_state.cc): refuse rather than save a silently empty one.
+      Fail(ErrorKind::kInvalidArgument,
+           "{}: the optimizer section applies to the parameters of \"model\" generators only; "
+           "{}",
+           f.at("optimizer"),
+           s.models.empty() ? "this scenario has no model, so its optimizer state would be empty"
+                            : "its \"tensors\" would get no optimizer state (move them to a "
+                              "scenario without an optimizer)");
+    }
     CheckFp8Keys(s);
     CheckFsdpCombinations(s);
     return s;
   });
 }
 
-Scenario Scenario::FromFile(const std::string& path) {
+json ReadScenarioJson(const std::string& path) {
   std::ifstream in(path);
   if (!in) Fail(ErrorKind::kInvalidArgument, "cannot open scenario file {}", path);
   std::stringstream buffer;
   buffer << in.rdbuf();
   json j = json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
   if (j.is_discarded()) Fail(ErrorKind::kInvalidArgument, "{}: not valid JSON", path);
-  return FromJson(j, path);
+  return j;
+}
+
+Scenario Scenario::FromFile(const std::string& path) {
+  return FromJson(ReadScenarioJson(path), path);
 }
 
 }  // namespace distckpt

@@ -59,6 +59,11 @@ struct TensorSpec {
   // numbers layers), so PP and VPP changes move indices between ranks;
   // nullopt: every rank holds every index.
   std::optional<MeshDim> stack_over;
+  // Megatron's SwiGLU linear_fc1 (apply_swiglu_sharded_factory): axis 0 is
+  // [W; V], each half split over axis 0's mesh dims, so a rank holds
+  // [W_p; V_p] saved as two pieces of one factory (W_p at offset p*n, V_p at
+  // shape[0]/2 + p*n, each of 2*parts fragments) and TP can change.
+  bool glu = false;
 };
 
 // A tensor of the "fp8" section: `tensor.dtype` is the nominal dtype.
@@ -149,6 +154,9 @@ struct Scenario {
   // back. `description` (optional) goes into the file's "description".
   nlohmann::json ToJson(const std::string& description = "") const;
 };
+
+// The JSON of a scenario / spec file (comments allowed); errors name `path`.
+nlohmann::json ReadScenarioJson(const std::string& path);
 
 TensorSpec ParseTensorSpec(const nlohmann::json& json, const std::string& path);
 nlohmann::json TensorSpecToJson(const TensorSpec& spec);

@@ -113,6 +113,7 @@ json TensorSpecToJson(const TensorSpec& spec) {
   if (spec.load_dtype) j["load_dtype"] = std::string(DTypeName(*spec.load_dtype));
   if (spec.replica != ReplicaKind::kMegatron)
     j["replica"] = std::string(ReplicaKindName(spec.replica));
+  if (spec.glu) j["glu"] = true;
   if (!spec.stack.empty()) {
     j["stack"] = {{"shape", spec.stack}};
     if (spec.stack_over) j["stack"]["over"] = std::string(MeshDimName(*spec.stack_over));

@@ -149,7 +149,8 @@ TEST(SpecTest, ParsesDamageVerifyLoadedOrRefusedAndPerRankDrops) {
 
 TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
   Scenario s = Parse(
-      R"({"optimizer": {"kind": "adam", "format": "dp_reshardable", "step": 4, "pad_divisor": 56},
+      R"({"model": {"kind": "gpt"},
+          "optimizer": {"kind": "adam", "format": "dp_reshardable", "step": 4, "pad_divisor": 56},
                          "pairs": [{"save": "dp=2", "load": "dp=3", "load_optimizer": {"pad_divisor": 40}}]})");
   ASSERT_TRUE(s.optimizer);
   EXPECT_EQ(s.optimizer->format, OptimFormat::kDpReshardable);
@@ -158,7 +159,7 @@ TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
   EXPECT_EQ(s.pairs[0].load_optimizer["pad_divisor"], 40);
   // FSDP with a model-space optimizer format.
   Scenario f = Parse(
-      R"({"optimizer": {"kind": "adam", "format": "fully_reshardable"},
+      R"({"model": {"kind": "gpt"}, "optimizer": {"kind": "adam", "format": "fully_reshardable"},
                          "fsdp": {"layout": "fsdp2"},
                          "pairs": [{"save": "dp=2", "load": "dp=4,dp_shard=2",
                                     "load_fsdp": {"layout": "megatron"}}]})");
@@ -190,6 +191,23 @@ TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
                   "pairs": [{"save": "dp=2", "load": "dp=2", "load_fsdp": {"layout": "fsdp2"}}]})");
       },
       ThrowsError(ErrorKind::kInvalidArgument, "cannot be combined with fsdp"));
+}
+
+TEST(SpecTest, OptimizerWithoutModelOrWithTensorsIsRefused) {
+  // Before: an optimizer over plain tensors silently saved an empty optimizer.
+  EXPECT_THAT(
+      [] { Parse(R"({"tensors": [{"key": "w", "shape": [4]}], "optimizer": {"kind": "adam"}})"); },
+      ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer: the optimizer section applies"));
+  EXPECT_THAT([] { Parse(R"({"optimizer": {"kind": "adam"}})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "has no model"));
+  EXPECT_THAT(
+      [] {
+        Parse(R"({"model": {"kind": "gpt"}, "tensors": [{"key": "w", "shape": [4]}],
+                  "optimizer": {"kind": "adam"}})");
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "would get no optimizer state"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w"}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "missing field 'shape'"));
 }
 
 TEST(SpecTest, MissingFileIsAnInputError) {

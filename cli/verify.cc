@@ -1,0 +1,129 @@
+// distckpt verify / reshard: a request spec checked against, or loaded from,
+// an existing checkpoint (harness/verify.h).
+#include "harness/verify.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "comm/thread_world.h"
+#include "core/error.h"
+#include "format/format.h"
+#include "harness/request_spec.h"
+#ifdef DISTCKPT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace distckpt {
+namespace {
+
+Scenario SpecOf(const std::string& dir, const std::string& spec,
+                const std::vector<std::string>& sets) {
+  Env* env = Env::Default();
+  std::unique_ptr<CheckpointReader> reader = DetectFormat(env, dir).OpenReader(env, dir);
+  return LoadRequestSpec(spec, reader->metadata(), ParseSpecOverrides(sets));
+}
+
+StrictHandling StrictOf(const std::string& flag, const Scenario& spec) {
+  return flag.empty() ? spec.strict : ParseStrictHandling(flag);
+}
+
+}  // namespace
+
+int VerifyCommand(const VerifyArgs& args) {
+  Scenario spec = SpecOf(args.dir, args.spec, args.sets);
+  if (args.spec == "gpt") {
+    std::cout << "spec gpt inferred: " << spec.ToJson().at("model").dump() << "\n";
+  }
+  VerifyOptions options;
+  options.strict = StrictOf(args.strict, spec);
+  options.saved_topology = args.saved_topology;
+  for (const std::string& t : args.topologies) Topology::Parse(t);  // bad input before any verdict
+  Report report;
+  report.command = "verify";
+  report.title = fmt::format("{} with spec {}", args.dir, args.spec);
+  for (const std::string& t : args.topologies) {
+    VerifyResult r = VerifyLoad(spec, args.dir, t, options);
+    std::string note = r.ok ? fmt::format(
+                                  "{} ranks, {} tensor and {} object requests, {} bytes "
+                                  "would be read",
+                                  r.ranks, r.tensors, r.objects, r.bytes_needed)
+                            : r.error;
+    if (r.ok && !r.missing.empty()) note += "; missing keys: " + r.missing;
+    if (r.ok && !r.unexpected.empty()) note += "; unexpected keys: " + r.unexpected;
+    if (r.ok) {
+      std::cout << fmt::format("verify {} under {}: loads ({}; metadata only, {:.3f} s)\n",
+                               args.dir, t, note, r.seconds);
+    } else {
+      std::cout << fmt::format("verify {} under {}: WOULD NOT LOAD: {}\n", args.dir, t, r.error);
+    }
+    for (const std::string& w : r.warnings) std::cout << "  warning: " << w << "\n";
+    report.cases.push_back({"distckpt.verify",
+                            t,
+                            r.ok,
+                            note,
+                            r.seconds,
+                            {{"ranks", r.ranks},
+                             {"tensors", r.tensors},
+                             {"objects", r.objects},
+                             {"bytes_needed", r.bytes_needed},
+                             {"missing", r.missing},
+                             {"unexpected", r.unexpected}}});
+  }
+  if (args.data) {
+    DataCheck data = VerifyData(args.dir);  // damage: CheckpointError naming file and key
+    std::cout << fmt::format(
+        "verify --data {}: {} chunks and {} objects, {} bytes read, every checksum matches\n",
+        args.dir, data.chunks, data.objects, data.bytes);
+    report.cases.push_back({"distckpt.verify",
+                            "data",
+                            true,
+                            fmt::format("{} chunks, {} objects, {} bytes: checksums match",
+                                        data.chunks, data.objects, data.bytes),
+                            0,
+                            {{"chunks", data.chunks}, {"bytes", data.bytes}}});
+  }
+  WriteReports(args.reports, report);
+  return report.failures() == 0 ? kExitOk : kExitVerdictFailed;
+}
+
+int ReshardCommand(const ReshardArgs& args) {
+  Scenario spec = SpecOf(args.dir, args.spec, args.sets);
+  StrictHandling strict = StrictOf(args.strict, spec);
+  const Format& format = FormatByName(args.format);
+  const int world = Topology::Parse(args.topology).world_size();
+  ReshardResult result;
+  bool prints = true;
+  auto step = [&](Communicator& comm) {
+    return ReshardRank(spec, args.dir, args.topology, args.out, format, strict, comm);
+  };
+  if (args.backend == "threads") {
+    std::vector<ReshardResult> results(world);
+    RunRanks(world, [&](Communicator& comm) { results[comm.rank()] = step(comm); });
+    result = results[0];
+  } else if (args.backend == "mpi") {
+#ifdef DISTCKPT_HAVE_MPI
+    std::unique_ptr<Communicator> comm = MpiWorld();
+    if (comm->size() != world) {
+      Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
+           comm->size());
+    }
+    result = step(*comm);
+    prints = comm->rank() == 0;
+#else
+    Fail(ErrorKind::kUnsupported, "this distckpt was built without MPI");
+#endif
+  } else {
+    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", args.backend);
+  }
+  if (prints) {
+    std::cout << fmt::format(
+        "resharded {} to {} under {} ({} format): {} bytes read, {} bytes written, {:.3f} s\n",
+        args.dir, args.out, args.topology, args.format, result.bytes_read, result.bytes_written,
+        result.seconds);
+  }
+  return kExitOk;
+}
+
+}  // namespace distckpt

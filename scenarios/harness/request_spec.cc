@@ -1,0 +1,226 @@
+#include "harness/request_spec.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "core/error.h"
+
+namespace distckpt {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kEmbedding = "embedding.word_embeddings.weight";
+constexpr std::string_view kFinalNorm = "decoder.final_layernorm.weight";
+
+// The prefixes of the GPT models a checkpoint holds ("" and e.g. "draft.").
+std::set<std::string> ModelPrefixes(const CheckpointMetadata& md) {
+  std::set<std::string> prefixes;
+  for (const auto& [key, t] : md.tensors) {
+    for (std::string_view suffix : {kEmbedding, kFinalNorm}) {
+      if (key.size() >= suffix.size() && key.ends_with(suffix))
+        prefixes.insert(key.substr(0, key.size() - suffix.size()));
+    }
+  }
+  return prefixes;
+}
+
+const StoredTensor* Find(const CheckpointMetadata& md, const std::string& key) {
+  auto it = md.tensors.find(key);
+  return it == md.tensors.end() ? nullptr : &it->second;
+}
+
+[[noreturn]] void CannotInfer(const std::string& field, const std::string& why) {
+  Fail(ErrorKind::kInvalidArgument, "--spec gpt: cannot infer '{}': {}; pass --set {}=VALUE", field,
+       why, field);
+}
+
+// The size of axis `axis` counted from the end of `t`'s global shape.
+int64_t FromEnd(const StoredTensor& t, size_t axis) {
+  return t.global_shape.size() > axis ? t.global_shape[t.global_shape.size() - 1 - axis] : -1;
+}
+
+}  // namespace
+
+SpecOverrides ParseSpecOverrides(const std::vector<std::string>& assignments) {
+  SpecOverrides out;
+  for (const std::string& a : assignments) {
+    size_t eq = a.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      Fail(ErrorKind::kInvalidArgument, "--set {}: expected field=value", a);
+    }
+    std::string value = a.substr(eq + 1);
+    json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+    out[a.substr(0, eq)] = parsed.is_discarded() ? json(value) : parsed;
+  }
+  return out;
+}
+
+json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides) {
+  auto given = [&](const std::string& field) { return overrides.count(field) > 0; };
+  std::string prefix;
+  if (given("prefix")) {
+    if (!overrides.at("prefix").is_string())
+      Fail(ErrorKind::kInvalidArgument, "--set prefix: expected a string");
+    prefix = overrides.at("prefix").get<std::string>();
+  } else {
+    std::set<std::string> prefixes = ModelPrefixes(md);
+    if (prefixes.empty()) {
+      CannotInfer("prefix", fmt::format("no key ends in '{}' or '{}': not a GPT checkpoint",
+                                        kEmbedding, kFinalNorm));
+    }
+    if (prefixes.size() > 1) {
+      CannotInfer("prefix", fmt::format("the checkpoint holds several GPT models (prefixes '{}')",
+                                        fmt::join(prefixes, "', '")));
+    }
+    prefix = *prefixes.begin();
+  }
+  auto key = [&](std::string_view name) { return prefix + std::string(name); };
+  json model = {{"kind", "gpt"}};
+  if (!prefix.empty()) model["prefix"] = prefix;
+
+  const StoredTensor* embedding = Find(md, key(kEmbedding));
+  const StoredTensor* output = Find(md, key("output_layer.weight"));
+  const StoredTensor* norm = Find(md, key(kFinalNorm));
+  const StoredTensor* vocab_source = embedding ? embedding : output;
+  if (vocab_source && vocab_source->global_shape.size() == 2) {
+    model["vocab"] = vocab_source->global_shape[0];  // padded rows: loads pad as needed
+    model["hidden"] = vocab_source->global_shape[1];
+    model["dtype"] = std::string(DTypeName(vocab_source->dtype));
+  } else if (norm && norm->global_shape.size() == 1) {
+    model["hidden"] = norm->global_shape[0];
+    model["dtype"] = std::string(DTypeName(norm->dtype));
+  }
+  model["tied"] = embedding != nullptr && output == nullptr;
+
+  // Layers: stacked on a prepended axis (homogeneous), or one key set per
+  // global layer ("decoder.layers.<g>.", Megatron's non-homogeneous MoE).
+  const StoredTensor* stacked_norm = Find(md, key("decoder.layers.input_layernorm.weight"));
+  const std::string per_layer = key("decoder.layers.");
+  std::set<int64_t> layer_numbers, moe_layers;
+  for (const auto& [k, t] : md.tensors) {
+    if (!k.starts_with(per_layer)) continue;
+    std::string rest = k.substr(per_layer.size());
+    size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos || rest.find_first_not_of("0123456789") != dot) {
+      continue;
+    }
+    int64_t g = std::stoll(rest.substr(0, dot));
+    layer_numbers.insert(g);
+    if (rest.substr(dot + 1) == "mlp.router.weight") moe_layers.insert(g);
+  }
+  const StoredTensor* fc1 = nullptr;
+  const StoredTensor* fc2 = nullptr;
+  const StoredTensor* router = nullptr;
+  if (stacked_norm) {
+    model["layers"] = stacked_norm->global_shape.at(0);
+    fc1 = Find(md, key("decoder.layers.mlp.linear_fc1.weight"));
+    fc2 = Find(md, key("decoder.layers.mlp.linear_fc2.weight"));
+    router = Find(md, key("decoder.layers.mlp.router.weight"));
+    if (router) {
+      fc1 = Find(md, key("decoder.layers.mlp.experts.linear_fc1.weight"));
+      fc2 = Find(md, key("decoder.layers.mlp.experts.linear_fc2.weight"));
+      model["moe_layer_freq"] = 1;
+    }
+  } else if (!layer_numbers.empty()) {
+    int64_t layers = *layer_numbers.rbegin() + 1;
+    model["layers"] = layers;
+    json freq = json::array();
+    for (int64_t g = 0; g < layers; ++g) freq.push_back(moe_layers.count(g) ? 1 : 0);
+    model["moe_layer_freq"] = freq;
+    for (int64_t g = 0; g < layers && !(fc1 && router); ++g) {
+      const std::string p = fmt::format("{}{}.mlp.", per_layer, g);
+      if (moe_layers.count(g)) {
+        router = Find(md, p + "router.weight");
+        if (!fc1) fc1 = Find(md, p + "experts.linear_fc1.weight");
+        if (!fc2) fc2 = Find(md, p + "experts.linear_fc2.weight");
+      } else if (!fc1) {
+        fc1 = Find(md, p + "linear_fc1.weight");
+        fc2 = Find(md, p + "linear_fc2.weight");
+      }
+    }
+  }
+  if (fc2 && FromEnd(*fc2, 0) > 0) model["ffn"] = FromEnd(*fc2, 0);
+  if (fc1 && model.contains("ffn")) {
+    int64_t rows = FromEnd(*fc1, 1), ffn = model["ffn"].get<int64_t>();
+    if (rows == 2 * ffn) {
+      model["glu"] = true;
+    } else if (rows == ffn) {
+      model["glu"] = false;
+    }
+  }
+  if (router)
+    model["experts"] = FromEnd(*router, 1);
+  else
+    model["experts"] = 0;
+
+  for (const auto& [field, value] : overrides) {
+    if (field != "prefix") model[field] = value;
+  }
+  // Fields the generator needs and the shapes did not decide.
+  const std::map<std::string, std::string> why = {
+      {"hidden",
+       fmt::format("no '{}' or '{}' of the expected rank", key(kEmbedding), key(kFinalNorm))},
+      {"layers",
+       fmt::format("no '{}input_layernorm.weight' or '{}<g>.*' keys", per_layer, per_layer)},
+      {"ffn", "no linear_fc2 weight (dense or experts) found"},
+      {"glu", "linear_fc1 rows are neither ffn nor 2*ffn"},
+      {"vocab", fmt::format("no '{}' or '{}output_layer.weight'", key(kEmbedding), prefix)},
+      {"heads",
+       "linear_qkv is [3*hidden, hidden] for any head count, so the shapes do not decide it"},
+  };
+  for (const auto& [field, reason] : why) {
+    if (!model.contains(field)) CannotInfer(field, reason);
+  }
+  return model;
+}
+
+Scenario SpecFromJson(json spec, const std::string& source, const CheckpointMetadata& md) {
+  if (spec.is_object() && spec.contains("tensors") && spec["tensors"].is_array()) {
+    json& tensors = spec["tensors"];
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      json& t = tensors[i];
+      if (!t.is_object() || !t.contains("key") || !t["key"].is_string()) continue;
+      const std::string k = t["key"].get<std::string>();
+      const StoredTensor* stored = Find(md, k);
+      if (stored && !t.contains("dtype")) t["dtype"] = std::string(DTypeName(stored->dtype));
+      if (t.contains("shape")) continue;
+      if (!stored) {
+        Fail(ErrorKind::kInvalidArgument,
+             "{}: $.tensors[{}]: key '{}' is not in the checkpoint, so its omitted shape cannot "
+             "be taken from it",
+             source, i, k);
+      }
+      size_t stack = 0;
+      if (t.contains("stack") && t["stack"].is_object() && t["stack"].contains("shape") &&
+          t["stack"]["shape"].is_array()) {
+        stack = t["stack"]["shape"].size();
+      }
+      if (stack > stored->global_shape.size()) {
+        Fail(ErrorKind::kInvalidArgument,
+             "{}: $.tensors[{}]: key '{}' is stored with shape {}, fewer axes than its {} stack "
+             "axes",
+             source, i, k, ShapeToString(stored->global_shape), stack);
+      }
+      t["shape"] = Shape(stored->global_shape.begin() + static_cast<std::ptrdiff_t>(stack),
+                         stored->global_shape.end());
+    }
+  }
+  return Scenario::FromJson(spec, source);
+}
+
+Scenario LoadRequestSpec(const std::string& spec, const CheckpointMetadata& md,
+                         const SpecOverrides& overrides) {
+  if (spec == "gpt") {
+    json model = InferGptModel(md, overrides);
+    return Scenario::FromJson({{"name", "gpt (inferred)"}, {"model", model}}, "--spec gpt");
+  }
+  if (!overrides.empty()) {
+    Fail(ErrorKind::kInvalidArgument, "--set applies to --spec gpt only (spec {})", spec);
+  }
+  return SpecFromJson(ReadScenarioJson(spec), spec, md);
+}
+
+}  // namespace distckpt

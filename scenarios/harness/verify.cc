@@ -1,0 +1,174 @@
+#include "harness/verify.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <vector>
+
+#include "comm/thread_world.h"
+#include "core/error.h"
+#include "engine/common_state.h"
+#include "engine/load.h"
+#include "engine/save.h"
+#include "harness/expand.h"
+#include "harness/resave.h"
+#include "mapping/dict_utils.h"
+
+namespace distckpt {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Joined(const std::set<std::string>& keys) {
+  return fmt::format("{}", fmt::join(keys, ","));
+}
+
+// Rank `rank`'s request for a real checkpoint: objects only where the
+// stored grid matches (objects cannot be resharded), no zero fill.
+Node RequestFor(const Scenario& spec, const CheckpointMetadata& md, const Topology& saved,
+                const Topology& topo, int rank, bool zero_fill) {
+  std::map<std::string, Shape> grids = StoredObjectGrids(md);
+  RequestOptions options{&grids, zero_fill};
+  return BuildLoadRequest(spec, nullptr, saved, topo, rank, options);
+}
+
+// The saved topology for BuildLoadRequest (used only for object grids, which
+// come from the metadata here): the given one, the recorded one, or T.
+Topology SavedTopology(const VerifyOptions& options, const CheckpointMetadata& md,
+                       const Topology& topo) {
+  if (!options.saved_topology.empty()) return Topology::Parse(options.saved_topology);
+  if (!md.topology.empty()) return Topology::Parse(md.topology);
+  return topo;
+}
+
+}  // namespace
+
+VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std::string& topology,
+                        const VerifyOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  Env* env = options.env ? options.env : Env::Default();
+  const Topology topo = Topology::Parse(topology);
+  std::unique_ptr<CheckpointReader> reader = DetectFormat(env, dir).OpenReader(env, dir);
+  const CheckpointMetadata& md = reader->metadata();
+  const Topology saved = SavedTopology(options, md, topo);
+
+  VerifyResult result;
+  result.ranks = topo.world_size();
+  std::vector<LoadResult> loads(result.ranks);
+  std::vector<uint64_t> tensors(result.ranks), objects(result.ranks);
+  // A rank that throws aborts the world (the others' collectives throw
+  // kComm); every refusal below is agreed, so each rank holds the same one.
+  std::vector<RankOutcome> outcomes = RunRanksCollect(result.ranks, [&](Communicator& comm) {
+    const int rank = comm.rank();
+    Node request;
+    AgreeOnOutcome(comm, [&] {
+      // The same refusal a load gives before reading anything.
+      if (spec.optimizer) CheckOptimizerLoadable(spec, CommonFromJson(md.common), topo);
+      request = RequestFor(spec, md, saved, topo, rank, /*zero_fill=*/false);
+    });
+    LoadOptions load;
+    load.env = env;
+    load.strict = options.strict;
+    load.plan_only = true;
+    loads[rank] = Load(request, dir, comm, load);
+    LoadPieces pieces = LoadPreprocess(request);
+    ForEachLeaf(pieces.sharded, [&](const NodePath&, const Node& leaf) {
+      tensors[rank] += leaf.is<ShardedTensor>();
+      objects[rank] += leaf.is<ShardedObject>();
+    });
+  });
+  std::string comm_error;
+  for (const RankOutcome& o : outcomes) {
+    if (!o.error) continue;
+    try {
+      std::rethrow_exception(o.error);
+    } catch (const CheckpointError& e) {
+      if (e.kind() != ErrorKind::kComm && result.error.empty()) result.error = e.what();
+      if (comm_error.empty()) comm_error = e.what();
+    } catch (const std::exception& e) {
+      if (result.error.empty()) result.error = fmt::format("rank {}: {}", o.rank, e.what());
+    }
+  }
+  if (result.error.empty()) result.error = comm_error;
+  result.ok = result.error.empty();
+  std::set<std::string> missing, unexpected;
+  for (int r = 0; r < result.ranks; ++r) {
+    result.tensors += tensors[r];
+    result.objects += objects[r];
+    result.bytes_needed += loads[r].summary.bytes_needed;
+    missing.insert(loads[r].mismatch.missing.begin(), loads[r].mismatch.missing.end());
+    unexpected.insert(loads[r].mismatch.unexpected.begin(), loads[r].mismatch.unexpected.end());
+    for (const std::string& w : loads[r].summary.warnings)
+      result.warnings.push_back(fmt::format("rank {}: {}", r, w));
+  }
+  result.missing = Joined(missing);
+  result.unexpected = Joined(unexpected);
+  result.seconds = SecondsSince(start);
+  return result;
+}
+
+DataCheck VerifyData(const std::string& dir, Env* env) {
+  if (!env) env = Env::Default();
+  std::unique_ptr<CheckpointReader> reader = DetectFormat(env, dir).OpenReader(env, dir);
+  const CheckpointMetadata& md = reader->metadata();
+  DataCheck check;
+  std::vector<std::byte> buffer;
+  for (const auto& [key, tensor] : md.tensors) {
+    for (const StoredChunk& chunk : tensor.chunks) {
+      buffer.resize(chunk.length);
+      ReadRun run{0, chunk.length, buffer.data()};
+      reader->ReadChunk(tensor, chunk, {&run, 1}, VerifyPolicy::kAlways);
+      ++check.chunks;
+      check.bytes += chunk.length;
+    }
+  }
+  for (const auto& [unique_key, object] : md.objects) {
+    reader->ReadObject(object);
+    ++check.objects;
+    check.bytes += object.length;
+  }
+  return check;
+}
+
+ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
+                          const std::string& topology, const std::string& out, const Format& format,
+                          StrictHandling strict, Communicator& comm) {
+  Scenario spec = request_spec;  // stored dtypes: a resharded checkpoint keeps them
+  for (TensorSpec& t : spec.tensors) t.load_dtype.reset();
+  auto start = std::chrono::steady_clock::now();
+  Env* env = Env::Default();
+  Topology topo;
+  std::unique_ptr<CheckpointReader> reader;
+  Node request;
+  AgreeOnOutcome(comm, [&] {
+    topo = Topology::Parse(topology);
+    if (topo.world_size() != comm.size()) {
+      Fail(ErrorKind::kInvalidArgument, "topology {} needs {} ranks, but {} are running", topology,
+           topo.world_size(), comm.size());
+    }
+    reader = DetectFormat(env, dir).OpenReader(env, dir);
+    const CheckpointMetadata& md = reader->metadata();
+    if (spec.optimizer) CheckOptimizerLoadable(spec, CommonFromJson(md.common), topo);
+    Topology saved = md.topology.empty() ? topo : Topology::Parse(md.topology);
+    request = RequestFor(spec, md, saved, topo, comm.rank(), /*zero_fill=*/true);
+  });
+  LoadOptions load;
+  load.strict = strict;
+  LoadResult loaded = Load(request, dir, comm, load);
+  SaveOptions save;
+  save.format = &format;
+  save.topology = topo.ToString();
+  SaveSummary written = Save(ResaveState(request, loaded.state_dict), out, comm, save);
+  ReshardResult result;
+  result.bytes_read = static_cast<uint64_t>(
+      comm.AllReduceOne(static_cast<int64_t>(loaded.summary.bytes_read), ReduceOp::kSum));
+  result.bytes_written = static_cast<uint64_t>(
+      comm.AllReduceOne(static_cast<int64_t>(written.bytes_written), ReduceOp::kSum));
+  result.seconds = SecondsSince(start);
+  return result;
+}
+
+}  // namespace distckpt

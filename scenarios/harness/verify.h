@@ -1,0 +1,82 @@
+// Checks against an existing checkpoint (`distckpt verify`, `reshard`):
+//
+// VerifyLoad answers "would this checkpoint load under topology T with this
+// request spec?" from metadata only. Every rank of T (threads) builds its
+// request from the spec and runs the load with LoadOptions::plan_only: the
+// same strict handling, access validation and per-shard planning (key
+// lookup, global shape, coverage by stored chunks) as a load, with the same
+// messages, and no chunk read. Before that, the optimizer-format check of a
+// load (dp_reshardable under another TP/PP is refused, as Megatron does) and
+// the spec's divisibility checks (naming key or field, axis and sizes). A
+// native checkpoint's data files are not opened at all; a DCP checkpoint's
+// common state is read as opening one does (common.pt or the common_state
+// item), never a tensor item.
+//
+// VerifyData reads every stored byte once (chunk by chunk, bounded memory)
+// and checks every checksum (native xxHash3, DCP zip CRC32); damage throws
+// CheckpointError(kCorruption) naming file and key.
+//
+// Reshard loads, on every rank of T, the spec's request from the checkpoint
+// (real stored values, nothing generated; tensors in their stored dtype,
+// the spec's load_dtype ignored) and saves it under T into `out`. Objects
+// whose grid changes under T are not requested (objects cannot be
+// resharded), so they are absent from `out`.
+//
+// Thread-safety: reentrant (distinct output directories).
+#ifndef DISTCKPT_SCENARIO_VERIFY_H_
+#define DISTCKPT_SCENARIO_VERIFY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "comm/communicator.h"
+#include "format/format.h"
+#include "harness/spec.h"
+#include "io/env.h"
+#include "mapping/strict.h"
+
+namespace distckpt {
+
+struct VerifyOptions {
+  StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
+  std::string saved_topology;  // "" = the one the checkpoint records (may be none)
+  Env* env = nullptr;          // nullptr = Env::Default()
+};
+
+struct VerifyResult {
+  bool ok = false;
+  std::string error;                  // why it would not load (agreed over the ranks)
+  int ranks = 0;                      // world size of the topology
+  uint64_t tensors = 0;               // requested ShardedTensors, summed over ranks
+  uint64_t objects = 0;               // requested ShardedObjects, summed over ranks
+  uint64_t bytes_needed = 0;          // stored bytes a load would read, summed over ranks
+  std::string missing, unexpected;    // return_* modes: sorted, comma-separated
+  std::vector<std::string> warnings;  // log_* modes
+  double seconds = 0;
+};
+
+// Throws CheckpointError for bad input (the checkpoint cannot be opened, the
+// topology string is invalid); every reason the load would fail is a
+// result with ok = false.
+VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std::string& topology,
+                        const VerifyOptions& options = {});
+
+struct DataCheck {
+  uint64_t chunks = 0, objects = 0, bytes = 0;
+};
+DataCheck VerifyData(const std::string& dir, Env* env = nullptr);
+
+struct ReshardResult {
+  uint64_t bytes_read = 0, bytes_written = 0;
+  double seconds = 0;
+};
+// One rank's part (collective over `comm`, whose size is T's world size).
+// Throws CheckpointError (agreed by every rank) when the load or the save
+// fails; `out` then holds no committed checkpoint.
+ReshardResult ReshardRank(const Scenario& spec, const std::string& dir, const std::string& topology,
+                          const std::string& out, const Format& format, StrictHandling strict,
+                          Communicator& comm);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_SCENARIO_VERIFY_H_
