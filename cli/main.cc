@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/hf.h"
 #include "core/error.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
@@ -135,6 +136,19 @@ int main(int argc, char** argv) {
   manage->add_option("--keep", manage_args.keep, "prune: keep the last K");
   manage->add_option("--retain-interval", manage_args.retain_interval, "prune: keep multiples of R");
 
+  distckpt::ExportArgs export_args;
+  CLI::App* exp = app.add_subcommand(
+      "export", "a checkpoint (any topology, format) to Hugging Face safetensors shards");
+  exp->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
+  exp->add_option("--to", export_args.to, "hf")->check(CLI::IsMember({"hf"}));
+  exp->add_option("out", export_args.out, "output directory")->required();
+  exp->add_option("--spec", export_args.spec,
+                  "model fields: a JSON spec or scenario file (layers, hidden, heads, "
+                  "query_groups, ffn, vocab, glu, tied, prefix)")
+      ->required();
+  exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
+  exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -155,6 +169,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) return distckpt::RunCommand(run_args);
     if (save->parsed()) return distckpt::SaveCommand(save_args);
     if (load->parsed()) return distckpt::LoadCommand(load_args);
+    if (exp->parsed()) return distckpt::ExportCommand(export_args);
     if (train->parsed()) return distckpt::TrainCommand(train_args);
     if (manage->parsed()) return distckpt::ManageCommand(manage_args);
     if (inspect->parsed()) return distckpt::InspectCommand(inspect_dir, inspect_json);
