@@ -67,6 +67,12 @@ struct ImportArgs {
 // Parses "5GB", "500MB", "100KB", "123" (bytes; decimal units as HF's).
 uint64_t ParseByteSize(const std::string& text);
 
+struct ExportSummary {
+  size_t tensors = 0, files = 0;
+  uint64_t total_bytes = 0, largest_tensor_bytes = 0;
+};
+// Streams the export: one HF tensor's buffer in memory at a time.
+ExportSummary ExportToHf(const ExportArgs& args);
 int ExportCommand(const ExportArgs& args);
 
 }  // namespace distckpt

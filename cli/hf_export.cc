@@ -7,7 +7,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
 #include "cli/hf.h"
 #include "core/error.h"
 #include "engine/metadata_api.h"
@@ -231,9 +230,7 @@ uint64_t ParseByteSize(const std::string& text) {
   return value * it->second;
 }
 
-namespace {
-
-int ExportHf(const ExportArgs& args) {
+ExportSummary ExportToHf(const ExportArgs& args) {
   Env* env = Env::Default();
   GptExportSpec spec = GptExportSpecFromFile(args.spec);
   const uint64_t max_shard = ParseByteSize(args.max_shard_size);
@@ -285,11 +282,14 @@ int ExportHf(const ExportArgs& args) {
         request.axis_fragmentations.reset();
         request.flattened_range.reset();
         request.prepend_axis_num = 0;
-        request.data = Tensor::Empty(dtype, p.shape);
+        // Read straight into the tensor's buffer (no second copy).
+        request.data = Tensor::Wrap(buffer.data() + offset, dtype, p.shape);
         Node loaded = ReadShardedState(*reader, Node(Dict{{"t", Node(request)}}),
                                        VerifyPolicy::kWhenWhole, nullptr, 1);
         const Tensor& got = loaded.at("t").as<Tensor>();
-        std::copy(got.data(), got.data() + got.nbytes(), buffer.data() + offset);
+        if (got.data() != buffer.data() + offset) {
+          std::copy(got.data(), got.data() + got.nbytes(), buffer.data() + offset);
+        }
         offset += got.nbytes();
       }
       writer.Append(buffer.bytes());
@@ -313,16 +313,17 @@ int ExportHf(const ExportArgs& args) {
       {"hidden_act", spec.glu ? "silu" : "gelu"},
       {"torch_dtype", plan.empty() ? "float32" : std::string(DTypeName(dtype_of(plan[0])))}};
   WriteFileAtomic(env, JoinPath(args.out, "config.json"), config.dump(2) + "\n");
-  std::cout << fmt::format(
-      "exported {} tensors ({} bytes) from {} to {}: {} file(s), largest tensor {} bytes\n",
-      plan.size(), total, args.checkpoint, args.out, files.size(), largest);
-  return kExitOk;
+  return {plan.size(), files.size(), total, largest};
 }
 
-}  // namespace
-
 int ExportCommand(const ExportArgs& args) {
-  if (args.to == "hf") return ExportHf(args);
+  if (args.to == "hf") {
+    ExportSummary s = ExportToHf(args);
+    std::cout << fmt::format(
+        "exported {} tensors ({} bytes) from {} to {}: {} file(s), largest tensor {} bytes\n",
+        s.tensors, s.total_bytes, args.checkpoint, args.out, s.files, s.largest_tensor_bytes);
+    return 0;  // kExitOk
+  }
   Fail(ErrorKind::kUnsupported, "export --to {}: only hf is implemented", args.to);
 }
 

@@ -177,10 +177,10 @@ TEST(Manager, FailedTrackerWriteKeepsThePreviousCheckpoint) {
     CheckpointManager m(o, comm);
     m.Save(1, StateOf({""}, comm.rank(), 1));
     comm.Barrier();
-    if (comm.rank() == 0) env.FailPathsContaining("latest_checkpointed_iteration");
+    if (comm.rank() == 0) env.FailPathsContaining("latest_checkpointed_iteration.txt.tmp");
     comm.Barrier();
     EXPECT_THAT([&] { m.Save(2, StateOf({""}, comm.rank(), 2)); },
-                ThrowsError(ErrorKind::kIo, "latest_checkpointed_iteration"));
+                ThrowsError(ErrorKind::kIo, "latest_checkpointed_iteration.txt.tmp"));
   });
   Catalog c = ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron);
   EXPECT_EQ(c.tracker, (Tracker{1, false}));

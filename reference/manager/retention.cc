@@ -16,8 +16,9 @@ std::vector<int64_t> SupersededIterations(const RetentionPolicy& policy,
   if (policy.keep_last == 0 && policy.retain_interval == 0) return {};
   std::vector<int64_t> candidates;  // superseded or the committed one
   for (int64_t it : complete) {
-    if (it <= committed) candidates.push_back(it);
+    if (it < committed) candidates.push_back(it);
   }
+  candidates.push_back(committed);  // complete by definition: it counts toward keep_last
   std::set<int64_t> keep{committed};
   const size_t last = policy.keep_last > 0 ? static_cast<size_t>(policy.keep_last) : 1;
   for (size_t i = 0; i < candidates.size() && i < last; ++i) {
