@@ -23,10 +23,10 @@ int main(int argc, char** argv) {
   fs::path work = argc > 1 ? fs::path(argv[1]) : fs::temp_directory_path() / "distckpt-hf-bench";
   fs::remove_all(work);
   fs::create_directories(work);
-  const nlohmann::json model = {{"kind", "gpt"}, {"layers", 8},   {"hidden", 512},
-                                {"ffn", 1408},   {"heads", 8},    {"query_groups", 2},
-                                {"vocab", 8000}, {"vocab_multiple", 64},
-                                {"glu", true},   {"tied", false}, {"dtype", "bf16"}};
+  const nlohmann::json model = {{"kind", "gpt"}, {"layers", 8},          {"hidden", 512},
+                                {"ffn", 1408},   {"heads", 8},           {"query_groups", 2},
+                                {"vocab", 8000}, {"vocab_multiple", 64}, {"glu", true},
+                                {"tied", false}, {"dtype", "bf16"}};
   const std::string spec = (work / "spec.json").string();
   std::ofstream(spec) << nlohmann::json{{"model", model}}.dump();
   Scenario s = Scenario::FromJson(

@@ -54,7 +54,7 @@ struct TrainArgs {
   std::string topology = "tp=1";
   std::string backend = "threads";
   std::string format = "native";
-  std::string resume;  // "" = start from scratch
+  std::string resume;                // "" = start from scratch
   std::string components = "actor";  // verl
   std::string save_contents = "model,optimizer,extra";
   std::string load_contents = "model,optimizer,extra";

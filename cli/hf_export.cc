@@ -43,8 +43,9 @@ class Planner {
         const std::string name = std::string("self_attention.linear_qkv.") + suffix;
         const bool required = std::string_view(suffix) == "weight";
         if (!required && !LayerKeyOf(i, name)) continue;
-        ExpectRows(i, name, s_.query_groups * per,
-                   fmt::format("heads={} query_groups={} head_dim={}", s_.heads, s_.query_groups, d));
+        ExpectRows(
+            i, name, s_.query_groups * per,
+            fmt::format("heads={} query_groups={} head_dim={}", s_.heads, s_.query_groups, d));
         std::vector<std::pair<int64_t, int64_t>> q, k, v;
         for (int64_t g = 0; g < s_.query_groups; ++g) {
           q.push_back({g * per, per_group_q});
@@ -59,8 +60,10 @@ class Planner {
       Layer(i, "self_attention.linear_proj.bias", l + "self_attn.o_proj.bias", {{0, h}}, false);
       Layer(i, "pre_mlp_layernorm.weight", l + "post_attention_layernorm.weight", {{0, h}}, true);
       if (LayerKeyOf(i, "mlp.router.weight")) {
-        Fail(ErrorKind::kUnsupported, "export --to hf: layer {} is a MoE layer (mlp.router): "
-             "only dense Llama-style models are exported", i);
+        Fail(ErrorKind::kUnsupported,
+             "export --to hf: layer {} is a MoE layer (mlp.router): "
+             "only dense Llama-style models are exported",
+             i);
       }
       const int64_t f = s_.ffn;
       if (s_.glu) {
@@ -85,8 +88,8 @@ class Planner {
     return it == stored_.end() ? nullptr : &it->second;
   }
   [[noreturn]] void Missing(const std::string& key) const {
-    Fail(ErrorKind::kKeyMismatch, "export --to hf: the checkpoint has no tensor '{}{}'",
-         s_.prefix, key);
+    Fail(ErrorKind::kKeyMismatch, "export --to hf: the checkpoint has no tensor '{}{}'", s_.prefix,
+         key);
   }
   // The stored key of layer i's `name`: stacked ("decoder.layers.<name>",
   // axis 0 = layer) or per layer ("decoder.layers.<i>.<name>").
@@ -219,10 +222,9 @@ uint64_t ParseByteSize(const std::string& text) {
     Fail(ErrorKind::kInvalidArgument, "bad size '{}' (e.g. 5GB, 500MB, 1000)", text);
   }
   std::string unit = text.substr(end);
-  const std::map<std::string, uint64_t> units = {{"", 1},          {"B", 1},     {"KB", 1000},
-                                                 {"MB", 1000000},  {"GB", 1000000000},
-                                                 {"KiB", 1 << 10}, {"MiB", 1 << 20},
-                                                 {"GiB", 1ull << 30}};
+  const std::map<std::string, uint64_t> units = {
+      {"", 1},          {"B", 1},         {"KB", 1000},       {"MB", 1000000}, {"GB", 1000000000},
+      {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1ull << 30}};
   auto it = units.find(unit);
   if (it == units.end() || value == 0) {
     Fail(ErrorKind::kInvalidArgument, "bad size '{}' (e.g. 5GB, 500MB, 1000)", text);

@@ -105,7 +105,9 @@ int main(int argc, char** argv) {
       "train", "a simulated training loop checkpointed through the checkpoint manager");
   train->add_option("scenario", train_args.scenario, "scenario file (default: embedded)");
   train->add_option("--dir,-d", train_args.dir, "checkpoint root of the run")->required();
-  train->add_option("--layout", train_args.layout, "megatron (iter_0000100/) or verl (global_step_100/)")
+  train
+      ->add_option("--layout", train_args.layout,
+                   "megatron (iter_0000100/) or verl (global_step_100/)")
       ->check(CLI::IsMember({"megatron", "verl"}));
   train->add_option("--topology,-t", train_args.topology, "topology of this run");
   train->add_option("--steps", train_args.steps, "train up to this step")->required();
@@ -115,13 +117,17 @@ int main(int argc, char** argv) {
                     "also keep every multiple of R (Megatron's --save-retain-interval)");
   train->add_flag("--async", train_args.async, "asynchronous saves (tracker in the finalize)");
   train->add_option("--writers", train_args.writers, "async writer threads per rank");
-  train->add_option("--resume", train_args.resume, "auto (the tracker), a checkpoint path, or an iteration");
+  train->add_option("--resume", train_args.resume,
+                    "auto (the tracker), a checkpoint path, or an iteration");
   train->add_option("--backend", train_args.backend, "threads or mpi")
       ->check(CLI::IsMember({"threads", "mpi"}));
   train->add_option("--format", train_args.format, "native or dcp");
-  train->add_option("--components", train_args.components, "verl: component folders, e.g. actor,critic");
-  train->add_option("--save-contents", train_args.save_contents, "model,optimizer,extra (any subset)");
-  train->add_option("--load-contents", train_args.load_contents, "contents loaded and checked on resume");
+  train->add_option("--components", train_args.components,
+                    "verl: component folders, e.g. actor,critic");
+  train->add_option("--save-contents", train_args.save_contents,
+                    "model,optimizer,extra (any subset)");
+  train->add_option("--load-contents", train_args.load_contents,
+                    "contents loaded and checked on resume");
   train->add_option("--step-ms", train_args.step_ms, "simulated compute per step (ms)");
   train->add_flag("--verbose", train_args.verbose, "print every manager phase");
   distckpt::ManageArgs manage_args;
@@ -134,7 +140,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"megatron", "verl"}));
   manage->add_flag("--json", manage_args.json, "list as JSON");
   manage->add_option("--keep", manage_args.keep, "prune: keep the last K");
-  manage->add_option("--retain-interval", manage_args.retain_interval, "prune: keep multiples of R");
+  manage->add_option("--retain-interval", manage_args.retain_interval,
+                     "prune: keep multiples of R");
 
   distckpt::ExportArgs export_args;
   CLI::App* exp = app.add_subcommand(

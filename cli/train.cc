@@ -1,5 +1,7 @@
 // distckpt train / distckpt manage: the simulated training loop over the
 // checkpoint manager, and offline views of a run's checkpoint root.
+#include "harness/train.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <signal.h>
@@ -13,7 +15,6 @@
 #include "comm/thread_world.h"
 #include "core/error.h"
 #include "format/format.h"
-#include "harness/train.h"
 #include "topology/topology.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
@@ -109,7 +110,8 @@ int TrainCommand(const TrainArgs& args) {
       mine.log = [](const std::string& line) { std::cout << line << std::endl; };
     }
     mine.manager.on_phase = [&, rank](std::string_view phase, int64_t iteration) {
-      if (args.verbose && rank == 0) std::cout << "phase " << phase << " " << iteration << std::endl;
+      if (args.verbose && rank == 0)
+        std::cout << "phase " << phase << " " << iteration << std::endl;
       if (crash && phase == crash->phase && (crash->rank < 0 || crash->rank == rank) &&
           ++crash->seen == crash->count) {
         std::cout << fmt::format("crash point {} (iteration {}) on rank {}: SIGKILL", phase,
@@ -129,12 +131,11 @@ int TrainCommand(const TrainArgs& args) {
     std::cerr << "distckpt train: " << report.error << "\n";
     return report.value_mismatch ? kExitVerdictFailed : kExitInputError;
   }
-  std::cout << fmt::format("trained {} to step {} under {} ({} layout){}; committed: {}\n", s.name,
-                           report.last_step, m.topology, args.layout,
-                           report.resumed
-                               ? fmt::format(", resumed iteration {}", report.resumed_iteration)
-                               : "",
-                           fmt::join(report.committed, " "));
+  std::cout << fmt::format(
+      "trained {} to step {} under {} ({} layout){}; committed: {}\n", s.name, report.last_step,
+      m.topology, args.layout,
+      report.resumed ? fmt::format(", resumed iteration {}", report.resumed_iteration) : "",
+      fmt::join(report.committed, " "));
   return kExitOk;
 }
 
@@ -161,7 +162,8 @@ int ManageCommand(const ManageArgs& args) {
     }
     return kExitOk;
   }
-  if (args.action != "list") Fail(ErrorKind::kInvalidArgument, "manage: unknown action '{}'", args.action);
+  if (args.action != "list")
+    Fail(ErrorKind::kInvalidArgument, "manage: unknown action '{}'", args.action);
   if (args.json) {
     nlohmann::json j;
     j["tracker"] = catalog.tracker ? nlohmann::json(catalog.tracker->ToString()) : nullptr;

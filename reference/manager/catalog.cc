@@ -34,7 +34,8 @@ IterationManifest IterationManifest::FromJson(const nlohmann::json& j, const std
   try {
     IterationManifest m;
     if (j.at("version").get<int>() != 1) {
-      Fail(ErrorKind::kCorruption, "manifest {}: unknown version {}", source, j.at("version").dump());
+      Fail(ErrorKind::kCorruption, "manifest {}: unknown version {}", source,
+           j.at("version").dump());
     }
     m.iteration = j.at("iteration").get<int64_t>();
     m.layout = ParseCheckpointLayout(j.at("layout").get<std::string>());
@@ -86,8 +87,8 @@ CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iter
     return entry;
   }
   if (entry.manifest->iteration != iteration) {
-    entry.why_incomplete = fmt::format("manifest {} names iteration {}", manifest_path,
-                                       entry.manifest->iteration);
+    entry.why_incomplete =
+        fmt::format("manifest {} names iteration {}", manifest_path, entry.manifest->iteration);
     return entry;
   }
   for (const std::string& c : entry.manifest->components) {

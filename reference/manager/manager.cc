@@ -89,8 +89,8 @@ void CheckpointManager::ClearForSave(int64_t iteration) {
     if (e->IsDirectory(dir)) {
       if (tracker && !tracker->release && tracker->iteration == iteration) {
         Fail(ErrorKind::kInvalidArgument,
-             "{}: iteration {} is the checkpoint the tracker names; refusing to overwrite it",
-             dir, iteration);
+             "{}: iteration {} is the checkpoint the tracker names; refusing to overwrite it", dir,
+             iteration);
       }
       DeleteIterationDir(e, dir);
       cleared = true;
@@ -137,9 +137,8 @@ void CheckpointManager::Save(int64_t iteration, const IterationState& state) {
     }
     SaveOptions save = options_.save;
     save.topology = options_.topology;
-    save.content_metadata = {{"iteration", iteration},
-                             {"component", component},
-                             {"contents", options_.save_contents}};
+    save.content_metadata = {
+        {"iteration", iteration}, {"component", component}, {"contents", options_.save_contents}};
     const std::string component_dir = ComponentDir(dir, component);
     if (!options_.async) {
       distckpt::Save(Node(std::move(tree)), component_dir, comm_, save);
@@ -164,7 +163,8 @@ std::vector<int64_t> CheckpointManager::Finalize(bool blocking) {
   } catch (...) {
     // The failed request was dropped by the queue: forget iterations whose
     // requests are no longer pending (their commit never ran).
-    while (async_iteration_.size() > queue_->pending()) async_iteration_.erase(async_iteration_.begin());
+    while (async_iteration_.size() > queue_->pending())
+      async_iteration_.erase(async_iteration_.begin());
     throw;
   }
   for (int index : done) {
@@ -280,12 +280,13 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
   std::vector<int64_t> agreed = {mine, release ? 1 : 0};
   comm_.AllReduce(agreed, ReduceOp::kMax);
   if (agreed[0] != mine) {
-    point.warnings.push_back(fmt::format(
-        "rank {} found iteration {} while the maximum over ranks is {}: using {}", comm_.rank(),
-        mine, agreed[0], agreed[0]));
+    point.warnings.push_back(
+        fmt::format("rank {} found iteration {} while the maximum over ranks is {}: using {}",
+                    comm_.rank(), mine, agreed[0], agreed[0]));
   }
   for (const CatalogEntry& entry : catalog.entries) {
-    if (!entry.complete) point.ignored.push_back(fmt::format("{}: {}", entry.path, entry.why_incomplete));
+    if (!entry.complete)
+      point.ignored.push_back(fmt::format("{}: {}", entry.path, entry.why_incomplete));
   }
   if (agreed[0] < 0) return point;  // nothing to resume: start from scratch
   point.found = true;

@@ -87,7 +87,7 @@ struct ResumePoint {
   bool release = false;
   std::string dir;  // the iteration directory
   IterationManifest manifest;
-  std::vector<std::string> ignored;  // incomplete directories seen, with why
+  std::vector<std::string> ignored;   // incomplete directories seen, with why
   std::vector<std::string> warnings;  // e.g. ranks that saw another iteration
 };
 

@@ -31,8 +31,7 @@ Node Request(const std::string& key, int rank) {
                                              {{0, rank, kWorld}}));
 }
 
-std::map<std::string, Node> ComponentState(const std::string& prefix, int rank,
-                                           int64_t iteration) {
+std::map<std::string, Node> ComponentState(const std::string& prefix, int rank, int64_t iteration) {
   return {{"model", Node(Dict{{"w", Shard(prefix + "w", rank, iteration, 0)}})},
           {"optimizer", Node(Dict{{"m", Shard(prefix + "m", rank, iteration, 0.5f)}})},
           {"extra", Node(Dict{{"lr", Node(nlohmann::json(iteration * 0.5))}})}};
@@ -45,11 +44,12 @@ IterationState StateOf(const std::vector<std::string>& components, int rank, int
 }
 
 // Checks the loaded model shard of `prefix`w against `iteration`.
-void ExpectModel(const Node& loaded, const std::string& content, const std::string& name,
-                 int rank, int64_t iteration, float salt) {
+void ExpectModel(const Node& loaded, const std::string& content, const std::string& name, int rank,
+                 int64_t iteration, float salt) {
   const Tensor& t = loaded.at(content).at(name).as<Tensor>();
   for (int64_t i = 0; i < kLocal; ++i) {
-    EXPECT_EQ(t.data_as<float>()[i], static_cast<float>(iteration * 1000 + rank * kLocal + i) + salt)
+    EXPECT_EQ(t.data_as<float>()[i],
+              static_cast<float>(iteration * 1000 + rank * kLocal + i) + salt)
         << "rank " << rank << " element " << i;
   }
 }
@@ -136,9 +136,9 @@ TEST(Manager, AsyncCommitsTheTrackerInTheFinalize) {
     EXPECT_THAT(m.Finalize(true), ElementsAre(6));
     EXPECT_EQ(m.Resume("auto").iteration, 6);
   });
-  EXPECT_THAT(ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron)
-                  .CompleteIterations(),
-              ElementsAre(6));
+  EXPECT_THAT(
+      ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron).CompleteIterations(),
+      ElementsAre(6));
 }
 
 TEST(Manager, FailedSaveLeavesTrackerAndLastGoodCheckpoint) {
@@ -163,9 +163,9 @@ TEST(Manager, FailedSaveLeavesTrackerAndLastGoodCheckpoint) {
     m.Save(2, StateOf({""}, comm.rank(), 2));
     EXPECT_EQ(m.Resume("auto").iteration, 2);
   });
-  EXPECT_THAT(ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron)
-                  .CompleteIterations(),
-              ElementsAre(2));
+  EXPECT_THAT(
+      ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron).CompleteIterations(),
+      ElementsAre(2));
 }
 
 TEST(Manager, FailedTrackerWriteKeepsThePreviousCheckpoint) {

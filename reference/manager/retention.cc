@@ -7,8 +7,7 @@
 namespace distckpt {
 
 std::vector<int64_t> SupersededIterations(const RetentionPolicy& policy,
-                                          const std::vector<int64_t>& complete,
-                                          int64_t committed) {
+                                          const std::vector<int64_t>& complete, int64_t committed) {
   if (policy.keep_last < 0 || policy.retain_interval < 0) {
     Fail(ErrorKind::kInvalidArgument, "retention: keep_last {} and retain_interval {} must be >= 0",
          policy.keep_last, policy.retain_interval);

@@ -26,15 +26,17 @@ TEST(Retention, KeepLast) {
 
 TEST(Retention, RetainIntervalLikeMegatron) {
   // keep_last 0 with an interval: the newest and the multiples stay.
-  EXPECT_THAT(SupersededIterations({0, 100}, {50, 100, 150, 200, 250}, 250),
-              ElementsAre(50, 150));
+  EXPECT_THAT(SupersededIterations({0, 100}, {50, 100, 150, 200, 250}, 250), ElementsAre(50, 150));
   EXPECT_THAT(SupersededIterations({2, 100}, {50, 100, 150, 200, 250, 300}, 300),
               ElementsAre(50, 150));
 }
 
 TEST(Retention, NegativeIsRefused) {
-  EXPECT_THAT([] { SupersededIterations({-1, 0}, {}, 0); },
-              ThrowsError(ErrorKind::kInvalidArgument, "keep_last"));
+  EXPECT_THAT(
+      [] {
+        SupersededIterations({-1, 0}, {}, 0);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "keep_last"));
 }
 
 }  // namespace

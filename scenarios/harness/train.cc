@@ -143,8 +143,8 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
           if (content == "extra") {
             request[content] = Node(Dict{});
           } else {
-            request[content] = BuildLoadRequest(StepScenario(s, start, component, content),
-                                                nullptr, saved, topo, comm.rank());
+            request[content] = BuildLoadRequest(StepScenario(s, start, component, content), nullptr,
+                                                saved, topo, comm.rank());
           }
         }
         LoadResult result =
@@ -175,7 +175,8 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
     for (const std::string& why : point.ignored) log("ignored incomplete checkpoint " + why);
   }
   for (int64_t step = start + 1; step <= options.steps; ++step) {
-    if (options.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options.step_ms));
+    if (options.step_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.step_ms));
     report.last_step = step;
     for (int64_t it : manager.Finalize(false)) {
       report.committed.push_back(it);
@@ -188,8 +189,8 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
         if (content == "extra") {
           state[component][content] = CommonFromJson(ExtraStateAt(s, step, component));
         } else {
-          state[component][content] = BuildSaveState(StepScenario(s, step, component, content),
-                                                     nullptr, topo, comm.rank());
+          state[component][content] =
+              BuildSaveState(StepScenario(s, step, component, content), nullptr, topo, comm.rank());
         }
       }
     }

@@ -46,8 +46,8 @@ struct TrainReport {
   bool resumed = false;
   int64_t resumed_iteration = 0;
   std::string resumed_dir;
-  std::string saved_topology;     // of the resumed checkpoint
-  uint64_t elements_checked = 0;  // over all ranks, components and contents
+  std::string saved_topology;        // of the resumed checkpoint
+  uint64_t elements_checked = 0;     // over all ranks, components and contents
   std::vector<std::string> ignored;  // incomplete directories seen at resume
   std::vector<int64_t> committed;    // iterations committed by this run
   int64_t last_step = 0;

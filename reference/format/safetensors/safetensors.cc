@@ -17,16 +17,25 @@ struct NameOf {
   const char* name;
 };
 constexpr NameOf kNames[] = {
-    {DType::kF64, "F64"},        {DType::kF32, "F32"},     {DType::kF16, "F16"},
-    {DType::kBF16, "BF16"},      {DType::kF8E4M3FN, "F8_E4M3"}, {DType::kF8E5M2, "F8_E5M2"},
-    {DType::kI8, "I8"},          {DType::kI16, "I16"},     {DType::kI32, "I32"},
-    {DType::kI64, "I64"},        {DType::kU8, "U8"},       {DType::kBool, "BOOL"},
+    {DType::kF64, "F64"},
+    {DType::kF32, "F32"},
+    {DType::kF16, "F16"},
+    {DType::kBF16, "BF16"},
+    {DType::kF8E4M3FN, "F8_E4M3"},
+    {DType::kF8E5M2, "F8_E5M2"},
+    {DType::kI8, "I8"},
+    {DType::kI16, "I16"},
+    {DType::kI32, "I32"},
+    {DType::kI64, "I64"},
+    {DType::kU8, "U8"},
+    {DType::kBool, "BOOL"},
 };
 
 uint64_t Bytes(const SafetensorsEntry& e) {
   uint64_t n = DTypeSize(e.dtype);
   for (int64_t d : e.shape) {
-    if (d < 0) Fail(ErrorKind::kInvalidArgument, "safetensors: tensor '{}' has a negative dim", e.name);
+    if (d < 0)
+      Fail(ErrorKind::kInvalidArgument, "safetensors: tensor '{}' has a negative dim", e.name);
     if (d != 0 && n > UINT64_MAX / static_cast<uint64_t>(d)) {
       Fail(ErrorKind::kInvalidArgument, "safetensors: tensor '{}' size overflows", e.name);
     }
@@ -139,8 +148,8 @@ SafetensorsFile OpenSafetensors(Env* env, const std::string& path) {
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(prefix[i]) << (8 * i);
   if (n > kMaxHeader || n > size - 8) {
-    Fail(ErrorKind::kCorruption, "{}: header length {} exceeds the file ({} bytes) or 100 MiB", path,
-         n, size);
+    Fail(ErrorKind::kCorruption, "{}: header length {} exceeds the file ({} bytes) or 100 MiB",
+         path, n, size);
   }
   std::string text(n, '\0');
   f.file->Read(8, std::as_writable_bytes(std::span(text)));

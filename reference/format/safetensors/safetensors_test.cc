@@ -17,10 +17,10 @@ std::vector<std::byte> Iota(size_t n, int salt) {
 
 std::string WriteExample(const std::string& dir) {
   std::string path = JoinPath(dir, "m.safetensors");
-  SafetensorsWriter w(Env::Default(), path,
-                      {{"b", DType::kBF16, {3, 2}}, {"a.weight", DType::kF32, {5}},
-                       {"empty", DType::kI64, {0}}},
-                      {{"format", "pt"}});
+  SafetensorsWriter w(
+      Env::Default(), path,
+      {{"b", DType::kBF16, {3, 2}}, {"a.weight", DType::kF32, {5}}, {"empty", DType::kI64, {0}}},
+      {{"format", "pt"}});
   auto b = Iota(12, 1), a = Iota(20, 2);
   w.Append(std::span(b).subspan(0, 5));  // pieces of any size, across tensors
   w.Append(std::span(b).subspan(5));
@@ -64,8 +64,11 @@ TEST(Safetensors, WriterRefusesMissingOrExtraBytes) {
   }
   EXPECT_FALSE(Env::Default()->FileExists(path));
   EXPECT_FALSE(Env::Default()->FileExists(path + ".tmp"));
-  EXPECT_THAT([&] { SafetensorsWriter(Env::Default(), path, {{"t", DType::kF32, {1}}, {"t", DType::kF32, {1}}}); },
-              ThrowsError(ErrorKind::kInvalidArgument, "duplicate"));
+  EXPECT_THAT(
+      [&] {
+        SafetensorsWriter(Env::Default(), path, {{"t", DType::kF32, {1}}, {"t", DType::kF32, {1}}});
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "duplicate"));
 }
 
 void Damage(const std::string& path, const std::string& from, const std::string& to) {
