@@ -11,8 +11,8 @@ for s in hf-gpt-gqa hf-gpt-tied; do
   spec=$scenarios/$s.json
   "$d" save "$spec" --topology tp=2,pp=2 --dir "$work/$s-a" >/dev/null
   "$d" save "$spec" --topology tp=1 --dir "$work/$s-b" --format dcp >/dev/null
-  "$d" export "$work/$s-a" --to hf "$work/$s-hf-a" --spec "$spec" --max-shard-size 20KB
-  "$d" export "$work/$s-b" --to hf "$work/$s-hf-b" --spec "$spec" --max-shard-size 20KB
+  "$d" export "$work/$s-a" --to hf "$work/$s-hf-a" --spec "$spec" --max-shard-size 8KB
+  "$d" export "$work/$s-b" --to hf "$work/$s-hf-b" --spec "$spec" --max-shard-size 8KB
   diff -r "$work/$s-hf-a" "$work/$s-hf-b"
   n=$(ls "$work/$s-hf-a" | grep -c '^model-.*-of-.*\.safetensors$')
   [ "$n" -ge 2 ] || { echo "$s: expected several shards, got $n"; exit 1; }

@@ -22,7 +22,7 @@ work=$(mktemp -d /tmp/distckpt-hf-peer-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp "$here/hf_peer.py" "$scenario" "$work/"
 "$exe" save "$scenario" --topology tp=2,pp=2 --dir "$work/ck"
-"$exe" export "$work/ck" --to hf "$work/hf" --spec "$scenario" --max-shard-size 20KB
+"$exe" export "$work/ck" --to hf "$work/hf" --spec "$scenario" --max-shard-size 8KB
 ls "$work/hf"
 mkdir "$work/dumps"
 for key in $("$exe" inspect "$work/ck" --json | python3 -c 'import json,sys; print("\n".join(json.load(sys.stdin)["tensors"]))'); do
