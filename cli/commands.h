@@ -68,7 +68,42 @@ struct ReshardArgs {
   std::string strict;
 };
 
+struct TrainArgs {
+  std::string scenario;
+  std::string dir;
+  std::string layout = "megatron";
+  std::string topology = "tp=1";
+  std::string backend = "threads";
+  std::string format = "native";
+  std::string resume;                // "" = start from scratch
+  std::string components = "actor";  // verl
+  std::string save_contents = "model,optimizer,extra";
+  std::string load_contents = "model,optimizer,extra";
+  int64_t steps = 0;
+  int64_t save_interval = 1;
+  int keep = 0;
+  int64_t retain_interval = 0;
+  bool async = false;
+  int writers = 1;
+  int step_ms = 0;
+  bool verbose = false;
+};
+
+struct ManageArgs {
+  std::string action;  // list | prune
+  std::string dir;
+  std::string layout = "megatron";
+  bool json = false;
+  int keep = 0;
+  int64_t retain_interval = 0;
+};
+
 int SaveCommand(const StepArgs& args);
+// The simulated training loop over the checkpoint manager (harness/train.h).
+int TrainCommand(const TrainArgs& args);
+// A run's checkpoint root: list (exit 1 when the tracker names an
+// incomplete checkpoint) or prune (retention applied offline).
+int ManageCommand(const ManageArgs& args);
 int LoadCommand(const StepArgs& args);
 int RunCommand(const RunArgs& args);
 // `check`: also every data file present with at least the bytes the

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/hf.h"
 #include "core/error.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
@@ -158,6 +159,61 @@ int main(int argc, char** argv) {
       ->required();
   import_verl->add_option("--dir", verl_dir, "destination checkpoint directory")->required();
   import_verl->add_option("--format", verl_format, "native (default) or a DCP format name");
+  distckpt::TrainArgs train_args;
+  CLI::App* train = app.add_subcommand(
+      "train", "a simulated training loop checkpointed through the checkpoint manager");
+  train->add_option("scenario", train_args.scenario, "scenario file (default: embedded)");
+  train->add_option("--dir,-d", train_args.dir, "checkpoint root of the run")->required();
+  train
+      ->add_option("--layout", train_args.layout,
+                   "megatron (iter_0000100/) or verl (global_step_100/)")
+      ->check(CLI::IsMember({"megatron", "verl"}));
+  train->add_option("--topology,-t", train_args.topology, "topology of this run");
+  train->add_option("--steps", train_args.steps, "train up to this step")->required();
+  train->add_option("--save-interval", train_args.save_interval, "save every K steps");
+  train->add_option("--keep", train_args.keep, "keep the last K checkpoints (0 = all)");
+  train->add_option("--retain-interval", train_args.retain_interval,
+                    "also keep every multiple of R (Megatron's --save-retain-interval)");
+  train->add_flag("--async", train_args.async, "asynchronous saves (tracker in the finalize)");
+  train->add_option("--writers", train_args.writers, "async writer threads per rank");
+  train->add_option("--resume", train_args.resume,
+                    "auto (the tracker), a checkpoint path, or an iteration");
+  train->add_option("--backend", train_args.backend, "threads or mpi")
+      ->check(CLI::IsMember({"threads", "mpi"}));
+  train->add_option("--format", train_args.format, "native or dcp");
+  train->add_option("--components", train_args.components,
+                    "verl: component folders, e.g. actor,critic");
+  train->add_option("--save-contents", train_args.save_contents,
+                    "model,optimizer,extra (any subset)");
+  train->add_option("--load-contents", train_args.load_contents,
+                    "contents loaded and checked on resume");
+  train->add_option("--step-ms", train_args.step_ms, "simulated compute per step (ms)");
+  train->add_flag("--verbose", train_args.verbose, "print every manager phase");
+  distckpt::ManageArgs manage_args;
+  CLI::App* manage = app.add_subcommand("manage", "a training run's checkpoint root");
+  manage->add_option("action", manage_args.action, "list or prune")
+      ->required()
+      ->check(CLI::IsMember({"list", "prune"}));
+  manage->add_option("dir", manage_args.dir, "checkpoint root")->required();
+  manage->add_option("--layout", manage_args.layout, "megatron or verl")
+      ->check(CLI::IsMember({"megatron", "verl"}));
+  manage->add_flag("--json", manage_args.json, "list as JSON");
+  manage->add_option("--keep", manage_args.keep, "prune: keep the last K");
+  manage->add_option("--retain-interval", manage_args.retain_interval,
+                     "prune: keep multiples of R");
+
+  distckpt::ExportArgs export_args;
+  CLI::App* exp = app.add_subcommand(
+      "export", "a checkpoint (any topology, format) to Hugging Face safetensors shards");
+  exp->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
+  exp->add_option("--to", export_args.to, "hf")->check(CLI::IsMember({"hf"}));
+  exp->add_option("out", export_args.out, "output directory")->required();
+  exp->add_option("--spec", export_args.spec,
+                  "model fields: a JSON spec or scenario file (layers, hidden, heads, "
+                  "query_groups, ffn, vocab, glu, tied, prefix)")
+      ->required();
+  exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
+  exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");
 
   try {
     app.parse(argc, argv);
@@ -168,7 +224,8 @@ int main(int argc, char** argv) {
 
   bool mpi = (save->parsed() && save_args.backend == "mpi") ||
              (load->parsed() && load_args.backend == "mpi") ||
-             (reshard->parsed() && reshard_args.backend == "mpi");
+             (reshard->parsed() && reshard_args.backend == "mpi") ||
+             (train->parsed() && train_args.backend == "mpi");
   try {
 #ifdef DISTCKPT_HAVE_MPI
     std::unique_ptr<distckpt::MpiSession> session;
@@ -179,6 +236,9 @@ int main(int argc, char** argv) {
     if (run->parsed()) return distckpt::RunCommand(run_args);
     if (save->parsed()) return distckpt::SaveCommand(save_args);
     if (load->parsed()) return distckpt::LoadCommand(load_args);
+    if (exp->parsed()) return distckpt::ExportCommand(export_args);
+    if (train->parsed()) return distckpt::TrainCommand(train_args);
+    if (manage->parsed()) return distckpt::ManageCommand(manage_args);
     if (inspect->parsed())
       return distckpt::InspectCommand(inspect_dir, inspect_json, inspect_check);
     if (verify->parsed()) return distckpt::VerifyCommand(verify_args);

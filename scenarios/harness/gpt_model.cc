@@ -207,8 +207,10 @@ class Expander {
     const int64_t h = c_.hidden, f = c_.ffn;
     const int tp = me_.tp, TP = t_.tp;
     LayerParam(g, "input_layernorm.weight", {h}, {}, Replica(false));
-    LayerParam(g, "self_attention.linear_qkv.weight", {3 * h, h}, {{0, tp, TP}}, Replica(true));
-    LayerParam(g, "self_attention.linear_qkv.bias", {3 * h}, {{0, tp, TP}}, Replica(true));
+    // Grouped-query attention: per query group [q of its heads, k, v] (Megatron's order).
+    const int64_t qkv = c_.query_groups > 0 ? h + 2 * c_.query_groups * (h / c_.heads) : 3 * h;
+    LayerParam(g, "self_attention.linear_qkv.weight", {qkv, h}, {{0, tp, TP}}, Replica(true));
+    LayerParam(g, "self_attention.linear_qkv.bias", {qkv}, {{0, tp, TP}}, Replica(true));
     LayerParam(g, "self_attention.linear_proj.weight", {h, h}, {{1, tp, TP}}, Replica(true));
     LayerParam(g, "self_attention.linear_proj.bias", {h}, {}, Replica(false));
     LayerParam(g, "pre_mlp_layernorm.weight", {h}, {}, Replica(false));
@@ -280,9 +282,9 @@ std::vector<std::vector<std::string>> ParseLayout(const json& j, const std::stri
 
 void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
   static const std::set<std::string> kFields{
-      "kind",  "prefix", "layers",         "hidden",          "ffn",
-      "heads", "vocab",  "vocab_multiple", "experts",         "moe_layer_freq",
-      "glu",   "tied",   "dtype",          "pipeline_layout", "rename"};
+      "kind",  "prefix",          "layers",  "hidden",         "ffn", "heads",
+      "vocab", "vocab_multiple",  "experts", "moe_layer_freq", "glu", "tied",
+      "dtype", "pipeline_layout", "rename",  "query_groups"};
   if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "{}: expected an object", path);
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!kFields.count(it.key()))
@@ -301,6 +303,7 @@ void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
   SetInt(j, path, "hidden", c.hidden, 1);
   SetInt(j, path, "ffn", c.ffn, 1);
   SetInt(j, path, "heads", c.heads, 1);
+  SetInt(j, path, "query_groups", c.query_groups, 0);
   SetInt(j, path, "vocab", c.vocab, 1);
   SetInt(j, path, "vocab_multiple", c.vocab_multiple, 1);
   SetInt(j, path, "experts", c.experts, 0);
@@ -374,6 +377,11 @@ void CheckGptTopology(const GptConfig& c, const Topology& t) {
   };
   divides("hidden", c.hidden, "tp", t.tp);
   divides("heads", c.heads, "tp", t.tp);
+  if (c.query_groups > 0) {
+    divides("query_groups", c.query_groups, "tp", t.tp);
+    divides("heads", c.heads, "query_groups", c.query_groups);
+    divides("hidden", c.hidden, "heads", c.heads);
+  }
   divides("ffn", c.ffn, "tp", t.tp);
   if (c.experts > 0) divides("experts", c.experts, "ep", t.ep);
   Stages(c, t);  // layer split or layout checks

@@ -34,8 +34,9 @@ namespace distckpt {
 struct GptConfig {
   std::string prefix;  // prepended to every key and path ("" or e.g. "teacher.")
   int64_t layers = 2, hidden = 8, ffn = 16, heads = 2, vocab = 64;
-  int64_t vocab_multiple = 128;       // Megatron's make_vocab_size_divisible_by
-  int64_t experts = 0;                // 0 = dense
+  int64_t query_groups = 0;      // grouped-query attention; 0 = heads (linear_qkv 3*hidden rows)
+  int64_t vocab_multiple = 128;  // Megatron's make_vocab_size_divisible_by
+  int64_t experts = 0;           // 0 = dense
   nlohmann::json moe_layer_freq = 1;  // every k-th layer is MoE, or a 0/1 list per layer
   std::vector<bool> moe_layers;       // per global layer, derived from moe_layer_freq
   bool glu = false;

@@ -79,6 +79,7 @@ json GptToJson(const GptConfig& c) {
             {"tied", c.tied},
             {"dtype", std::string(DTypeName(c.dtype))}};
   if (!c.prefix.empty()) j["prefix"] = c.prefix;
+  if (c.query_groups > 0) j["query_groups"] = c.query_groups;
   if (!c.layouts.empty()) {
     json layouts = json::array();
     for (const auto& [stages, layout] : c.layouts) layouts.push_back(layout);

@@ -1,0 +1,80 @@
+// Hugging Face export / import of Megatron GPT checkpoints (distckpt export
+// --to hf, distckpt import --from hf).
+//
+// The model's fields come from one function, GptExportSpecFromFile: a JSON
+// file holding {"layers", "hidden", "heads", "ffn", "vocab", "glu", "tied",
+// "prefix", "query_groups"} or a scenario file whose "model" section holds
+// them (the first GPT model). `--spec gpt` inference from the checkpoint's
+// metadata plugs in here.
+//
+// Names (Llama): embedding.word_embeddings.weight -> model.embed_tokens.weight
+// (vocab padding dropped); decoder.layers.* (stacked on a layer axis or one
+// key per layer) -> model.layers.{i}.*: linear_qkv split per query group in
+// Megatron's interleaved order [q of the group's heads, k, v] into
+// self_attn.q_proj / k_proj / v_proj; linear_proj -> self_attn.o_proj;
+// input_layernorm, pre_mlp_layernorm -> input_layernorm,
+// post_attention_layernorm; SwiGLU linear_fc1 [gate; up] -> mlp.gate_proj,
+// mlp.up_proj (without GLU: mlp.up_proj); linear_fc2 -> mlp.down_proj;
+// decoder.final_layernorm -> model.norm; output_layer -> lm_head (absent
+// when tied: config.json says tie_word_embeddings). Biases map alike.
+#ifndef DISTCKPT_CLI_HF_H_
+#define DISTCKPT_CLI_HF_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/box.h"
+#include "core/dtype.h"
+
+namespace distckpt {
+
+struct GptExportSpec {
+  std::string prefix;
+  int64_t layers = 0, hidden = 0, heads = 0, query_groups = 0, ffn = 0, vocab = 0;
+  bool glu = false, tied = false;
+  int64_t head_dim() const { return hidden / heads; }
+};
+
+GptExportSpec GptExportSpecFromFile(const std::string& path);
+
+// One piece of an HF tensor: `shape` elements of Megatron tensor `key` at
+// `offset` (global coordinates; the pieces of a tensor, in order, are its
+// row-major bytes).
+struct HfPiece {
+  std::string key;
+  Shape offset, shape;
+};
+struct HfTensor {
+  std::string name;
+  Shape shape;
+  std::vector<HfPiece> pieces;
+};
+
+// The HF tensors of a checkpoint whose tensors are `keys` with `shapes`
+// (global, prepended axes included), in Llama order. Throws
+// CheckpointError(kShapeMismatch / kKeyMismatch / kUnsupported) naming the key.
+std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
+                                   const std::vector<std::pair<std::string, Shape>>& stored);
+
+struct ExportArgs {
+  std::string checkpoint, to = "hf", out, spec, max_shard_size = "5GB", dtype;
+};
+struct ImportArgs {
+  std::string out, from = "hf", dir, spec, topology;
+};
+// Parses "5GB", "500MB", "100KB", "123" (bytes; decimal units as HF's).
+uint64_t ParseByteSize(const std::string& text);
+
+struct ExportSummary {
+  size_t tensors = 0, files = 0;
+  uint64_t total_bytes = 0, largest_tensor_bytes = 0;
+};
+// Streams the export: one HF tensor's buffer in memory at a time.
+ExportSummary ExportToHf(const ExportArgs& args);
+int ExportCommand(const ExportArgs& args);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_CLI_HF_H_

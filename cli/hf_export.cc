@@ -1,0 +1,332 @@
+// distckpt export: a checkpoint (any topology, any format) to Hugging Face
+// safetensors shards, streamed tensor by tensor (cli/hf.h).
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/hf.h"
+#include "core/error.h"
+#include "engine/metadata_api.h"
+#include "engine/read_state.h"
+#include "format/format.h"
+#include "format/safetensors/safetensors.h"
+
+namespace distckpt {
+namespace {
+
+int64_t Get(const nlohmann::json& j, const char* field, const std::string& path) {
+  if (!j.contains(field) || !j[field].is_number_integer() || j[field].get<int64_t>() <= 0) {
+    Fail(ErrorKind::kInvalidArgument, "spec {}: '{}' must be a positive integer", path, field);
+  }
+  return j[field].get<int64_t>();
+}
+
+class Planner {
+ public:
+  Planner(const GptExportSpec& spec, const std::vector<std::pair<std::string, Shape>>& stored)
+      : s_(spec) {
+    for (const auto& [k, shape] : stored) stored_[k] = shape;
+  }
+
+  std::vector<HfTensor> Plan() {
+    const int64_t h = s_.hidden, d = s_.head_dim();
+    Vocab("embedding.word_embeddings.weight", "model.embed_tokens.weight", true);
+    for (int64_t i = 0; i < s_.layers; ++i) {
+      const std::string l = fmt::format("model.layers.{}.", i);
+      Layer(i, "input_layernorm.weight", l + "input_layernorm.weight", {{0, h}}, true);
+      const int64_t per_group_q = s_.heads / s_.query_groups * d;
+      const int64_t per = per_group_q + 2 * d;
+      for (const char* suffix : {"weight", "bias"}) {
+        const std::string name = std::string("self_attention.linear_qkv.") + suffix;
+        const bool required = std::string_view(suffix) == "weight";
+        if (!required && !LayerKeyOf(i, name)) continue;
+        ExpectRows(
+            i, name, s_.query_groups * per,
+            fmt::format("heads={} query_groups={} head_dim={}", s_.heads, s_.query_groups, d));
+        std::vector<std::pair<int64_t, int64_t>> q, k, v;
+        for (int64_t g = 0; g < s_.query_groups; ++g) {
+          q.push_back({g * per, per_group_q});
+          k.push_back({g * per + per_group_q, d});
+          v.push_back({g * per + per_group_q + d, d});
+        }
+        Layer(i, name, l + "self_attn.q_proj." + suffix, q, true);
+        Layer(i, name, l + "self_attn.k_proj." + suffix, k, true);
+        Layer(i, name, l + "self_attn.v_proj." + suffix, v, true);
+      }
+      Layer(i, "self_attention.linear_proj.weight", l + "self_attn.o_proj.weight", {{0, h}}, true);
+      Layer(i, "self_attention.linear_proj.bias", l + "self_attn.o_proj.bias", {{0, h}}, false);
+      Layer(i, "pre_mlp_layernorm.weight", l + "post_attention_layernorm.weight", {{0, h}}, true);
+      if (LayerKeyOf(i, "mlp.router.weight")) {
+        Fail(ErrorKind::kUnsupported,
+             "export --to hf: layer {} is a MoE layer (mlp.router): "
+             "only dense Llama-style models are exported",
+             i);
+      }
+      const int64_t f = s_.ffn;
+      if (s_.glu) {
+        ExpectRows(i, "mlp.linear_fc1.weight", 2 * f, fmt::format("SwiGLU ffn={} (gate; up)", f));
+        Layer(i, "mlp.linear_fc1.weight", l + "mlp.gate_proj.weight", {{0, f}}, true);
+        Layer(i, "mlp.linear_fc1.weight", l + "mlp.up_proj.weight", {{f, f}}, true);
+      } else {
+        ExpectRows(i, "mlp.linear_fc1.weight", f, fmt::format("ffn={}", f));
+        Layer(i, "mlp.linear_fc1.weight", l + "mlp.up_proj.weight", {{0, f}}, true);
+      }
+      Layer(i, "mlp.linear_fc2.weight", l + "mlp.down_proj.weight", {{0, h}}, true);
+      Layer(i, "mlp.linear_fc2.bias", l + "mlp.down_proj.bias", {{0, h}}, false);
+    }
+    Whole("decoder.final_layernorm.weight", "model.norm.weight");
+    if (!s_.tied) Vocab("output_layer.weight", "lm_head.weight", true);
+    return std::move(out_);
+  }
+
+ private:
+  const Shape* Find(const std::string& key) const {
+    auto it = stored_.find(s_.prefix + key);
+    return it == stored_.end() ? nullptr : &it->second;
+  }
+  [[noreturn]] void Missing(const std::string& key) const {
+    Fail(ErrorKind::kKeyMismatch, "export --to hf: the checkpoint has no tensor '{}{}'", s_.prefix,
+         key);
+  }
+  // The stored key of layer i's `name`: stacked ("decoder.layers.<name>",
+  // axis 0 = layer) or per layer ("decoder.layers.<i>.<name>").
+  std::optional<std::pair<std::string, bool>> LayerKeyOf(int64_t i, const std::string& name) const {
+    std::string stacked = "decoder.layers." + name;
+    if (const Shape* shape = Find(stacked)) {
+      if (shape->empty() || (*shape)[0] != s_.layers) {
+        Fail(ErrorKind::kShapeMismatch, "export --to hf: '{}' has shape {}, not {} stacked layers",
+             s_.prefix + stacked, ShapeToString(*shape), s_.layers);
+      }
+      return std::make_pair(stacked, true);
+    }
+    std::string single = fmt::format("decoder.layers.{}.{}", i, name);
+    if (Find(single)) return std::make_pair(single, false);
+    return std::nullopt;
+  }
+  void ExpectRows(int64_t i, const std::string& name, int64_t rows, const std::string& why) const {
+    auto key = LayerKeyOf(i, name);
+    if (!key) Missing(fmt::format("decoder.layers[.{}].{}", i, name));
+    const Shape& shape = *Find(key->first);
+    int64_t got = shape[key->second ? 1 : 0];
+    if (got != rows) {
+      Fail(ErrorKind::kShapeMismatch, "export --to hf: '{}' has {} rows; {} needs {}",
+           s_.prefix + key->first, got, why, rows);
+    }
+  }
+  // HF tensor `hf` = rows `ranges` (offset, count) of layer i's `name`, in order.
+  void Layer(int64_t i, const std::string& name, const std::string& hf,
+             const std::vector<std::pair<int64_t, int64_t>>& ranges, bool required) {
+    auto key = LayerKeyOf(i, name);
+    if (!key) {
+      if (required) Missing(fmt::format("decoder.layers[.{}].{}", i, name));
+      return;
+    }
+    const Shape& shape = *Find(key->first);
+    const size_t lead = key->second ? 1 : 0;
+    HfTensor t;
+    t.name = hf;
+    Shape rest(shape.begin() + lead, shape.end());
+    int64_t rows = 0;
+    for (auto [offset, count] : ranges) {
+      HfPiece p;
+      p.key = s_.prefix + key->first;
+      p.offset = Shape(shape.size(), 0);
+      p.shape = shape;
+      if (lead) {
+        p.offset[0] = i;
+        p.shape[0] = 1;
+      }
+      if (offset + count > rest[0]) {
+        Fail(ErrorKind::kShapeMismatch, "export --to hf: '{}' has {} rows, {} needed", p.key,
+             rest[0], offset + count);
+      }
+      p.offset[lead] = offset;
+      p.shape[lead] = count;
+      rows += count;
+      t.pieces.push_back(std::move(p));
+    }
+    t.shape = rest;
+    t.shape[0] = rows;
+    out_.push_back(std::move(t));
+  }
+  void Vocab(const std::string& key, const std::string& hf, bool required) {
+    const Shape* shape = Find(key);
+    if (!shape) {
+      if (required) Missing(key);
+      return;
+    }
+    if (shape->size() != 2 || (*shape)[0] < s_.vocab || (*shape)[1] != s_.hidden) {
+      Fail(ErrorKind::kShapeMismatch, "export --to hf: '{}' has shape {}; vocab={} hidden={}",
+           s_.prefix + key, ShapeToString(*shape), s_.vocab, s_.hidden);
+    }
+    out_.push_back({hf, {s_.vocab, s_.hidden}, {{s_.prefix + key, {0, 0}, {s_.vocab, s_.hidden}}}});
+  }
+  void Whole(const std::string& key, const std::string& hf) {
+    const Shape* shape = Find(key);
+    if (!shape) Missing(key);
+    out_.push_back({hf, *shape, {{s_.prefix + key, Shape(shape->size(), 0), *shape}}});
+  }
+
+  const GptExportSpec& s_;
+  std::map<std::string, Shape> stored_;
+  std::vector<HfTensor> out_;
+};
+
+}  // namespace
+
+GptExportSpec GptExportSpecFromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) Fail(ErrorKind::kInvalidArgument, "spec {}: cannot open", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in, nullptr, true, true);
+  } catch (const nlohmann::json::exception& e) {
+    Fail(ErrorKind::kInvalidArgument, "spec {}: not JSON: {}", path, e.what());
+  }
+  if (j.contains("model")) j = j["model"].is_array() ? j["model"][0] : j["model"];
+  GptExportSpec s;
+  s.prefix = j.value("prefix", "");
+  s.layers = Get(j, "layers", path);
+  s.hidden = Get(j, "hidden", path);
+  s.heads = Get(j, "heads", path);
+  s.ffn = Get(j, "ffn", path);
+  s.vocab = Get(j, "vocab", path);
+  s.query_groups = j.contains("query_groups") ? Get(j, "query_groups", path) : s.heads;
+  s.glu = j.value("glu", false);
+  s.tied = j.value("tied", false);
+  if (j.value("experts", 0) != 0) {
+    Fail(ErrorKind::kUnsupported, "spec {}: MoE models (experts) are not exported to HF", path);
+  }
+  if (s.hidden % s.heads != 0 || s.heads % s.query_groups != 0) {
+    Fail(ErrorKind::kInvalidArgument,
+         "spec {}: hidden {} must be divisible by heads {}, heads by query_groups {}", path,
+         s.hidden, s.heads, s.query_groups);
+  }
+  return s;
+}
+
+std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
+                                   const std::vector<std::pair<std::string, Shape>>& stored) {
+  return Planner(spec, stored).Plan();
+}
+
+uint64_t ParseByteSize(const std::string& text) {
+  size_t end = 0;
+  uint64_t value = 0;
+  try {
+    value = std::stoull(text, &end);
+  } catch (...) {
+    Fail(ErrorKind::kInvalidArgument, "bad size '{}' (e.g. 5GB, 500MB, 1000)", text);
+  }
+  std::string unit = text.substr(end);
+  const std::map<std::string, uint64_t> units = {
+      {"", 1},          {"B", 1},         {"KB", 1000},       {"MB", 1000000}, {"GB", 1000000000},
+      {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1ull << 30}};
+  auto it = units.find(unit);
+  if (it == units.end() || value == 0) {
+    Fail(ErrorKind::kInvalidArgument, "bad size '{}' (e.g. 5GB, 500MB, 1000)", text);
+  }
+  return value * it->second;
+}
+
+ExportSummary ExportToHf(const ExportArgs& args) {
+  Env* env = Env::Default();
+  GptExportSpec spec = GptExportSpecFromFile(args.spec);
+  const uint64_t max_shard = ParseByteSize(args.max_shard_size);
+  std::unique_ptr<CheckpointReader> reader =
+      DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
+  Node meta = LoadTensorsMetadata(args.checkpoint, env);
+  std::vector<std::pair<std::string, Shape>> stored;
+  std::map<std::string, ShardedTensor> whole;
+  for (const auto& [key, node] : meta.as<Dict>()) {
+    const ShardedTensor& t = node.as<ShardedTensor>();
+    stored.emplace_back(key, t.global_shape);
+    whole[key] = t;
+  }
+  std::vector<HfTensor> plan = PlanHfExport(spec, stored);
+  auto dtype_of = [&](const HfTensor& t) {
+    return args.dtype.empty() ? whole.at(t.pieces.front().key).dtype : DTypeFromName(args.dtype);
+  };
+  // Shards: tensors in order, a new file when the next tensor would pass max_shard.
+  std::vector<std::vector<size_t>> files(1);
+  uint64_t in_file = 0, total = 0, largest = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    uint64_t bytes = static_cast<uint64_t>(Volume(plan[i].shape)) * DTypeSize(dtype_of(plan[i]));
+    if (!files.back().empty() && in_file + bytes > max_shard) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(i);
+    in_file += bytes;
+    total += bytes;
+    largest = std::max(largest, bytes);
+  }
+  env->CreateDirs(args.out);
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t f = 0; f < files.size(); ++f) {
+    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, files.size());
+    std::vector<SafetensorsEntry> entries;
+    for (size_t i : files[f]) entries.push_back({plan[i].name, dtype_of(plan[i]), plan[i].shape});
+    SafetensorsWriter writer(env, JoinPath(args.out, name), entries, {{"format", "pt"}});
+    for (size_t i : files[f]) {
+      const HfTensor& t = plan[i];
+      const DType dtype = dtype_of(t);
+      Tensor buffer = Tensor::Empty(dtype, t.shape);  // the one tensor held at a time
+      size_t offset = 0;
+      for (const HfPiece& p : t.pieces) {
+        ShardedTensor request = whole.at(p.key);
+        request.dtype = dtype;
+        request.local_shape = p.shape;
+        request.global_offset = p.offset;
+        request.axis_fragmentations.reset();
+        request.flattened_range.reset();
+        request.prepend_axis_num = 0;
+        // Read straight into the tensor's buffer (no second copy).
+        request.data = Tensor::Wrap(buffer.data() + offset, dtype, p.shape);
+        Node loaded = ReadShardedState(*reader, Node(Dict{{"t", Node(request)}}),
+                                       VerifyPolicy::kWhenWhole, nullptr, 1);
+        const Tensor& got = loaded.at("t").as<Tensor>();
+        if (got.data() != buffer.data() + offset) {
+          std::copy(got.data(), got.data() + got.nbytes(), buffer.data() + offset);
+        }
+        offset += got.nbytes();
+      }
+      writer.Append(buffer.bytes());
+      weight_map[t.name] = name;
+    }
+    writer.Finish();
+  }
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
+                                  {"weight_map", weight_map}};
+  WriteFileAtomic(env, JoinPath(args.out, "model.safetensors.index.json"), index.dump(2) + "\n");
+  nlohmann::ordered_json config = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", spec.hidden},
+      {"intermediate_size", spec.ffn},
+      {"num_attention_heads", spec.heads},
+      {"num_key_value_heads", spec.query_groups},
+      {"num_hidden_layers", spec.layers},
+      {"vocab_size", spec.vocab},
+      {"tie_word_embeddings", spec.tied},
+      {"hidden_act", spec.glu ? "silu" : "gelu"},
+      {"torch_dtype", plan.empty() ? "float32" : std::string(DTypeName(dtype_of(plan[0])))}};
+  WriteFileAtomic(env, JoinPath(args.out, "config.json"), config.dump(2) + "\n");
+  return {plan.size(), files.size(), total, largest};
+}
+
+int ExportCommand(const ExportArgs& args) {
+  if (args.to == "hf") {
+    ExportSummary s = ExportToHf(args);
+    std::cout << fmt::format(
+        "exported {} tensors ({} bytes) from {} to {}: {} file(s), largest tensor {} bytes\n",
+        s.tensors, s.total_bytes, args.checkpoint, args.out, s.files, s.largest_tensor_bytes);
+    return 0;  // kExitOk
+  }
+  Fail(ErrorKind::kUnsupported, "export --to {}: only hf is implemented", args.to);
+}
+
+}  // namespace distckpt

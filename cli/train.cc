@@ -1,0 +1,204 @@
+// distckpt train / distckpt manage: the simulated training loop over the
+// checkpoint manager, and offline views of a run's checkpoint root.
+#include "harness/train.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "comm/thread_world.h"
+#include "core/error.h"
+#include "format/format.h"
+#include "topology/topology.h"
+#ifdef DISTCKPT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace distckpt {
+namespace {
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// DISTCKPT_CRASH_AT=PHASE:N[:RANK] (crash tests only): the process of RANK
+// (any rank if omitted) kills itself with SIGKILL the N-th time it reaches
+// manager phase PHASE (ManagerOptions::on_phase). Counting is per process.
+struct CrashPoint {
+  std::string phase;
+  int count = 0;
+  int rank = -1;
+  std::atomic<int> seen{0};
+};
+
+std::unique_ptr<CrashPoint> CrashPointFromEnv() {
+  const char* spec = std::getenv("DISTCKPT_CRASH_AT");
+  if (!spec || !*spec) return nullptr;
+  std::vector<std::string> parts;
+  std::stringstream in(spec);
+  for (std::string p; std::getline(in, p, ':');) parts.push_back(p);
+  if (parts.size() < 2 || parts.size() > 3) {
+    Fail(ErrorKind::kInvalidArgument, "DISTCKPT_CRASH_AT='{}': expected PHASE:N[:RANK]", spec);
+  }
+  auto point = std::make_unique<CrashPoint>();
+  point->phase = parts[0];
+  point->count = std::stoi(parts[1]);
+  if (parts.size() == 3) point->rank = std::stoi(parts[2]);
+  return point;
+}
+
+template <typename Fn>
+void OnBackend(const std::string& backend, int world, Fn&& fn) {
+  if (backend == "threads") {
+    RunRanks(world, [&](Communicator& comm) { fn(comm); });
+    return;
+  }
+  if (backend != "mpi")
+    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", backend);
+#ifdef DISTCKPT_HAVE_MPI
+  std::unique_ptr<Communicator> comm = MpiWorld();
+  if (comm->size() != world) {
+    Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
+         comm->size());
+  }
+  fn(*comm);
+#else
+  Fail(ErrorKind::kUnsupported, "this distckpt was built without MPI");
+#endif
+}
+
+}  // namespace
+
+int TrainCommand(const TrainArgs& args) {
+  Scenario s = LoadScenario(args.scenario);
+  TrainOptions options;
+  ManagerOptions& m = options.manager;
+  m.root = args.dir;
+  m.layout = ParseCheckpointLayout(args.layout);
+  m.components = SplitList(args.components);
+  m.save_contents = SplitList(args.save_contents);
+  m.retention.keep_last = args.keep;
+  m.retention.retain_interval = args.retain_interval;
+  m.async = args.async;
+  m.topology = Topology::Parse(args.topology).ToString();
+  m.save.format = &FormatByName(args.format);
+  m.save.writers = args.writers;
+  options.steps = args.steps;
+  options.save_interval = args.save_interval;
+  options.resume = args.resume;
+  options.load_contents = SplitList(args.load_contents);
+  options.step_ms = args.step_ms;
+  std::unique_ptr<CrashPoint> crash = CrashPointFromEnv();
+  const int world = Topology::Parse(args.topology).world_size();
+  TrainReport report;
+  bool prints = false;
+  OnBackend(args.backend, world, [&](Communicator& comm) {
+    TrainOptions mine = options;
+    const int rank = comm.rank();
+    if (rank == 0) {
+      mine.log = [](const std::string& line) { std::cout << line << std::endl; };
+    }
+    mine.manager.on_phase = [&, rank](std::string_view phase, int64_t iteration) {
+      if (args.verbose && rank == 0)
+        std::cout << "phase " << phase << " " << iteration << std::endl;
+      if (crash && phase == crash->phase && (crash->rank < 0 || crash->rank == rank) &&
+          ++crash->seen == crash->count) {
+        std::cout << fmt::format("crash point {} (iteration {}) on rank {}: SIGKILL", phase,
+                                 iteration, rank)
+                  << std::endl;
+        ::kill(::getpid(), SIGKILL);
+      }
+    };
+    TrainReport r = TrainLoop(s, mine, comm);
+    if (rank == 0) {
+      report = std::move(r);
+      prints = true;
+    }
+  });
+  if (!prints) return report.error.empty() ? kExitOk : kExitInputError;
+  if (!report.error.empty()) {
+    std::cerr << "distckpt train: " << report.error << "\n";
+    return report.value_mismatch ? kExitVerdictFailed : kExitInputError;
+  }
+  std::cout << fmt::format(
+      "trained {} to step {} under {} ({} layout){}; committed: {}\n", s.name, report.last_step,
+      m.topology, args.layout,
+      report.resumed ? fmt::format(", resumed iteration {}", report.resumed_iteration) : "",
+      fmt::join(report.committed, " "));
+  return kExitOk;
+}
+
+int ManageCommand(const ManageArgs& args) {
+  Env* env = Env::Default();
+  CheckpointLayout layout = ParseCheckpointLayout(args.layout);
+  Catalog catalog = ScanRoot(env, args.dir, layout);
+  if (args.action == "prune") {
+    if (!catalog.tracker || catalog.tracker->release) {
+      Fail(ErrorKind::kInvalidArgument, "{}: no tracker iteration: nothing is superseded",
+           args.dir);
+    }
+    const int64_t committed = catalog.tracker->iteration;
+    const CatalogEntry* current = catalog.Find(committed);
+    if (!current || !current->complete) {
+      Fail(ErrorKind::kIncomplete, "{}: the tracker names iteration {}, which is not complete",
+           args.dir, committed);
+    }
+    for (int64_t it : SupersededIterations({args.keep, args.retain_interval},
+                                           catalog.CompleteIterations(), committed)) {
+      if (it == committed) continue;
+      DeleteIterationDir(env, catalog.Find(it)->path);
+      std::cout << "deleted " << catalog.Find(it)->path << "\n";
+    }
+    return kExitOk;
+  }
+  if (args.action != "list")
+    Fail(ErrorKind::kInvalidArgument, "manage: unknown action '{}'", args.action);
+  if (args.json) {
+    nlohmann::json j;
+    j["tracker"] = catalog.tracker ? nlohmann::json(catalog.tracker->ToString()) : nullptr;
+    if (!catalog.tracker_error.empty()) j["tracker_error"] = catalog.tracker_error;
+    j["checkpoints"] = nlohmann::json::array();
+    for (const CatalogEntry& e : catalog.entries) {
+      nlohmann::json c = {{"iteration", e.iteration}, {"path", e.path}, {"complete", e.complete}};
+      if (!e.complete) c["why"] = e.why_incomplete;
+      if (e.manifest) c["manifest"] = e.manifest->ToJson();
+      j["checkpoints"].push_back(c);
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("tracker: {}\n", catalog.tracker ? catalog.tracker->ToString()
+                                              : catalog.tracker_error.empty()
+                                                  ? "none"
+                                                  : "UNREADABLE: " + catalog.tracker_error);
+    for (const CatalogEntry& e : catalog.entries) {
+      std::cout << fmt::format(
+          "  {:>10}  {}  {}\n", e.iteration, e.complete ? "complete  " : "INCOMPLETE",
+          e.complete ? fmt::format("{} [{}] under {}", e.path, fmt::join(e.manifest->contents, ","),
+                                   e.manifest->topology)
+                     : e.path + ": " + e.why_incomplete);
+    }
+  }
+  if (!catalog.tracker_error.empty()) return kExitInputError;
+  if (catalog.tracker && !catalog.tracker->release) {
+    const CatalogEntry* current = catalog.Find(catalog.tracker->iteration);
+    if (!current || !current->complete) {
+      std::cerr << "distckpt manage: the tracker names iteration " << catalog.tracker->iteration
+                << ", which is not a complete checkpoint\n";
+      return kExitVerdictFailed;
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace distckpt

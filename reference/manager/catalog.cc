@@ -1,0 +1,124 @@
+#include "manager/catalog.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "format/format.h"
+
+namespace distckpt {
+namespace {
+
+bool IsCommitted(Env* env, const std::string& dir) {
+  if (!env->IsDirectory(dir)) return false;
+  for (const Format* format : AllFormats()) {
+    if (format->Detect(env, dir)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+nlohmann::json IterationManifest::ToJson() const {
+  return {{"version", 1},
+          {"iteration", iteration},
+          {"layout", std::string(CheckpointLayoutName(layout))},
+          {"components", components},
+          {"contents", contents},
+          {"topology", topology}};
+}
+
+IterationManifest IterationManifest::FromJson(const nlohmann::json& j, const std::string& source) {
+  try {
+    IterationManifest m;
+    if (j.at("version").get<int>() != 1) {
+      Fail(ErrorKind::kCorruption, "manifest {}: unknown version {}", source,
+           j.at("version").dump());
+    }
+    m.iteration = j.at("iteration").get<int64_t>();
+    m.layout = ParseCheckpointLayout(j.at("layout").get<std::string>());
+    m.components = j.at("components").get<std::vector<std::string>>();
+    m.contents = j.at("contents").get<std::vector<std::string>>();
+    m.topology = j.at("topology").get<std::string>();
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    Fail(ErrorKind::kCorruption, "manifest {}: {}", source, e.what());
+  } catch (const CheckpointError& e) {
+    if (e.kind() == ErrorKind::kCorruption) throw;
+    Fail(ErrorKind::kCorruption, "manifest {}: {}", source, e.what());
+  }
+}
+
+const CatalogEntry* Catalog::Find(int64_t iteration) const {
+  for (const CatalogEntry& e : entries) {
+    if (e.iteration == iteration) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<int64_t> Catalog::CompleteIterations() const {
+  std::vector<int64_t> out;
+  for (const CatalogEntry& e : entries) {
+    if (e.complete) out.push_back(e.iteration);
+  }
+  return out;
+}
+
+std::string ComponentDir(const std::string& iteration_dir, const std::string& component) {
+  return component.empty() ? iteration_dir : JoinPath(iteration_dir, component);
+}
+
+CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iteration) {
+  CatalogEntry entry;
+  entry.iteration = iteration;
+  entry.path = path;
+  std::string manifest_path = JoinPath(path, kManifestFile);
+  if (!env->FileExists(manifest_path)) {
+    entry.why_incomplete = fmt::format("no {} (the save never finished)", kManifestFile);
+    return entry;
+  }
+  try {
+    nlohmann::json j = nlohmann::json::parse(ReadFileToString(env, manifest_path));
+    entry.manifest = IterationManifest::FromJson(j, manifest_path);
+  } catch (const std::exception& e) {
+    entry.why_incomplete = fmt::format("unreadable manifest: {}", e.what());
+    return entry;
+  }
+  if (entry.manifest->iteration != iteration) {
+    entry.why_incomplete =
+        fmt::format("manifest {} names iteration {}", manifest_path, entry.manifest->iteration);
+    return entry;
+  }
+  for (const std::string& c : entry.manifest->components) {
+    if (!IsCommitted(env, ComponentDir(path, c))) {
+      entry.why_incomplete =
+          fmt::format("component '{}' is not a committed checkpoint", c.empty() ? "." : c);
+      return entry;
+    }
+  }
+  entry.complete = true;
+  return entry;
+}
+
+Catalog ScanRoot(Env* env, const std::string& root, CheckpointLayout layout) {
+  Catalog catalog;
+  if (!env->IsDirectory(root)) return catalog;
+  try {
+    catalog.tracker = ReadTracker(env, root);
+  } catch (const CheckpointError& e) {
+    catalog.tracker_error = e.what();
+  }
+  for (const std::string& name : env->ListDir(root)) {
+    std::optional<int64_t> it = ParseIterationDirName(layout, name);
+    std::string path = JoinPath(root, name);
+    if (!it || !env->IsDirectory(path)) continue;
+    catalog.entries.push_back(InspectIterationDir(env, path, *it));
+  }
+  std::sort(catalog.entries.begin(), catalog.entries.end(),
+            [](const CatalogEntry& a, const CatalogEntry& b) { return a.iteration < b.iteration; });
+  return catalog;
+}
+
+}  // namespace distckpt

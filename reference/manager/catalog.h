@@ -1,0 +1,60 @@
+// What a training run's root directory holds, rebuilt from disk (so
+// checkpoints of earlier runs count too): every iteration directory of the
+// layout, whether it is complete (the manager's manifest present and every
+// component it lists a committed checkpoint) and, if not, why.
+//
+// Thread-safety: pure functions of the directory (rank-local, no collectives).
+#ifndef DISTCKPT_MANAGER_CATALOG_H_
+#define DISTCKPT_MANAGER_CATALOG_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/env.h"
+#include "manager/layout.h"
+#include "manager/tracker.h"
+
+namespace distckpt {
+
+// The manifest of a complete iteration directory (kManifestFile).
+struct IterationManifest {
+  int64_t iteration = 0;
+  CheckpointLayout layout = CheckpointLayout::kMegatron;
+  std::vector<std::string> components;  // Megatron: {""} (the directory itself)
+  std::vector<std::string> contents;    // "model", "optimizer", "extra", ...
+  std::string topology;
+  nlohmann::json ToJson() const;
+  // Throws CheckpointError(kCorruption) naming `source`.
+  static IterationManifest FromJson(const nlohmann::json& j, const std::string& source);
+};
+
+struct CatalogEntry {
+  int64_t iteration = 0;
+  std::string path;
+  bool complete = false;
+  std::string why_incomplete;  // when !complete
+  std::optional<IterationManifest> manifest;
+};
+
+struct Catalog {
+  std::vector<CatalogEntry> entries;  // by iteration, ascending
+  std::optional<Tracker> tracker;
+  std::string tracker_error;  // a tracker that could not be read (corrupt)
+
+  const CatalogEntry* Find(int64_t iteration) const;
+  std::vector<int64_t> CompleteIterations() const;
+};
+
+// The directory of a component of an iteration directory ("" = itself).
+std::string ComponentDir(const std::string& iteration_dir, const std::string& component);
+// Reads and checks one iteration directory (CatalogEntry.complete / why).
+CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iteration);
+// Every iteration directory under `root` (missing root: empty catalog).
+Catalog ScanRoot(Env* env, const std::string& root, CheckpointLayout layout);
+
+}  // namespace distckpt
+
+#endif  // DISTCKPT_MANAGER_CATALOG_H_

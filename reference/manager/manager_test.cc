@@ -1,0 +1,244 @@
+#include "manager/manager.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "comm/thread_world.h"
+#include "core/error_testing.h"
+#include "io/fault_env.h"
+#include "io/testing.h"
+
+namespace distckpt {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 2;
+constexpr int64_t kLocal = 4;
+
+// Rank `rank`'s shard of key `key` at `iteration`: element i = iteration * 1000 + global i + salt.
+Node Shard(const std::string& key, int rank, int64_t iteration, float salt) {
+  Tensor t = Tensor::Empty(DType::kF32, {kLocal});
+  for (int64_t i = 0; i < kLocal; ++i) {
+    t.data_as<float>()[i] = static_cast<float>(iteration * 1000 + rank * kLocal + i) + salt;
+  }
+  return Node(ShardedTensor::FromRankOffsets(key, t, {{0, rank, kWorld}}));
+}
+
+Node Request(const std::string& key, int rank) {
+  return Node(ShardedTensor::FromRankOffsets(key, Tensor::Zeros(DType::kF32, {kLocal}),
+                                             {{0, rank, kWorld}}));
+}
+
+std::map<std::string, Node> ComponentState(const std::string& prefix, int rank, int64_t iteration) {
+  return {{"model", Node(Dict{{"w", Shard(prefix + "w", rank, iteration, 0)}})},
+          {"optimizer", Node(Dict{{"m", Shard(prefix + "m", rank, iteration, 0.5f)}})},
+          {"extra", Node(Dict{{"lr", Node(nlohmann::json(iteration * 0.5))}})}};
+}
+
+IterationState StateOf(const std::vector<std::string>& components, int rank, int64_t iteration) {
+  IterationState s;
+  for (const std::string& c : components) s[c] = ComponentState(c, rank, iteration);
+  return s;
+}
+
+// Checks the loaded model shard of `prefix`w against `iteration`.
+void ExpectModel(const Node& loaded, const std::string& content, const std::string& name, int rank,
+                 int64_t iteration, float salt) {
+  const Tensor& t = loaded.at(content).at(name).as<Tensor>();
+  for (int64_t i = 0; i < kLocal; ++i) {
+    EXPECT_EQ(t.data_as<float>()[i],
+              static_cast<float>(iteration * 1000 + rank * kLocal + i) + salt)
+        << "rank " << rank << " element " << i;
+  }
+}
+
+ManagerOptions Options(const std::string& root, CheckpointLayout layout, int keep = 0) {
+  ManagerOptions o;
+  o.root = root;
+  o.layout = layout;
+  o.retention.keep_last = keep;
+  o.topology = "dp=2";
+  return o;
+}
+
+TEST(Manager, MegatronLayoutTrackerAndKeepLast) {
+  ScopedTempDir dir;
+  RunRanks(kWorld, [&](Communicator& comm) {
+    CheckpointManager m(Options(dir.path(), CheckpointLayout::kMegatron, 2), comm);
+    for (int64_t it = 10; it <= 40; it += 10) m.Save(it, StateOf({""}, comm.rank(), it));
+  });
+  Env* env = Env::Default();
+  EXPECT_EQ(ReadFileToString(env, TrackerPath(dir.path())), "40\n");
+  Catalog c = ScanRoot(env, dir.path(), CheckpointLayout::kMegatron);
+  EXPECT_THAT(c.CompleteIterations(), ElementsAre(30, 40));
+  EXPECT_EQ(c.entries.size(), 2u);
+  EXPECT_TRUE(env->FileExists(JoinPath(dir.path(), "iter_0000040/metadata.json")));
+  RunRanks(kWorld, [&](Communicator& comm) {
+    CheckpointManager m(Options(dir.path(), CheckpointLayout::kMegatron), comm);
+    ResumePoint p = m.Resume("auto");
+    ASSERT_TRUE(p.found);
+    EXPECT_EQ(p.iteration, 40);
+    Node req(Dict{{"model", Node(Dict{{"w", Request("w", comm.rank())}})},
+                  {"extra", Node(Dict{{"lr", Node(nlohmann::json(nullptr))}})}});
+    LoadResult r = m.Load(p, "", req, {"model", "extra"});
+    ExpectModel(r.state_dict, "model", "w", comm.rank(), 40, 0);
+    EXPECT_EQ(r.state_dict.at("extra").at("lr").as<nlohmann::json>(), 20.0);
+    ResumePoint older = m.Resume("30");
+    LoadResult r30 = m.Load(older, "", req, {"model"});
+    ExpectModel(r30.state_dict, "model", "w", comm.rank(), 30, 0);
+  });
+}
+
+TEST(Manager, VerlLayoutComponentsAndContents) {
+  ScopedTempDir dir;
+  RunRanks(kWorld, [&](Communicator& comm) {
+    ManagerOptions o = Options(dir.path(), CheckpointLayout::kVerl, 2);
+    o.components = {"actor", "critic"};
+    o.save_contents = {"model", "extra"};  // no optimizer
+    CheckpointManager m(o, comm);
+    for (int64_t it = 1; it <= 3; ++it) m.Save(it, StateOf(o.components, comm.rank(), it));
+    ResumePoint p = m.Resume("auto");
+    EXPECT_EQ(p.iteration, 3);
+    EXPECT_EQ(p.dir, JoinPath(dir.path(), "global_step_3"));
+    Node req(Dict{{"model", Node(Dict{{"w", Request("criticw", comm.rank())}})},
+                  {"optimizer", Node(Dict{{"m", Request("criticm", comm.rank())}})}});
+    LoadResult r = m.Load(p, "critic", req, {"model"});
+    ExpectModel(r.state_dict, "model", "w", comm.rank(), 3, 0);
+    EXPECT_THAT([&] { m.Load(p, "critic", req, {"optimizer"}); },
+                ThrowsError(ErrorKind::kKeyMismatch, "content 'optimizer' was not saved"));
+    EXPECT_THAT([&] { m.Load(p, "ref", req, {"model"}); },
+                ThrowsError(ErrorKind::kKeyMismatch, "no component 'ref'"));
+  });
+  Env* env = Env::Default();
+  EXPECT_TRUE(env->FileExists(JoinPath(dir.path(), "global_step_3/actor/metadata.json")));
+  EXPECT_TRUE(env->FileExists(JoinPath(dir.path(), "global_step_3/critic/metadata.json")));
+  EXPECT_THAT(ScanRoot(env, dir.path(), CheckpointLayout::kVerl).CompleteIterations(),
+              ElementsAre(2, 3));
+  EXPECT_EQ(ReadFileToString(env, TrackerPath(dir.path())), "3\n");
+}
+
+TEST(Manager, AsyncCommitsTheTrackerInTheFinalize) {
+  ScopedTempDir dir;
+  RunRanks(kWorld, [&](Communicator& comm) {
+    ManagerOptions o = Options(dir.path(), CheckpointLayout::kMegatron, 1);
+    o.async = true;
+    CheckpointManager m(o, comm);
+    m.Save(5, StateOf({""}, comm.rank(), 5));
+    comm.Barrier();
+    // Before the finalize, nothing is committed: no tracker, no manifest.
+    EXPECT_FALSE(Env::Default()->FileExists(TrackerPath(dir.path())));
+    EXPECT_FALSE(Env::Default()->FileExists(JoinPath(m.IterationDir(5), kManifestFile)));
+    comm.Barrier();
+    EXPECT_THAT(m.Finalize(true), ElementsAre(5));
+    m.Save(6, StateOf({""}, comm.rank(), 6));
+    EXPECT_THAT(m.Finalize(true), ElementsAre(6));
+    EXPECT_EQ(m.Resume("auto").iteration, 6);
+  });
+  EXPECT_THAT(
+      ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron).CompleteIterations(),
+      ElementsAre(6));
+}
+
+TEST(Manager, FailedSaveLeavesTrackerAndLastGoodCheckpoint) {
+  ScopedTempDir dir;
+  FaultInjectionEnv env(Env::Default());
+  RunRanks(kWorld, [&](Communicator& comm) {
+    ManagerOptions o = Options(dir.path(), CheckpointLayout::kMegatron, 1);
+    o.save.env = &env;
+    CheckpointManager m(o, comm);
+    m.Save(1, StateOf({""}, comm.rank(), 1));
+    comm.Barrier();
+    if (comm.rank() == 0) env.FailPathsContaining("iter_0000002/metadata");
+    comm.Barrier();
+    EXPECT_THROW(m.Save(2, StateOf({""}, comm.rank(), 2)), CheckpointError);
+    comm.Barrier();
+    if (comm.rank() == 0) env.FailPathsContaining("no-such-path");
+    comm.Barrier();
+    ResumePoint p = m.Resume("auto");
+    EXPECT_EQ(p.iteration, 1);
+    EXPECT_THAT(p.ignored, ElementsAre(HasSubstr("iter_0000002")));
+    // The next save at 2 clears the failed attempt and commits; retention then removes 1.
+    m.Save(2, StateOf({""}, comm.rank(), 2));
+    EXPECT_EQ(m.Resume("auto").iteration, 2);
+  });
+  EXPECT_THAT(
+      ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron).CompleteIterations(),
+      ElementsAre(2));
+}
+
+TEST(Manager, FailedTrackerWriteKeepsThePreviousCheckpoint) {
+  ScopedTempDir dir;
+  FaultInjectionEnv env(Env::Default());
+  RunRanks(kWorld, [&](Communicator& comm) {
+    ManagerOptions o = Options(dir.path(), CheckpointLayout::kMegatron, 1);
+    o.save.env = &env;
+    CheckpointManager m(o, comm);
+    m.Save(1, StateOf({""}, comm.rank(), 1));
+    comm.Barrier();
+    if (comm.rank() == 0) env.FailPathsContaining("latest_checkpointed_iteration.txt.tmp");
+    comm.Barrier();
+    EXPECT_THAT([&] { m.Save(2, StateOf({""}, comm.rank(), 2)); },
+                ThrowsError(ErrorKind::kIo, "latest_checkpointed_iteration.txt.tmp"));
+  });
+  Catalog c = ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron);
+  EXPECT_EQ(c.tracker, (Tracker{1, false}));
+  // 1 (the tracker's) is still complete; 2 lost its manifest again.
+  EXPECT_THAT(c.CompleteIterations(), ElementsAre(1));
+  EXPECT_EQ(c.entries.size(), 2u);
+}
+
+TEST(Manager, ResumeRefusesIncompleteAndAgreesOnMax) {
+  ScopedTempDir dir;
+  Env* env = Env::Default();
+  RunRanks(kWorld, [&](Communicator& comm) {
+    CheckpointManager m(Options(dir.path(), CheckpointLayout::kMegatron), comm);
+    ResumePoint none = m.Resume("auto");
+    EXPECT_FALSE(none.found);
+    m.Save(3, StateOf({""}, comm.rank(), 3));
+  });
+  // A tracker naming a directory that is not complete (written by hand).
+  WriteTracker(env, dir.path(), {7, false});
+  env->CreateDirs(JoinPath(dir.path(), "iter_0000007"));
+  RunRanks(kWorld, [&](Communicator& comm) {
+    CheckpointManager m(Options(dir.path(), CheckpointLayout::kMegatron), comm);
+    EXPECT_THAT([&] { m.Resume("auto"); }, ThrowsError(ErrorKind::kIncomplete, "iter_0000007"));
+    EXPECT_THAT([&] { m.Resume("7"); }, ThrowsError(ErrorKind::kIncomplete));
+    EXPECT_EQ(m.Resume(JoinPath(dir.path(), "iter_0000003")).iteration, 3);
+    // Ranks asking for different iterations agree on the maximum.
+    ResumePoint p = m.Resume(comm.rank() == 0 ? "1" : "3");
+    EXPECT_EQ(p.iteration, 3);
+    EXPECT_EQ(p.warnings.size(), comm.rank() == 0 ? 1u : 0u);
+  });
+  // Garbage in the tracker is a corruption error naming it.
+  WriteFileAtomic(env, TrackerPath(dir.path()), std::string("x\n"));
+  RunRanks(kWorld, [&](Communicator& comm) {
+    CheckpointManager m(Options(dir.path(), CheckpointLayout::kMegatron), comm);
+    EXPECT_THAT([&] { m.Resume("auto"); },
+                ThrowsError(ErrorKind::kCorruption, "latest_checkpointed_iteration.txt"));
+  });
+}
+
+TEST(Manager, RetentionIsRebuiltFromDiskAndCleansOlderIncomplete) {
+  ScopedTempDir dir;
+  RunRanks(kWorld, [&](Communicator& comm) {
+    CheckpointManager m(Options(dir.path(), CheckpointLayout::kVerl), comm);  // keep all
+    for (int64_t it = 1; it <= 4; ++it) m.Save(it, StateOf({"actor"}, comm.rank(), it));
+  });
+  Env* env = Env::Default();
+  env->RemoveFile(JoinPath(dir.path(), "global_step_2/distckpt_iteration.json"));  // incomplete
+  RunRanks(kWorld, [&](Communicator& comm) {
+    // A new run with keep_last 2 sees the earlier run's checkpoints.
+    CheckpointManager m(Options(dir.path(), CheckpointLayout::kVerl, 2), comm);
+    EXPECT_THAT([&] { m.Save(4, StateOf({"actor"}, comm.rank(), 4)); },
+                ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
+    m.Save(5, StateOf({"actor"}, comm.rank(), 5));
+  });
+  Catalog c = ScanRoot(env, dir.path(), CheckpointLayout::kVerl);
+  EXPECT_THAT(c.CompleteIterations(), ElementsAre(4, 5));
+  EXPECT_EQ(c.entries.size(), 2u);
+}
+
+}  // namespace
+}  // namespace distckpt

@@ -1,0 +1,212 @@
+#include "harness/train.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/common_state.h"
+#include "harness/expand.h"
+#include "mapping/dict_utils.h"
+#include "topology/topology.h"
+
+namespace distckpt {
+namespace {
+
+constexpr char kOptimizerPrefix[] = "optimizer.exp_avg.";
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t CountElements(const Node& tree) {
+  uint64_t n = 0;
+  ForEachLeaf(tree, [&](const NodePath&, const Node& leaf) {
+    if (const Tensor* t = leaf.get_if<Tensor>()) n += static_cast<uint64_t>(t->numel());
+  });
+  return n;
+}
+
+std::string AgreeOnError(Communicator& comm, const std::string& mine) {
+  for (const std::string& e : comm.AllGather(mine)) {
+    if (!e.empty()) return e;
+  }
+  return "";
+}
+
+const Node* Child(const Node& n, const std::string& k) {
+  const Dict* d = n.get_if<Dict>();
+  if (!d) return nullptr;
+  auto it = d->find(k);
+  return it == d->end() ? nullptr : &it->second;
+}
+
+// Checks one loaded content of `component` against its state at `step`.
+std::optional<std::string> CheckContent(const Scenario& s, int64_t step,
+                                        const std::string& component, const std::string& content,
+                                        const Topology& saved, const Topology& topo, int rank,
+                                        const LoadResult& result, uint64_t& elements) {
+  const Node* got = Child(result.state_dict, content);
+  if (!got) return fmt::format("content '{}' missing from the loaded state", content);
+  if (content == "extra") {
+    nlohmann::json want = ExtraStateAt(s, step, component);
+    nlohmann::json have = CommonToJson(*got);
+    if (have != want) {
+      return fmt::format("extra state of '{}': expected {}, got {}", component, want.dump(),
+                         have.dump());
+    }
+    return std::nullopt;
+  }
+  Scenario at = StepScenario(s, step, component, content);
+  LoadResult part;
+  part.state_dict = *got;
+  part.mismatch = result.mismatch;
+  elements += CountElements(*got);
+  if (auto bad = CheckLoaded(at, nullptr, saved, topo, rank, part)) {
+    return fmt::format("component '{}' {} at step {}: {}", component, content, step, *bad);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+uint64_t StepSeed(uint64_t seed, int64_t step, const std::string& component) {
+  // 53 bits: exact in any JSON reader of the common state.
+  return Mix(seed ^ Mix(static_cast<uint64_t>(step)) ^ (KeyHash(component) << 1)) &
+         ((1ULL << 53) - 1);
+}
+
+Scenario StepScenario(const Scenario& base, int64_t step, const std::string& component,
+                      const std::string& content) {
+  Scenario s = base;
+  s.pairs.clear();
+  s.seed = StepSeed(base.seed, step, component);
+  if (content == "optimizer") {
+    s.seed = Mix(s.seed ^ 0x6f70);
+    s.optimizer.reset();
+    s.fp8.clear();
+    for (TensorSpec& t : s.tensors) t.key = kOptimizerPrefix + t.key;
+    for (ObjectSpec& o : s.objects) o.key = kOptimizerPrefix + o.key;
+    for (GptConfig& m : s.models) m.prefix = kOptimizerPrefix + m.prefix;
+  } else if (content != "model") {
+    Fail(ErrorKind::kInvalidArgument, "train: unknown content '{}' (model, optimizer, extra)",
+         content);
+  }
+  return s;
+}
+
+nlohmann::json ExtraStateAt(const Scenario& s, int64_t step, const std::string& component) {
+  const int64_t global_batch = 32;
+  return {{"iteration", step},
+          {"component", component},
+          {"lr_scheduler", {{"num_steps", step * global_batch}, {"lr", 1e-3 / (1.0 + step)}}},
+          {"dataloader", {{"consumed_samples", step * global_batch}}},
+          {"rng", {{"seed", StepSeed(s.seed, step, component)}}}};
+}
+
+TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicator& comm) {
+  TrainReport report;
+  auto log = [&](const std::string& line) {
+    if (comm.rank() == 0 && options.log) options.log(line);
+  };
+  const Topology topo = Topology::Parse(options.manager.topology);
+  if (topo.world_size() != comm.size()) {
+    Fail(ErrorKind::kInvalidArgument, "topology {} needs {} ranks, but {} are running",
+         options.manager.topology, topo.world_size(), comm.size());
+  }
+  if (options.save_interval <= 0 || options.steps < 0) {
+    Fail(ErrorKind::kInvalidArgument, "train: --steps must be >= 0 and --save-interval > 0");
+  }
+  CheckpointManager manager(options.manager, comm);
+  const std::vector<std::string>& components = manager.options().components;
+  int64_t start = 0;
+  std::string error;
+  bool mismatch = false;
+  if (!options.resume.empty()) {
+    ResumePoint point = manager.Resume(options.resume);
+    report.ignored = point.ignored;
+    for (const std::string& w : point.warnings) log("warning: " + w);
+    if (point.found) {
+      report.resumed = true;
+      report.resumed_iteration = start = point.iteration;
+      report.resumed_dir = point.dir;
+      report.saved_topology = point.manifest.topology;
+      Topology saved = Topology::Parse(point.manifest.topology);
+      uint64_t elements = 0;
+      for (const std::string& component : components) {
+        Dict request;
+        for (const std::string& content : options.load_contents) {
+          if (content == "extra") {
+            request[content] = Node(Dict{});
+          } else {
+            request[content] = BuildLoadRequest(StepScenario(s, start, component, content), nullptr,
+                                                saved, topo, comm.rank());
+          }
+        }
+        LoadResult result =
+            manager.Load(point, component, Node(std::move(request)), options.load_contents);
+        for (const std::string& content : options.load_contents) {
+          if (!error.empty()) break;
+          if (auto bad = CheckContent(s, start, component, content, saved, topo, comm.rank(),
+                                      result, elements)) {
+            error = *bad;
+            mismatch = true;
+          }
+        }
+      }
+      error = AgreeOnError(comm, error);
+      report.elements_checked =
+          static_cast<uint64_t>(comm.AllReduceOne(static_cast<int64_t>(elements), ReduceOp::kSum));
+      if (!error.empty()) {
+        report.error = error;
+        report.value_mismatch = comm.AllReduceOne(mismatch ? 1 : 0, ReduceOp::kMax) > 0;
+        return report;
+      }
+      log(fmt::format("resumed iteration {} from {} (saved under {}, now {}): {} elements checked",
+                      start, point.dir, point.manifest.topology, options.manager.topology,
+                      report.elements_checked));
+    } else {
+      log("no checkpoint to resume: starting at step 0");
+    }
+    for (const std::string& why : point.ignored) log("ignored incomplete checkpoint " + why);
+  }
+  for (int64_t step = start + 1; step <= options.steps; ++step) {
+    if (options.step_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.step_ms));
+    report.last_step = step;
+    for (int64_t it : manager.Finalize(false)) {
+      report.committed.push_back(it);
+      log(fmt::format("committed {}", it));
+    }
+    if (step % options.save_interval != 0) continue;
+    IterationState state;
+    for (const std::string& component : components) {
+      for (const std::string& content : options.manager.save_contents) {
+        if (content == "extra") {
+          state[component][content] = CommonFromJson(ExtraStateAt(s, step, component));
+        } else {
+          state[component][content] =
+              BuildSaveState(StepScenario(s, step, component, content), nullptr, topo, comm.rank());
+        }
+      }
+    }
+    log(fmt::format("saving {}", step));
+    manager.Save(step, state);
+    if (!options.manager.async) {
+      report.committed.push_back(step);
+      log(fmt::format("committed {}", step));
+    }
+  }
+  for (int64_t it : manager.Finalize(true)) {
+    report.committed.push_back(it);
+    log(fmt::format("committed {}", it));
+  }
+  report.last_step = std::max(report.last_step, start);
+  return report;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Hugging Face export against the real `safetensors` library (ctest label `peer`):
+#   hf_peer_test.sh DISTCKPT SCENARIO
+# Saves SCENARIO's GPT under tp=2,pp=2, exports it to HF safetensors shards
+# (small --max-shard-size: several files), dumps every Megatron tensor, and has
+# torch 2.6's safetensors (ci/setup-peers --torch2) load every exported
+# tensor and compare it bit for bit (hf_peer.py). Skipped (77) without the peer.
+set -euo pipefail
+exe=$1 scenario=$2
+here=$(cd "$(dirname "$0")" && pwd)
+python=${DISTCKPT_TORCH2_PYTHON:-}
+root=/opt/distckpt-torch2
+if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
+   mountpoint -q "$root/tmp" && chroot "$root" python3 -c 'import safetensors.torch' 2>/dev/null; then
+  python="chroot $root env USE_LIBUV=0 python3"
+fi
+if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
+  echo "SKIPPED: no torch 2 peer with python3-safetensors (ci/setup-peers --torch2 DIR)"
+  exit 77
+fi
+work=$(mktemp -d /tmp/distckpt-hf-peer-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cp "$here/hf_peer.py" "$scenario" "$work/"
+"$exe" save "$scenario" --topology tp=2,pp=2 --dir "$work/ck"
+"$exe" export "$work/ck" --to hf "$work/hf" --spec "$scenario" --max-shard-size 8KB
+ls "$work/hf"
+mkdir "$work/dumps"
+for key in $("$exe" inspect "$work/ck" --json | python3 -c 'import json,sys; print("\n".join(json.load(sys.stdin)["tensors"]))'); do
+  "$exe" dump "$work/ck" "$key" --out "$work/dumps/$key.bin" >/dev/null
+done
+$python "$work/hf_peer.py" check "$work/hf" "$work/dumps" "$work/$(basename "$scenario")"
