@@ -137,10 +137,11 @@ class FaultCampaignTest : public testing::TestWithParam<Config> {
   }
 
   void SetUp() override {
-    root_ = tmp_.path();
+    root_ = JoinPath(tmp_.path(), "work");
+    fs::create_directories(root_);
     target_ = JoinPath(root_, config().mode == Mode::kNewDir ? "iter2" : "ckpt");
     previous_dir_ = config().mode == Mode::kNewDir ? JoinPath(root_, "iter1") : target_;
-    pristine_ = JoinPath(root_, "pristine");
+    pristine_ = JoinPath(tmp_.path(), "pristine");
     StepReport saved = Save(previous_, previous_dir_, nullptr);
     ASSERT_TRUE(saved.ok) << saved.error;
     fs::copy(root_, pristine_, fs::copy_options::recursive);
@@ -148,18 +149,14 @@ class FaultCampaignTest : public testing::TestWithParam<Config> {
 
   // Back to the previous checkpoint alone.
   void Restore() const {
-    for (const auto& entry : fs::directory_iterator(root_)) {
-      if (entry.path().filename() != "pristine" && entry.path().filename() != "trash") {
-        fs::remove_all(entry.path());
-      }
-    }
-    fs::copy(pristine_, root_, fs::copy_options::recursive | fs::copy_options::skip_existing);
+    fs::remove_all(root_);
+    fs::copy(pristine_, root_, fs::copy_options::recursive);
   }
 
   FaultCampaign Campaign() {
     FaultCampaign c;
     c.name = config().name;
-    c.trash_dir = JoinPath(root_, "trash");
+    c.trash_dir = JoinPath(tmp_.path(), "trash");
     c.sample = DISTCKPT_CAMPAIGN_SAMPLE;
     c.prepare = [this] { Restore(); };
     c.save = [this](Env* env) { Save(next_, target_, env); };
