@@ -67,6 +67,11 @@ struct StepStrategy {
   // Load: save the loaded state again (harness/resave.h) under the load's
   // topology into this directory (a pair's "resave").
   std::string resave_dir;
+  // Every file access of the step through this Env (nullptr = Env::Default()):
+  // the fault campaigns' crash injection.
+  Env* env = nullptr;
+  // Save: replace a committed checkpoint in `dir` (SaveOptions::overwrite).
+  bool overwrite = false;
 };
 
 // One rank's part of a save / a load+check. Collective over `comm`; every

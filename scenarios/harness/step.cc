@@ -63,7 +63,7 @@ std::unique_ptr<Communicator> DataParallelGroup(const Topology& topo, Communicat
 }
 
 LocalOptions LocalOptionsOf(const StepStrategy& strategy, int world) {
-  return {strategy.local_dir, nullptr, Cliques(world, strategy.replication)};
+  return {strategy.local_dir, strategy.env, Cliques(world, strategy.replication)};
 }
 
 SaveSummary SaveWithStrategy(const Node& state, const std::string& dir, Communicator& comm,
@@ -144,6 +144,8 @@ StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& 
     SaveOptions options;
     options.format = format;
     options.topology = topo.ToString();
+    options.env = strategy.env;
+    options.overwrite = strategy.overwrite;
     summary = SaveWithStrategy(state, dir, comm, topo, options, strategy);
   } catch (const std::exception& e) {
     error = e.what();
@@ -174,12 +176,13 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
     Topology saved = Topology::Parse(saved_topology);
     topo = WorldTopology(topology, comm);
     AgreeOnOutcome(comm, [&] {
-      if (s.optimizer) CheckOptimizerLoadable(s, LoadCommonStateDict(dir), topo);
+      if (s.optimizer) CheckOptimizerLoadable(s, LoadCommonStateDict(dir, strategy.env), topo);
       request = BuildLoadRequest(s, pair, saved, topo, comm.rank());
     });
     LoadOptions options;
     options.strict = strict;
     options.verify = verify;
+    options.env = strategy.env;
     std::unique_ptr<Communicator> dp;
     if (strategy.fully_parallel || strategy.two_stage) {
       dp = DataParallelGroup(topo, comm);
