@@ -36,7 +36,8 @@ def main():
             pairs = json.load(open(report))["pairs"]
             verdict = {(p["save"], p["load"]): p["verdict"] == "ok" for p in pairs}
             for i, saved in enumerate(topologies):
-                dirs = glob.glob(os.path.join(work, "ck", "save-%d-*" % i))
+                dirs = [d for d in glob.glob(os.path.join(work, "ck", "save-%d-*" % i))
+                        if os.path.isdir(d)]  # not the save's <dir>.lock
                 if not dirs or not os.path.exists(os.path.join(dirs[0], "metadata.json")):
                     assert not any(verdict[(saved, b)] for b in topologies), saved
                     continue  # the save itself failed: no checkpoint to verify

@@ -218,7 +218,10 @@ void CheckDamagedCheckpoints(const std::string& format, int cases) {
   CheckProperty(
       {cases,
        {{"rejected", 0.3},
-        {"loaded", 0.01},
+        // Native v2 checksums its metadata and every block a load reads, so a
+        // damaged native checkpoint almost never loads (2 in 1,000): the
+        // minimum holds for DCP, whose .metadata has no checksum.
+        {"loaded", format == "native" ? 0.0 : 0.01},
         {"index-file", 0.3},
         {"data-file", 0.2},
         {"truncate", 0.1}},

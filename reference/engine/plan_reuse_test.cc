@@ -88,7 +88,10 @@ TEST(PlanReuseTest, CountedCollectivesShowTheReusedPlan) {
             << step;
       }
       if (comm.rank() != 0) {  // rank 0 gathers; it sends nothing for its own metadata
-        EXPECT_LT(bytes[1], bytes[0] / 2) << "ranks send checksums instead of metadata";
+        // A reused plan sends each chunk's block checksums (format v2: up to 64
+        // per chunk) instead of its whole metadata: less, though for these tiny
+        // chunks no longer half.
+        EXPECT_LT(bytes[1], bytes[0]) << "ranks send checksums instead of metadata";
       }
       for (int step = 0; step < 3; ++step) {
         EXPECT_EQ(LoadedW(tmp.path() + "/" + std::to_string(fully_parallel) + std::to_string(step),

@@ -181,13 +181,14 @@ TEST(SpecTest, ParsesOptimizerAndFsdpSectionsAndPairOverrides) {
   // FSDP shards optimizer state in model space: bucket-space formats are refused, not ignored.
   EXPECT_THAT(
       [] {
-        Parse(R"({"fsdp": {"layout": "megatron"},
+        Parse(R"({"model": {"kind": "gpt"}, "fsdp": {"layout": "megatron"},
                   "optimizer": {"kind": "adam", "format": "dp_reshardable"}})");
       },
       ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer.format: 'dp_reshardable'"));
   EXPECT_THAT(
       [] {
-        Parse(R"({"optimizer": {"kind": "adam", "format": "fully_sharded_model_space"},
+        Parse(
+            R"({"model": {"kind": "gpt"}, "optimizer": {"kind": "adam", "format": "fully_sharded_model_space"},
                   "pairs": [{"save": "dp=2", "load": "dp=2", "load_fsdp": {"layout": "fsdp2"}}]})");
       },
       ThrowsError(ErrorKind::kInvalidArgument, "cannot be combined with fsdp"));

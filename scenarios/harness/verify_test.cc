@@ -90,7 +90,8 @@ TEST_F(VerifyTest, ThousandTensorsOpenNoDataFileAndTakeUnderOneSecond) {
   options.env = &env;
   auto start = std::chrono::steady_clock::now();
   VerifyResult r = VerifyLoad(s, dir, "tp=4,dp=2", options);
-  double eight_ranks = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double eight_ranks =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   start = std::chrono::steady_clock::now();
   EXPECT_TRUE(VerifyLoad(s, dir, "tp=4", options).ok);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -102,8 +103,7 @@ TEST_F(VerifyTest, ThousandTensorsOpenNoDataFileAndTakeUnderOneSecond) {
   EXPECT_LT(seconds, 1.0);
   std::cout << fmt::format(
       "verify of 1000 tensors: tp=4 {:.3f} s, tp=4,dp=2 {:.3f} s, {} data files opened\n", seconds,
-      eight_ranks,
-      env.data_opens.load());
+      eight_ranks, env.data_opens.load());
   // A load opens data files; the counter sees them.
   LoadVerdict(s, "tp=2", "tp=4,dp=2", dir, StrictHandling::kAssumeOkUnexpected);
   EXPECT_TRUE(DiffCheckpoints(dir, dir, {}, &env).identical());

@@ -156,9 +156,9 @@ class DcpFormatImpl : public Format {
       }
       if (offset > size->second || item.length > size->second - offset) {
         Fail(ErrorKind::kCorruption,
-             "{}: storage_data names bytes [{}, {}) of {}, which has {} bytes (the metadata or "
-             "the data file is damaged)",
-             path, offset, offset + item.length, file, size->second);
+             "{}: holds {} bytes, but {} places an item at bytes [{}, {}) of it (the data file "
+             "is truncated or the metadata is damaged)",
+             JoinPath(dir, file), size->second, path, offset, offset + item.length);
       }
     }
     return std::make_unique<DcpReader>(env, dir, std::move(layout));
