@@ -21,12 +21,14 @@
 #define DISTCKPT_CLI_HF_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/box.h"
 #include "core/dtype.h"
+#include "format/format.h"
 
 namespace distckpt {
 
@@ -62,7 +64,7 @@ struct ExportArgs {
   std::string checkpoint, to = "hf", out, spec, max_shard_size = "5GB", dtype;
 };
 struct ImportArgs {
-  std::string out, from = "hf", dir, spec, topology;
+  std::string out, from = "hf", dir, spec, topology, format = "native";
 };
 // Parses "5GB", "500MB", "100KB", "123" (bytes; decimal units as HF's).
 uint64_t ParseByteSize(const std::string& text);
@@ -73,7 +75,37 @@ struct ExportSummary {
 };
 // Streams the export: one HF tensor's buffer in memory at a time.
 ExportSummary ExportToHf(const ExportArgs& args);
+// --to hf, or --to native|dcp|dcp-1.13 (ConvertCheckpoint).
 int ExportCommand(const ExportArgs& args);
+
+// Writes a checkpoint into `out` (refused if one is committed there) from one
+// writer, rank 0, holding the save lock: `fill` writes chunks and objects;
+// the commit takes topology, common and content from `like`. Returns the
+// bytes written.
+uint64_t WriteWithOneWriter(Env* env, const std::string& out, const Format& format,
+                            const CheckpointMetadata& like,
+                            const std::function<void(CheckpointWriter&)>& fill);
+
+// `src` (any format, any layout) rewritten in `format` to `out`: every
+// tensor as one whole chunk, read and written one global tensor at a time
+// (memory: the largest tensor); objects, common state and the recorded
+// topology kept, so `diff src out` is identical.
+struct ConvertSummary {
+  size_t tensors = 0, objects = 0;
+  uint64_t bytes_written = 0, largest_tensor_bytes = 0;
+};
+ConvertSummary ConvertCheckpoint(const std::string& src, const std::string& out,
+                                 const Format& format);
+
+// import --from hf (cli/hf_import.cc): the HF model in `dir` saved under
+// `topology` as the spec's Megatron GPT state (tensors only: no objects).
+struct ImportSummary {
+  size_t tensors = 0;
+  uint64_t bytes_written = 0;
+  std::vector<std::string> unused;  // HF tensors no Megatron key maps from
+};
+ImportSummary ImportFromHf(const ImportArgs& args);
+int ImportCommand(const ImportArgs& args);
 
 }  // namespace distckpt
 

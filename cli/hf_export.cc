@@ -320,13 +320,22 @@ ExportSummary ExportToHf(const ExportArgs& args) {
 
 int ExportCommand(const ExportArgs& args) {
   if (args.to == "hf") {
+    if (args.spec.empty()) {
+      Fail(ErrorKind::kInvalidArgument, "export --to hf needs --spec (the model's fields)");
+    }
     ExportSummary s = ExportToHf(args);
     std::cout << fmt::format(
         "exported {} tensors ({} bytes) from {} to {}: {} file(s), largest tensor {} bytes\n",
         s.tensors, s.total_bytes, args.checkpoint, args.out, s.files, s.largest_tensor_bytes);
     return 0;  // kExitOk
   }
-  Fail(ErrorKind::kUnsupported, "export --to {}: only hf is implemented", args.to);
+  ConvertSummary s = ConvertCheckpoint(args.checkpoint, args.out, FormatByName(args.to));
+  std::cout << fmt::format(
+      "converted {} to {} ({} format): {} tensors, {} objects, {} bytes written, largest tensor {} "
+      "bytes\n",
+      args.checkpoint, args.out, args.to, s.tensors, s.objects, s.bytes_written,
+      s.largest_tensor_bytes);
+  return 0;  // kExitOk
 }
 
 }  // namespace distckpt

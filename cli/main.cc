@@ -206,14 +206,27 @@ int main(int argc, char** argv) {
   CLI::App* exp = app.add_subcommand(
       "export", "a checkpoint (any topology, format) to Hugging Face safetensors shards");
   exp->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
-  exp->add_option("--to", export_args.to, "hf")->check(CLI::IsMember({"hf"}));
+  exp->add_option("--to", export_args.to, "hf (default), or native | dcp | dcp-1.13")
+      ->check(CLI::IsMember({"hf", "native", "dcp", "dcp-1.13"}));
   exp->add_option("out", export_args.out, "output directory")->required();
   exp->add_option("--spec", export_args.spec,
-                  "model fields: a JSON spec or scenario file (layers, hidden, heads, "
-                  "query_groups, ffn, vocab, glu, tied, prefix)")
-      ->required();
+                  "--to hf: the model's fields, a JSON spec or scenario file (layers, hidden, "
+                  "heads, query_groups, ffn, vocab, glu, tied, prefix)");
   exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
   exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");
+
+  distckpt::ImportArgs import_args;
+  CLI::App* imp = app.add_subcommand(
+      "import", "a Hugging Face model (safetensors shards) into a checkpoint under a topology");
+  imp->add_option("out", import_args.out, "output checkpoint directory")->required();
+  imp->add_option("--from", import_args.from, "hf")->check(CLI::IsMember({"hf"}));
+  imp->add_option("dir", import_args.dir, "HF model directory")->required();
+  imp->add_option("--spec", import_args.spec,
+                  "the GPT model: a JSON spec or scenario file (as export's --spec)")
+      ->required();
+  imp->add_option("--topology", import_args.topology, "topology to save under")->required();
+  imp->add_option("--format", import_args.format, "native (default), dcp or dcp-1.13")
+      ->check(CLI::IsMember({"native", "dcp", "dcp-1.13"}));
 
   try {
     app.parse(argc, argv);
@@ -237,6 +250,7 @@ int main(int argc, char** argv) {
     if (save->parsed()) return distckpt::SaveCommand(save_args);
     if (load->parsed()) return distckpt::LoadCommand(load_args);
     if (exp->parsed()) return distckpt::ExportCommand(export_args);
+    if (imp->parsed()) return distckpt::ImportCommand(import_args);
     if (train->parsed()) return distckpt::TrainCommand(train_args);
     if (manage->parsed()) return distckpt::ManageCommand(manage_args);
     if (inspect->parsed())

@@ -243,7 +243,7 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
       options.stored_objects ? *options.stored_objects : IndexOf(s, saved).objects;
   Dict objects;
   for (ObjectParam& o : state.objects) {
-    if (dropped(o.object.key)) continue;
+    if (!options.objects || dropped(o.object.key)) continue;
     auto it = grids.find(o.object.key);
     if (it != grids.end() && it->second != o.object.global_shape) continue;  // not reshardable
     o.object.data = nullptr;
@@ -251,7 +251,7 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
   }
   Dict root;
   root["tensors"] = Node(std::move(tensors));
-  root["objects"] = Node(std::move(objects));
+  if (options.objects) root["objects"] = Node(std::move(objects));
   if (s.optimizer) root["optimizer"] = std::move(state.optimizer);
   if (!s.fp8.empty()) root["fp8"] = BuildFp8Request(s, pair, topo, rank);
   return Node(std::move(root));

@@ -37,6 +37,7 @@ Node BuildSaveState(const Scenario& scenario, const PairSpec* pair, const Topolo
 struct RequestOptions {
   const std::map<std::string, Shape>* stored_objects = nullptr;
   bool zero_fill = true;
+  bool objects = true;  // false: request tensors only (e.g. a checkpoint converted from HF)
 };
 
 // Rank `rank`'s load request: destination buffers allocated, load_extra

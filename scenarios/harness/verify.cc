@@ -29,9 +29,9 @@ std::string Joined(const std::set<std::string>& keys) {
 // Rank `rank`'s request for a real checkpoint: objects only where the
 // stored grid matches (objects cannot be resharded), no zero fill.
 Node RequestFor(const Scenario& spec, const CheckpointMetadata& md, const Topology& saved,
-                const Topology& topo, int rank, bool zero_fill) {
+                const Topology& topo, int rank, bool zero_fill, bool objects = true) {
   std::map<std::string, Shape> grids = StoredObjectGrids(md);
-  RequestOptions options{&grids, zero_fill};
+  RequestOptions options{&grids, zero_fill, objects};
   return BuildLoadRequest(spec, nullptr, saved, topo, rank, options);
 }
 
@@ -135,7 +135,7 @@ DataCheck VerifyData(const std::string& dir, Env* env) {
 
 ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
                           const std::string& topology, const std::string& out, const Format& format,
-                          StrictHandling strict, Communicator& comm) {
+                          StrictHandling strict, Communicator& comm, bool objects) {
   Scenario spec = request_spec;  // stored dtypes: a resharded checkpoint keeps them
   for (TensorSpec& t : spec.tensors) t.load_dtype.reset();
   auto start = std::chrono::steady_clock::now();
@@ -153,7 +153,7 @@ ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
     const CheckpointMetadata& md = reader->metadata();
     if (spec.optimizer) CheckOptimizerLoadable(spec, CommonFromJson(md.common), topo);
     Topology saved = md.topology.empty() ? topo : Topology::Parse(md.topology);
-    request = RequestFor(spec, md, saved, topo, comm.rank(), /*zero_fill=*/true);
+    request = RequestFor(spec, md, saved, topo, comm.rank(), /*zero_fill=*/true, objects);
   });
   LoadOptions load;
   load.strict = strict;

@@ -72,10 +72,11 @@ struct ReshardResult {
 };
 // One rank's part (collective over `comm`, whose size is T's world size).
 // Throws CheckpointError (agreed by every rank) when the load or the save
-// fails; `out` then holds no committed checkpoint.
+// fails; `out` then holds no committed checkpoint. `objects` false requests
+// the spec's tensors only (a checkpoint that stores none of its objects).
 ReshardResult ReshardRank(const Scenario& spec, const std::string& dir, const std::string& topology,
                           const std::string& out, const Format& format, StrictHandling strict,
-                          Communicator& comm);
+                          Communicator& comm, bool objects = true);
 
 }  // namespace distckpt
 

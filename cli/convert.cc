@@ -1,0 +1,65 @@
+// distckpt export --to native|dcp|dcp-1.13: a checkpoint rewritten in
+// another format by one writer, tensor by tensor (cli/hf.h).
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/hf.h"
+#include "core/error.h"
+#include "engine/metadata_api.h"
+#include "engine/read_state.h"
+#include "io/file_lock.h"
+
+namespace distckpt {
+
+uint64_t WriteWithOneWriter(Env* env, const std::string& out, const Format& format,
+                            const CheckpointMetadata& like,
+                            const std::function<void(CheckpointWriter&)>& fill) {
+  // The same exclusion as an engine save (io/file_lock.h): a concurrent save
+  // into `out` fails naming this one.
+  std::unique_ptr<FileLock> lock = FileLock::LockForSave(out);
+  const std::string write_dir = format.PrepareDirectory(env, out, /*overwrite=*/false);
+  std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, 0);
+  fill(*writer);
+  CheckpointMetadata merged;
+  merged.format = std::string(format.name());
+  merged.MergeFrom(writer->Finish());
+  merged.topology = like.topology;
+  merged.common = like.common;
+  merged.content = like.content;
+  format.Commit(env, out, write_dir, merged);
+  return writer->bytes_written();
+}
+
+ConvertSummary ConvertCheckpoint(const std::string& src, const std::string& out,
+                                 const Format& format) {
+  Env* env = Env::Default();
+  std::unique_ptr<CheckpointReader> reader = DetectFormat(env, src).OpenReader(env, src);
+  const CheckpointMetadata& md = reader->metadata();
+  Node whole = LoadTensorsMetadata(src, env);
+  ConvertSummary summary;
+  summary.bytes_written = WriteWithOneWriter(env, out, format, md, [&](CheckpointWriter& writer) {
+    for (const auto& [key, node] : whole.as<Dict>()) {
+      // One global tensor in memory at a time, in its stored dtype.
+      ShardedTensor request = node.as<ShardedTensor>();
+      request.data = Tensor::Empty(request.dtype, request.global_shape);
+      Node loaded = ReadShardedState(*reader, Node(Dict{{"t", Node(request)}}),
+                                     VerifyPolicy::kWhenWhole, nullptr, 1);
+      const Tensor& t = loaded.at("t").as<Tensor>();
+      writer.WriteTensorChunk(key, request.dtype, request.global_shape,
+                              Box{Shape(request.global_shape.size(), 0), request.global_shape},
+                              std::nullopt, t.bytes());
+      ++summary.tensors;
+      summary.largest_tensor_bytes = std::max<uint64_t>(summary.largest_tensor_bytes, t.nbytes());
+    }
+    for (const auto& [unique_key, object] : md.objects) {
+      const std::string bytes = reader->ReadObject(object);
+      writer.WriteObject(object.key, unique_key, object.global_shape, object.global_offset,
+                         std::as_bytes(std::span(bytes.data(), bytes.size())));
+      ++summary.objects;
+    }
+  });
+  return summary;
+}
+
+}  // namespace distckpt
