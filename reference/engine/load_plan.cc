@@ -30,8 +30,20 @@ TensorPlan PlanTensorLoad(const StoredTensor& stored, const ShardedTensor& reque
     plan.elements_needed = inside->volume();
   }
 
+  // Disjoint on some axis: skipped without building a Box (a key of a MoE or
+  // distributed-optimizer checkpoint can hold 10^5 chunks, scanned per piece).
+  auto disjoint = [&](const Box& box) {
+    for (size_t a = 0; a < box.rank(); ++a) {
+      if (box.offset[a] >= inside->offset[a] + inside->shape[a] ||
+          inside->offset[a] >= box.offset[a] + box.shape[a]) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (size_t i = 0; i < stored.chunks.size(); ++i) {
     const StoredChunk& chunk = stored.chunks[i];
+    if (chunk.box.rank() == inside->rank() && disjoint(chunk.box)) continue;
     std::optional<Box> region = Intersect(chunk.box, *inside);
     if (!region) continue;
     ChunkPlan cp;
