@@ -12,7 +12,8 @@
 // key per layer) -> model.layers.{i}.*: linear_qkv split per query group in
 // Megatron's interleaved order [q of the group's heads, k, v] into
 // self_attn.q_proj / k_proj / v_proj; linear_proj -> self_attn.o_proj;
-// input_layernorm, pre_mlp_layernorm -> input_layernorm,
+// input_layernorm, pre_mlp_layernorm (or TransformerEngine's fused
+// linear_qkv.layer_norm_weight, linear_fc1.layer_norm_weight) -> input_layernorm,
 // post_attention_layernorm; SwiGLU linear_fc1 [gate; up] -> mlp.gate_proj,
 // mlp.up_proj (without GLU: mlp.up_proj); linear_fc2 -> mlp.down_proj;
 // decoder.final_layernorm -> model.norm; output_layer -> lm_head (absent

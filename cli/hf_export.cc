@@ -36,7 +36,7 @@ class Planner {
     Vocab("embedding.word_embeddings.weight", "model.embed_tokens.weight", true);
     for (int64_t i = 0; i < s_.layers; ++i) {
       const std::string l = fmt::format("model.layers.{}.", i);
-      Layer(i, "input_layernorm.weight", l + "input_layernorm.weight", {{0, h}}, true);
+      Layer(i, Norm(i, "input_layernorm.weight"), l + "input_layernorm.weight", {{0, h}}, true);
       const int64_t per_group_q = s_.heads / s_.query_groups * d;
       const int64_t per = per_group_q + 2 * d;
       for (const char* suffix : {"weight", "bias"}) {
@@ -58,7 +58,8 @@ class Planner {
       }
       Layer(i, "self_attention.linear_proj.weight", l + "self_attn.o_proj.weight", {{0, h}}, true);
       Layer(i, "self_attention.linear_proj.bias", l + "self_attn.o_proj.bias", {{0, h}}, false);
-      Layer(i, "pre_mlp_layernorm.weight", l + "post_attention_layernorm.weight", {{0, h}}, true);
+      Layer(i, Norm(i, "pre_mlp_layernorm.weight"), l + "post_attention_layernorm.weight", {{0, h}},
+            true);
       if (LayerKeyOf(i, "mlp.router.weight")) {
         Fail(ErrorKind::kUnsupported,
              "export --to hf: layer {} is a MoE layer (mlp.router): "
@@ -105,6 +106,16 @@ class Planner {
     std::string single = fmt::format("decoder.layers.{}.{}", i, name);
     if (Find(single)) return std::make_pair(single, false);
     return std::nullopt;
+  }
+  // A layer norm's key: Megatron's local spec stores `input_layernorm.weight`
+  // / `pre_mlp_layernorm.weight`; its TransformerEngine spec fuses them into
+  // the next linear as `self_attention.linear_qkv.layer_norm_weight` /
+  // `mlp.linear_fc1.layer_norm_weight`. Whichever the checkpoint has.
+  std::string Norm(int64_t i, const std::string& name) const {
+    const std::string fused = name == "input_layernorm.weight"
+                                  ? "self_attention.linear_qkv.layer_norm_weight"
+                                  : "mlp.linear_fc1.layer_norm_weight";
+    return !LayerKeyOf(i, name) && LayerKeyOf(i, fused) ? fused : name;
   }
   void ExpectRows(int64_t i, const std::string& name, int64_t rows, const std::string& why) const {
     auto key = LayerKeyOf(i, name);

@@ -37,6 +37,37 @@ assert total == index["metadata"]["total_size"], (total, index["metadata"]["tota
 print(f"{s}: {len(names)} tensors in {len(files)} files, total_size {total}")
 PY
 done
+# Megatron's TransformerEngine spec fuses the layer norms into the next
+# linear (`linear_qkv.layer_norm_weight`, `linear_fc1.layer_norm_weight`): a
+# checkpoint with those keys exports to the same bytes.
+python3 - "$scenarios/hf-gpt-gqa.json" "$work/te.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["model"]["rename"] = {
+    "decoder.layers.input_layernorm.weight": "decoder.layers.self_attention.linear_qkv.layer_norm_weight",
+    "decoder.layers.pre_mlp_layernorm.weight": "decoder.layers.mlp.linear_fc1.layer_norm_weight"}
+json.dump(s, open(sys.argv[2], "w"))
+PY
+"$d" save "$work/te.json" --topology tp=2,pp=2 --dir "$work/te" >/dev/null
+"$d" inspect "$work/te" | grep -q "linear_qkv.layer_norm_weight" || { echo "rename not applied"; exit 1; }
+"$d" export "$work/te" --to hf "$work/te-hf" --spec "$work/te.json" --max-shard-size 8KB
+# (values are generated per key, so they differ: same names, shapes and files)
+diff "$work/hf-gpt-gqa-hf-a/model.safetensors.index.json" "$work/te-hf/model.safetensors.index.json"
+diff "$work/hf-gpt-gqa-hf-a/config.json" "$work/te-hf/config.json"
+"$d" dump "$work/te" decoder.layers.mlp.linear_fc1.layer_norm_weight --out "$work/te-norm.bin" >/dev/null
+python3 - "$work/te-hf" "$work/te-norm.bin" <<'PY'
+import json, os, sys
+d, dump = sys.argv[1], open(sys.argv[2], "rb").read()
+index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+for layer in range(4):
+    name = f"model.layers.{layer}.post_attention_layernorm.weight"
+    raw = open(os.path.join(d, index["weight_map"][name]), "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    b, e = json.loads(raw[8:8 + n])[name]["data_offsets"]
+    got = raw[8 + n + b:8 + n + e]
+    assert got == dump[layer * 64:(layer + 1) * 64], (name, got, dump[layer * 64:(layer + 1) * 64])
+print("TE-fused layer norm keys: exported from linear_fc1.layer_norm_weight, equal to dump")
+PY
 # A spec that disagrees with the checkpoint: exit 2 naming the key.
 sed 's/"query_groups": 2/"query_groups": 4/' "$scenarios/hf-gpt-gqa.json" > "$work/bad.json"
 set +e
