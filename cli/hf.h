@@ -5,7 +5,7 @@
 // file holding {"layers", "hidden", "heads", "ffn", "vocab", "glu", "tied",
 // "prefix", "query_groups"} or a scenario file whose "model" section holds
 // them (the first GPT model). `--spec gpt` inference from the checkpoint's
-// metadata plugs in here.
+// metadata plugs in here (GptExportSpecFromJson of the inferred model section).
 //
 // Names (Llama): embedding.word_embeddings.weight -> model.embed_tokens.weight
 // (vocab padding dropped); decoder.layers.* (stacked on a layer axis or one
@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ struct GptExportSpec {
 };
 
 GptExportSpec GptExportSpecFromFile(const std::string& path);
+// The same from JSON (a model section, or an object holding "model");
+// errors name `source`.
+GptExportSpec GptExportSpecFromJson(nlohmann::json json, const std::string& source);
 
 // One piece of an HF tensor: `shape` elements of Megatron tensor `key` at
 // `offset` (global coordinates; the pieces of a tensor, in order, are its
@@ -63,6 +67,8 @@ std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
 
 struct ExportArgs {
   std::string checkpoint, to = "hf", out, spec, max_shard_size = "5GB", dtype;
+  std::vector<std::string> sets;  // --set field=value, with --spec gpt
+  nlohmann::json model;           // the model section --spec gpt inferred (null: read `spec`)
 };
 struct ImportArgs {
   std::string out, from = "hf", dir, spec, topology, format = "native";
@@ -106,6 +112,10 @@ struct ImportSummary {
   std::vector<std::string> unused;  // HF tensors no Megatron key maps from
 };
 ImportSummary ImportFromHf(const ImportArgs& args);
+// export --spec gpt: the GPT model section inferred from the checkpoint's
+// metadata with args.sets applied (harness InferGptModel; refused naming the
+// field it cannot decide, e.g. heads). Printed as "spec gpt inferred: {...}".
+nlohmann::json InferExportModel(const ExportArgs& args);
 int ImportCommand(const ImportArgs& args);
 
 }  // namespace distckpt

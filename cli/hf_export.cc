@@ -197,6 +197,10 @@ GptExportSpec GptExportSpecFromFile(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     Fail(ErrorKind::kInvalidArgument, "spec {}: not JSON: {}", path, e.what());
   }
+  return GptExportSpecFromJson(std::move(j), path);
+}
+
+GptExportSpec GptExportSpecFromJson(nlohmann::json j, const std::string& path) {
   if (j.contains("model")) j = j["model"].is_array() ? j["model"][0] : j["model"];
   GptExportSpec s;
   s.prefix = j.value("prefix", "");
@@ -245,7 +249,8 @@ uint64_t ParseByteSize(const std::string& text) {
 
 ExportSummary ExportToHf(const ExportArgs& args) {
   Env* env = Env::Default();
-  GptExportSpec spec = GptExportSpecFromFile(args.spec);
+  GptExportSpec spec = args.model.is_null() ? GptExportSpecFromFile(args.spec)
+                                            : GptExportSpecFromJson(args.model, "--spec gpt");
   const uint64_t max_shard = ParseByteSize(args.max_shard_size);
   std::unique_ptr<CheckpointReader> reader =
       DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
@@ -331,7 +336,7 @@ ExportSummary ExportToHf(const ExportArgs& args) {
 
 int ExportCommand(const ExportArgs& args) {
   if (args.to == "hf") {
-    if (args.spec.empty()) {
+    if (args.spec.empty() && args.model.is_null()) {
       Fail(ErrorKind::kInvalidArgument, "export --to hf needs --spec (the model's fields)");
     }
     ExportSummary s = ExportToHf(args);

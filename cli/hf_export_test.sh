@@ -68,6 +68,16 @@ for layer in range(4):
     assert got == dump[layer * 64:(layer + 1) * 64], (name, got, dump[layer * 64:(layer + 1) * 64])
 print("TE-fused layer norm keys: exported from linear_fc1.layer_norm_weight, equal to dump")
 PY
+# --spec gpt infers the model from the checkpoint; heads (and the unpadded
+# vocab) come from --set; without heads it is refused naming the field.
+"$d" export "$work/hf-gpt-gqa-a" --to hf "$work/gpt-hf" --spec gpt --set heads=8 \
+  --set query_groups=2 --set vocab=100 --max-shard-size 8KB >/dev/null
+diff -r "$work/hf-gpt-gqa-hf-a" "$work/gpt-hf"
+set +e
+"$d" export "$work/hf-gpt-gqa-a" --to hf "$work/gpt-hf2" --spec gpt 2> "$work/err"
+rc=$?
+set -e
+[ $rc = 2 ] && grep -q "heads" "$work/err" || { echo "--spec gpt without heads: exit $rc"; cat "$work/err"; exit 1; }
 # A spec that disagrees with the checkpoint: exit 2 naming the key.
 sed 's/"query_groups": 2/"query_groups": 4/' "$scenarios/hf-gpt-gqa.json" > "$work/bad.json"
 set +e

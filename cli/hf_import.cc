@@ -1,4 +1,5 @@
-// distckpt import --from hf: Hugging Face safetensors shards (Llama names)
+// distckpt import --from hf (and export's --spec gpt, which needs the
+// harness's inference): Hugging Face safetensors shards (Llama names)
 // into a Megatron-layout checkpoint saved under a topology (cli/hf.h).
 //
 // Two steps, each bounded by what it holds: (1) every HF tensor, one at a
@@ -198,6 +199,15 @@ ImportSummary ImportFromHf(const ImportArgs& args) {
   }
   cleanup();
   return summary;
+}
+
+nlohmann::json InferExportModel(const ExportArgs& args) {
+  Env* env = Env::Default();
+  std::unique_ptr<CheckpointReader> reader =
+      DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
+  nlohmann::json model = InferGptModel(reader->metadata(), ParseSpecOverrides(args.sets));
+  std::cout << "spec gpt inferred: " << model.dump() << "\n";
+  return model;
 }
 
 int ImportCommand(const ImportArgs& args) {

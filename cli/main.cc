@@ -211,7 +211,9 @@ int main(int argc, char** argv) {
   exp->add_option("out", export_args.out, "output directory")->required();
   exp->add_option("--spec", export_args.spec,
                   "--to hf: the model's fields, a JSON spec or scenario file (layers, hidden, "
-                  "heads, query_groups, ffn, vocab, glu, tied, prefix)");
+                  "heads, query_groups, ffn, vocab, glu, tied, prefix), or gpt (inferred from "
+                  "the checkpoint; --set heads=H ...)");
+  exp->add_option("--set", export_args.sets, "field=value for --spec gpt (repeatable)");
   exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
   exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");
 
@@ -249,7 +251,10 @@ int main(int argc, char** argv) {
     if (run->parsed()) return distckpt::RunCommand(run_args);
     if (save->parsed()) return distckpt::SaveCommand(save_args);
     if (load->parsed()) return distckpt::LoadCommand(load_args);
-    if (exp->parsed()) return distckpt::ExportCommand(export_args);
+    if (exp->parsed()) {
+      if (export_args.spec == "gpt") export_args.model = distckpt::InferExportModel(export_args);
+      return distckpt::ExportCommand(export_args);
+    }
     if (imp->parsed()) return distckpt::ImportCommand(import_args);
     if (train->parsed()) return distckpt::TrainCommand(train_args);
     if (manage->parsed()) return distckpt::ManageCommand(manage_args);
