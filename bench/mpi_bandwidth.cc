@@ -177,7 +177,16 @@ int Main(int argc, char** argv) {
         raw_load = Timed(*comm, [&] { RawReadInto(raw, raw_buffer.data(), raw_buffer.size()); });
       };
       auto run_ours_load = [&] {
-        ours_load = Timed(*comm, [&] { Load(request, dir, *comm, load); });
+        ours_load = Timed(*comm, [&] {
+          LoadResult r = Load(request, dir, *comm, load);
+          if (rank == 0 && getenv("MPIBW_VERBOSE")) {
+            std::cerr << fmt::format(
+                "{} load: {:.3f} s, read {} B, received {} B in {} collectives, peak buffer {} "
+                "B\n",
+                l.name, r.summary.seconds, r.summary.bytes_read, r.summary.exchange.bytes_received,
+                r.summary.exchange.collectives, r.summary.exchange.peak_buffer_bytes);
+          }
+        });
       };
       if (round % 2 == 0) {
         run_raw_load();
