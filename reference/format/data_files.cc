@@ -13,7 +13,8 @@ const RandomAccessFile& DataFiles::Open(const std::string& name, uint64_t offset
     if (!slot) {
       const std::string path = JoinPath(dir_, name);
       if (!env_->FileExists(path)) {
-        Fail(ErrorKind::kCorruption, "data file {} is missing ({} is stored in it)", path, what());
+        Fail(ErrorKind::kCorruption, "data file {} is missing ({} is stored in it, says {})", path,
+             what(), JoinPath(dir_, metadata_file_));
       }
       slot = env_->NewRandomAccessFile(path);
     }

@@ -2,8 +2,9 @@
 // and kept open for the reader's lifetime (native and DCP readers share it).
 //
 // Errors: a missing file, or one shorter than the byte range an item needs,
-// is CheckpointError(kCorruption) naming the file and `what()` (the item;
-// built only on failure).
+// is CheckpointError(kCorruption) naming the file, the metadata file that
+// names it (a damaged name there reads as a missing file) and `what()` (the
+// item; built only on failure).
 //
 // Thread-safety: Open may be called concurrently; the files it returns are
 // safe for concurrent reads.
@@ -25,7 +26,9 @@ class DataFiles {
  public:
   using Describe = std::function<std::string()>;
 
-  DataFiles(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
+  // `metadata_file`: the checkpoint's file that names the data files.
+  DataFiles(Env* env, std::string dir, std::string metadata_file)
+      : env_(env), dir_(std::move(dir)), metadata_file_(std::move(metadata_file)) {}
 
   // The open file `name`, checked to hold bytes [offset, offset + length).
   const RandomAccessFile& Open(const std::string& name, uint64_t offset, uint64_t length,
@@ -34,6 +37,7 @@ class DataFiles {
  private:
   Env* const env_;
   const std::string dir_;
+  const std::string metadata_file_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;  // guarded by mu_
 };

@@ -84,7 +84,10 @@ void CheckCrc(uint32_t actual, uint32_t expected, const std::string& file, const
 }  // namespace
 
 DcpReader::DcpReader(Env* env, std::string dir, DcpLayout layout)
-    : env_(env), dir_(std::move(dir)), layout_(std::move(layout)), files_(env_, dir_) {
+    : env_(env),
+      dir_(std::move(dir)),
+      layout_(std::move(layout)),
+      files_(env_, dir_, kDcpMetadataFileName) {
   layout_.metadata.common = ReadCommonState();
   if (auto it = layout_.metadata.common.find("content_metadata");
       it != layout_.metadata.common.end() && it->is_object()) {
@@ -186,7 +189,11 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
       covered == chunk.length && t.IsContiguous() && start == 0 && item.record_size == chunk.length;
   const bool verify = policy != VerifyPolicy::kNever;
 
-  if (t.IsContiguous() && (whole || policy != VerifyPolicy::kAlways)) {
+  // A partial read of a record is verified too (unless kNever): torch's items
+  // carry one CRC32 for the whole record and no finer checksum, so the record
+  // is read whole (below). Returning unverified bytes let a flipped data byte
+  // reach a resharded load as a wrong value (issue 15).
+  if (t.IsContiguous() && (whole || policy == VerifyPolicy::kNever)) {
     uint32_t crc = 0;
     for (size_t i = 0; i < runs.size();) {
       size_t j = i;  // merge runs adjacent both in the record and in memory
@@ -209,7 +216,7 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
     }
     return;
   }
-  // A strided tensor, or kAlways on a partial read: read the whole record.
+  // A strided tensor, or a partial read to verify: read the whole record.
   std::vector<std::byte> record(item.record_size);
   read_record(0, record);
   if (verify) {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "format/native/block_checksums.h"
+#include "format/native/metadata_json.h"
 #include "io/checksum.h"
 
 namespace distckpt {
@@ -106,7 +107,7 @@ uint64_t ReadVerifiedBlocks(const RandomAccessFile& file, const StoredTensor& te
 }  // namespace
 
 NativeReader::NativeReader(Env* env, std::string dir, CheckpointMetadata metadata)
-    : metadata_(std::move(metadata)), files_(env, std::move(dir)) {}
+    : metadata_(std::move(metadata)), files_(env, std::move(dir), kMetadataFileName) {}
 
 void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                              std::span<const ReadRun> runs, VerifyPolicy policy) {
