@@ -43,6 +43,9 @@ std::string PrepareStagedDirectory(Env* env, const std::string& dir, bool overwr
     env->CreateDirs(staging);
     return staging;
   }
+  // Debris of an overwrite that failed before its commit (never a committed
+  // checkpoint: that one was swapped in above).
+  if (env->IsDirectory(staging) && !layout.is_committed(env, staging)) env->RemoveAll(staging);
   env->CreateDirs(dir);
   for (const std::string& name : env->ListDir(dir)) {
     if (layout.is_stale(name)) env->RemoveFile(JoinPath(dir, name));

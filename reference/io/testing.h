@@ -28,9 +28,13 @@ class ScopedTempDir {
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = pattern;
   }
+  // Also removes the siblings a save of the directory itself leaves: its save
+  // lock `<dir>.lock` and the staging directory of an overwrite `<dir>.staging`.
   ~ScopedTempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
+    std::filesystem::remove(path_ + ".lock", ec);
+    std::filesystem::remove_all(path_ + ".staging", ec);
   }
   ScopedTempDir(const ScopedTempDir&) = delete;
   ScopedTempDir& operator=(const ScopedTempDir&) = delete;

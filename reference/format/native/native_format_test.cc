@@ -252,6 +252,26 @@ TEST(NativeFormatTest, FailedOverwriteKeepsTheOldCheckpoint) {
   ExpectExample(Env::Default(), dir, 2);
 }
 
+// A failed overwrite's staging debris goes with the next save of the
+// directory, also one that does not overwrite (the directory was removed).
+TEST(NativeFormatTest, NextSaveRemovesUncommittedStagingDebris) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir, 0);
+  {
+    FaultInjectionEnv full_disk(env);
+    full_disk.FailWritesAfter(100);
+    EXPECT_THAT([&] { SaveExampleCheckpoint(&full_disk, dir, 1, /*overwrite=*/true); },
+                ThrowsError(ErrorKind::kIo, "No space left on device"));
+  }
+  EXPECT_TRUE(env->IsDirectory(dir + ".staging"));
+  env->RemoveAll(dir);
+  SaveExampleCheckpoint(env, dir, 2);
+  ExpectExample(env, dir, 2);
+  EXPECT_FALSE(env->IsDirectory(dir + ".staging"));
+}
+
 // A crash between "rename dir -> dir.old" and "rename staging -> dir".
 TEST(NativeFormatTest, InterruptedSwapIsFinishedByTheNextSave) {
   ScopedTempDir tmp;
