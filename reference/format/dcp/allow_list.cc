@@ -90,6 +90,10 @@ const std::unordered_set<std::string>& AllowList() {
         {"numpy.core.multiarray", {"_reconstruct"}},
         {"numpy._core.multiarray", {"_reconstruct"}},
         {"numpy.dtypes", {"UInt32DType"}},
+        // numpy's bytes under pickle protocol 2 (np.random.get_state() in
+        // Megatron's rng_state); torch's weights-only unpickler allows it too.
+        // The unpickler evaluates it only as encode(str, "latin1").
+        {"_codecs", {"encode"}},
         {"megatron.core.enums", {"ModelType"}},
         {"megatron.core.transformer.enums", {"AttnBackend", "ModelType"}},
         {"megatron.core.rerun_state_machine", {"RerunDiagnostic", "RerunMode", "RerunState"}},
@@ -126,7 +130,6 @@ bool IsAllowedVerlGlobal(std::string_view module, std::string_view name) {
       "torch.distributed.device_mesh.DeviceMesh",
       "torch.distributed.tensor.placement_types.Shard",
       "torch.distributed.tensor.placement_types.Replicate",
-      "_codecs.encode",  // evaluated only as encode(str, "latin1"): numpy's bytes in protocol 2
   };
   return IsAllowedGlobal(module, name) || dtensor.contains(fmt::format("{}.{}", module, name));
 }

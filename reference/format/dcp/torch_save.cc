@@ -145,6 +145,18 @@ class Jsonizer {
         return "None";
       case PyKind::kFloat:
         return fmt::format("{}", k.real);
+      case PyKind::kGlobal:
+        return k.GlobalName();
+      case PyKind::kTuple: {
+        // Python's repr of a tuple of keys: "(0, 1)", "(torch.bfloat16,
+        // torch.float32)", "(3,)" (Megatron's distributed optimizer keys
+        // per_bucket_numel by such tuples).
+        std::vector<std::string> parts;
+        for (const PyValue* item : k.items) {
+          parts.push_back(item->kind == PyKind::kStr ? "'" + item->text + "'" : Key(*item));
+        }
+        return "(" + fmt::format("{}", fmt::join(parts, ", ")) + (parts.size() == 1 ? ",)" : ")");
+      }
       default:
         Fail(ErrorKind::kUnsupported, "{}: dict key of type {} cannot be a JSON key", zip_.source(),
              PyKindName(k.kind));

@@ -12,7 +12,7 @@
 // Values (BYTE_IO items, ShardedObjects, common.pt) convert to JSON:
 // None/bool/int/float/str as themselves, list/tuple/set as arrays, dict /
 // OrderedDict / argparse.Namespace / types.SimpleNamespace as objects (int
-// keys become decimal strings), torch.Size as an array, a global (dtype,
+// keys become decimal strings, tuple keys their Python repr "(0, 1)"), torch.Size as an array, a global (dtype,
 // enum member) as "module.name", bytes as {"__bytes__": "<hex>"}, a tensor
 // as {"__tensor__": {"dtype", "shape", "data": [row-major values]}}, and any
 // other allowed object as {"__object__": "module.name", "args": [...],

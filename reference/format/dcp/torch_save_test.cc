@@ -152,6 +152,58 @@ TEST(TorchSaveTest, PythonValuesBecomeJson) {
                 {{"__tensor__", {{"dtype", "float32"}, {"shape", {2}}, {"data", {1.5, 2.5}}}}}));
 }
 
+// Files torch itself wrote (fixtures/pickles/make_pickles.py, torch 1.13):
+// what Megatron keeps in rng_state objects and the distributed optimizer's
+// common state.
+std::string Fixture(const std::string& name) {
+  return ReadFileBytes(DcpFixture("../pickles/" + name));
+}
+
+TEST(TorchSaveTest, MegatronRngStateWithNumpyStateLoads) {
+  nlohmann::json got = TorchLoadJson(ZipReader(Fixture("rng_state.pt"), "rng_state.pt"));
+  ASSERT_TRUE(got.is_array());
+  const nlohmann::json& rng = got.at(0);
+  // np.random.get_state(): ('MT19937', uint32 ndarray of 624 keys, pos, has_gauss, gauss)
+  const nlohmann::json& np_state = rng.at("np_rng_state");
+  EXPECT_EQ(np_state.at(0), "MT19937");
+  EXPECT_EQ(np_state.at(2), 624);
+  const std::string dumped = np_state.at(1).dump();
+  EXPECT_NE(dumped.find("numpy"), std::string::npos) << dumped.substr(0, 200);
+  EXPECT_EQ(rng.at("torch_rng_state").at("__tensor__").at("shape"), nlohmann::json({16}));
+  EXPECT_EQ(rng.at("random_rng_state").at(0), 3);  // random.getstate(): (version 3, ...)
+}
+
+TEST(TorchSaveTest, TupleKeysBecomeTheirPythonRepr) {
+  nlohmann::json got =
+      TorchLoadJson(ZipReader(Fixture("optimizer_common.pt"), "optimizer_common.pt"));
+  EXPECT_EQ(got.at("per_bucket_numel"),
+            nlohmann::json({{"(0, 0)", {4096, 2048}}, {"(0, 1)", {1024}}}));
+  EXPECT_EQ(got.at("per_bucket_numel_unpadded"),
+            nlohmann::json({{"(torch.bfloat16, torch.float32)", {4000, 2000}}}));
+  EXPECT_EQ(got.at("args").at("tensor_model_parallel_size"), 2);
+  EXPECT_TRUE(got.contains("np_scalar_array"));
+}
+
+TEST(TorchSaveTest, CodecsEncodeOnlyAsLatin1Bytes) {
+  // _codecs.encode("x", "rot13") is refused, encode("\xff", "latin1") is bytes.
+  PickleWriter bad;
+  bad.Reduce([&] { bad.Global("_codecs", "encode"); }, 2,
+             [&] {
+               bad.Str("x");
+               bad.Str("rot13");
+             });
+  EXPECT_THAT([&] { TorchLoadJson(ZipReader(Archive(bad.Finish(), ""), "bad")); },
+              ThrowsError(ErrorKind::kUnsupported, "_codecs.encode"));
+  PickleWriter good;
+  good.Reduce([&] { good.Global("_codecs", "encode"); }, 2,
+              [&] {
+                good.Str("\xc3\xbf");  // U+00FF in UTF-8
+                good.Str("latin1");
+              });
+  EXPECT_EQ(TorchLoadJson(ZipReader(Archive(good.Finish(), ""), "good")),
+            nlohmann::json({{"__bytes__", "ff"}}));
+}
+
 TEST(TorchSaveTest, CyclesAreBoundedNotInfinite) {
   // x = []; x.append(x)
   const std::string cyclic = Archive(
