@@ -185,7 +185,7 @@ ZipReader::ZipReader(ReadFn read, uint64_t size, std::string source)
 ZipReader::ZipReader(std::string_view bytes, std::string source)
     : ZipReader(
           [bytes](uint64_t offset, std::span<std::byte> dst) {
-            std::memcpy(dst.data(), bytes.data() + offset, dst.size());
+            if (!dst.empty()) std::memcpy(dst.data(), bytes.data() + offset, dst.size());
           },
           bytes.size(), std::move(source)) {}
 

@@ -394,7 +394,7 @@ CheckpointMetadata MetadataFromText(std::string_view text, const std::string& so
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     Fail(ErrorKind::kCorruption, "{}: not valid JSON: {}", source, e.what());
   }
   return MetadataFromJson(j, source);

@@ -64,6 +64,14 @@ TEST(MetadataJsonTest, RoundTrips) {
 
 // Pins the on-disk text of format version 1 (still produced for metadata
 // that says version 1): a change here breaks version 1 readers.
+// Found by the native_metadata fuzzer: nlohmann reports a number too large
+// for a double as out_of_range, not parse_error; it aborted the process.
+TEST(MetadataJsonTest, NumberOverflowIsCorruptionNotACrash) {
+  EXPECT_THAT(
+      [] { MetadataFromText(R"({"format": "native", "format_version": 80e2069})", "m.json"); },
+      ThrowsError(ErrorKind::kCorruption, "m.json: not valid JSON"));
+}
+
 TEST(MetadataJsonTest, TextIsStable) {
   EXPECT_EQ(MetadataToText(Example()), R"({
   "common": {"args":{"lr":0.5,"name":"gpt \"x\""},"iteration":10},
