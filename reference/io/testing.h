@@ -20,7 +20,8 @@
 namespace distckpt {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it
-// on destruction.
+// on destruction, with the siblings a save of the directory itself leaves
+// beside it: `<path>.lock` (the save lock) and `<path>.staging`.
 class ScopedTempDir {
  public:
   ScopedTempDir() {
@@ -31,6 +32,8 @@ class ScopedTempDir {
   ~ScopedTempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
+    std::filesystem::remove(path_ + ".lock", ec);
+    std::filesystem::remove_all(path_ + ".staging", ec);
   }
   ScopedTempDir(const ScopedTempDir&) = delete;
   ScopedTempDir& operator=(const ScopedTempDir&) = delete;
