@@ -4,6 +4,10 @@
 
 namespace distckpt {
 
+std::string DataFiles::Source() const {
+  return index_.empty() ? std::string() : ", as " + JoinPath(dir_, index_) + " records";
+}
+
 const RandomAccessFile& DataFiles::Open(const std::string& name, uint64_t offset, uint64_t length,
                                         const Describe& what) {
   const RandomAccessFile* file;
@@ -13,8 +17,8 @@ const RandomAccessFile& DataFiles::Open(const std::string& name, uint64_t offset
     if (!slot) {
       const std::string path = JoinPath(dir_, name);
       if (!env_->FileExists(path)) {
-        Fail(ErrorKind::kCorruption, "data file {} is missing ({} is stored in it, says {})", path,
-             what(), JoinPath(dir_, metadata_file_));
+        Fail(ErrorKind::kCorruption, "data file {} is missing ({} is stored in it{})", path, what(),
+             Source());
       }
       slot = env_->NewRandomAccessFile(path);
     }
@@ -22,8 +26,8 @@ const RandomAccessFile& DataFiles::Open(const std::string& name, uint64_t offset
   }
   if (file->size() < offset || file->size() - offset < length) {
     Fail(ErrorKind::kCorruption,
-         "data file {} is truncated: {} needs bytes [{}, {}), the file has {}", file->path(),
-         what(), offset, offset + length, file->size());
+         "data file {} is truncated: {} needs bytes [{}, {}){}, the file has {}", file->path(),
+         what(), offset, offset + length, Source(), file->size());
   }
   return *file;
 }

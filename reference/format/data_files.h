@@ -2,9 +2,10 @@
 // and kept open for the reader's lifetime (native and DCP readers share it).
 //
 // Errors: a missing file, or one shorter than the byte range an item needs,
-// is CheckpointError(kCorruption) naming the file, the metadata file that
-// names it (a damaged name there reads as a missing file) and `what()` (the
-// item; built only on failure).
+// is CheckpointError(kCorruption) naming the file and `what()` (the item;
+// built only on failure). With an `index` (the file that lists the items,
+// e.g. DCP's `.metadata`, which has no checksum of its own), the message
+// also names it: a damaged name, offset or length there is as likely a cause.
 //
 // Thread-safety: Open may be called concurrently; the files it returns are
 // safe for concurrent reads.
@@ -26,18 +27,19 @@ class DataFiles {
  public:
   using Describe = std::function<std::string()>;
 
-  // `metadata_file`: the checkpoint's file that names the data files.
-  DataFiles(Env* env, std::string dir, std::string metadata_file)
-      : env_(env), dir_(std::move(dir)), metadata_file_(std::move(metadata_file)) {}
+  DataFiles(Env* env, std::string dir, std::string index = {})
+      : env_(env), dir_(std::move(dir)), index_(std::move(index)) {}
 
   // The open file `name`, checked to hold bytes [offset, offset + length).
   const RandomAccessFile& Open(const std::string& name, uint64_t offset, uint64_t length,
                                const Describe& what);
 
  private:
+  std::string Source() const;  // ", as <dir>/<index> records", or empty
+
   Env* const env_;
   const std::string dir_;
-  const std::string metadata_file_;
+  const std::string index_;  // empty, or the file naming names, offsets and lengths
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<RandomAccessFile>> files_;  // guarded by mu_
 };

@@ -20,7 +20,8 @@
 namespace distckpt {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it
-// on destruction.
+// on destruction, with the siblings a save of the directory itself leaves
+// beside it: `<path>.lock` (the save lock) and `<path>.staging`.
 class ScopedTempDir {
  public:
   ScopedTempDir() {

@@ -106,7 +106,11 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
          what(), JoinPath(dir_, file), fmt::join(item->second.transforms, ", "));
   }
   const RandomAccessFile& f = files_.Open(file, offset, length, what);
-  std::string source = fmt::format("{} (item at byte {}, {})", f.path(), offset, what());
+  // The offset and length come from .metadata, which has no checksum: a
+  // damaged one sends the read to other bytes, so the message names both.
+  std::string source =
+      fmt::format("{} (item at bytes [{}, {}) as {} records, {})", f.path(), offset,
+                  offset + length, JoinPath(dir_, kDcpMetadataFileName), what());
   if (length <= kSmallItem) {  // headers and data in one read
     auto bytes = std::make_shared<std::string>(length, '\0');
     f.Read(offset, std::as_writable_bytes(std::span(bytes->data(), bytes->size())));

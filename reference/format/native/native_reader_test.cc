@@ -233,7 +233,9 @@ TEST_F(NativeReaderTest, TruncatedOrMissingDataFileIsCorruption) {
       },
       ThrowsError(ErrorKind::kCorruption, "data file " + path +
                                               " is truncated: key 'w' chunk at global offset "
-                                              "(4, 0) needs bytes [0, 80), the file has 50"));
+                                              "(4, 0) needs bytes [0, 80), as " +
+                                              JoinPath(dir_, "metadata.json") +
+                                              " records, the file has 50"));
   Env::Default()->RemoveFile(JoinPath(dir_, "__0_0.bin"));
   const StoredChunk& b = Tensor("b").chunks[0];
   ReadRun run_b{0, b.length, got.data()};
