@@ -15,6 +15,7 @@
 #ifndef DISTCKPT_COMM_COMMUNICATOR_H_
 #define DISTCKPT_COMM_COMMUNICATOR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +36,10 @@ class Communicator {
   virtual void Barrier() = 0;
   // Root's `bytes` replaces everyone's.
   virtual void Broadcast(std::string& bytes, int root) = 0;
+  // Root's `bytes` overwrite everyone's, in place: every rank passes a span of
+  // the same length (the root's is only read). Moves a tensor's bytes without
+  // a staging copy on either side.
+  virtual void BroadcastBytes(std::span<std::byte> bytes, int root) = 0;
   // Root receives every rank's bytes in rank order; others get an empty vector.
   virtual std::vector<std::string> Gather(const std::string& bytes, int root) = 0;
   virtual std::vector<std::string> AllGather(const std::string& bytes) = 0;

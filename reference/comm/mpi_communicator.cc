@@ -92,6 +92,13 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  void BroadcastBytes(std::span<std::byte> bytes, int root) override {
+    CheckRoot(root);
+    ForEachPiece(bytes.size(), max_message_bytes, [&](size_t offset, int count) {
+      Check(MPI_Bcast(bytes.data() + offset, count, MPI_BYTE, root, comm_), "MPI_Bcast");
+    });
+  }
+
   std::vector<std::string> Gather(const std::string& bytes, int root) override {
     CheckRoot(root);
     return Collect(bytes, root);

@@ -69,6 +69,12 @@ inline void ExpectBroadcastWorks(Communicator& comm, size_t length) {
     comm.Broadcast(bytes, root);
     EXPECT_TRUE(SameBytes(bytes, TestPayload(root, length, 1)))
         << "rank " << comm.rank() << " root " << root;
+    // In place: the same length on every rank, stale bytes on the receivers.
+    std::string in_place =
+        comm.rank() == root ? TestPayload(root, length, 2) : std::string(length, 'x');
+    comm.BroadcastBytes(std::as_writable_bytes(std::span(in_place)), root);
+    EXPECT_TRUE(SameBytes(in_place, TestPayload(root, length, 2)))
+        << "BroadcastBytes: rank " << comm.rank() << " root " << root;
   }
 }
 

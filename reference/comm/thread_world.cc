@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -70,7 +71,16 @@ struct World {
   int finished = 0;                // ranks whose function returned normally
 };
 
-enum class Op { kBarrier, kBroadcast, kGather, kAllGather, kAllReduce, kAllReduceBytes, kSplit };
+enum class Op {
+  kBarrier,
+  kBroadcast,
+  kBroadcastBytes,
+  kGather,
+  kAllGather,
+  kAllReduce,
+  kAllReduceBytes,
+  kSplit
+};
 
 class Group;
 
@@ -99,6 +109,8 @@ std::string Describe(const Slot& slot) {
       return "Barrier";
     case Op::kBroadcast:
       return fmt::format("Broadcast(root {})", slot.root);
+    case Op::kBroadcastBytes:
+      return fmt::format("BroadcastBytes({} bytes, root {})", slot.count, slot.root);
     case Op::kGather:
       return fmt::format("Gather(root {})", slot.root);
     case Op::kAllGather:
@@ -280,6 +292,18 @@ class ThreadCommunicator final : public Communicator {
     if (rank_ == root) slot.bytes = &bytes;  // only the root's buffer is read
     group_->Run(rank_, &slot, nullptr, [&](const std::vector<Slot*>& slots) {
       if (rank_ != root) bytes = *slots[root]->bytes;
+    });
+  }
+
+  void BroadcastBytes(std::span<std::byte> bytes, int root) override {
+    CheckRoot(root);
+    Slot slot{Op::kBroadcastBytes, root};
+    slot.values = bytes.data();
+    slot.count = bytes.size();  // a length that differs across ranks is a mismatch
+    group_->Run(rank_, &slot, nullptr, [&](const std::vector<Slot*>& slots) {
+      if (rank_ != root && !bytes.empty()) {
+        std::memcpy(bytes.data(), slots[root]->values, bytes.size());
+      }
     });
   }
 

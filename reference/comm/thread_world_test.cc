@@ -281,6 +281,15 @@ TEST(ThreadWorldTest, MismatchedCollectivesFailOnEveryRank) {
                   "collective mismatch: rank 0 called AllReduce(3 values, sum) but rank 1 called "
                   "AllReduce(4 values, sum)");
     }
+    const std::vector<RankOutcome> lengths = RunRanksCollect(2, [](Communicator& comm) {
+      std::string bytes(4 + comm.rank(), 'x');
+      comm.BroadcastBytes(std::as_writable_bytes(std::span(bytes)), 1);
+    });
+    for (const RankOutcome& outcome : lengths) {
+      ExpectError(outcome.error, ErrorKind::kComm,
+                  "collective mismatch: rank 0 called BroadcastBytes(4 bytes, root 1) but rank 1 "
+                  "called BroadcastBytes(5 bytes, root 1)");
+    }
     EXPECT_THROW(RunRanks(2,
                           [](Communicator& comm) {
                             if (comm.rank() == 0) comm.Barrier();

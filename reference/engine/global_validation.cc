@@ -1,6 +1,7 @@
 #include "engine/global_validation.h"
 
 #include "mapping/validation.h"
+#include "wire/messages.h"
 
 namespace distckpt {
 
@@ -9,7 +10,7 @@ void ValidateGlobalSharding(const Node& sharded, Communicator& comm) {
   LocalMetadata mine = CollectLocalMetadata(sharded);
   const bool coordinator = comm.rank() == kCoordinator;
   std::vector<std::string> all =
-      comm.Gather(coordinator ? std::string() : LocalMetadataToJson(mine).dump(), kCoordinator);
+      comm.Gather(coordinator ? std::string() : EncodeShardedMetadata(mine), kCoordinator);
   AgreeOnOutcome(comm, [&] {
     if (!coordinator) return;
     GlobalMetadata global;
@@ -17,7 +18,7 @@ void ValidateGlobalSharding(const Node& sharded, Communicator& comm) {
     for (size_t r = 0; r < all.size(); ++r) {
       global.push_back(static_cast<int>(r) == kCoordinator
                            ? std::move(mine)
-                           : LocalMetadataFromJson(nlohmann::json::parse(all[r])));
+                           : DecodeShardedMetadata(all[r], static_cast<int>(r)));
     }
     ValidateShardingIntegrity(global);
   });

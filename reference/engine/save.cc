@@ -6,10 +6,10 @@
 #include "engine/common_state.h"
 #include "engine/global_validation.h"
 #include "engine/save_steps.h"
-#include "format/native/metadata_json.h"
 #include "io/checksum.h"
 #include "mapping/dict_utils.h"
 #include "mapping/validation.h"
+#include "wire/messages.h"
 
 namespace distckpt {
 namespace {
@@ -65,7 +65,7 @@ CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, Sav
 // that shape what it writes.
 uint64_t PlanFingerprint(const Node& sharded, const Format& format, const SaveOptions& options,
                          const Communicator& group) {
-  std::string text = LocalMetadataToJson(CollectLocalMetadata(sharded)).dump();
+  std::string text = EncodeShardedMetadata(CollectLocalMetadata(sharded));
   text += fmt::format("|{}|{}|{}|{}|{}", format.name(), options.validate_access_integrity,
                       options.fully_parallel, group.rank(), group.size());
   return Checksum(std::as_bytes(std::span(text)));
@@ -153,16 +153,16 @@ void ForEachItemToWrite(
 void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
                 const std::string& dir, Communicator& comm, const SaveOptions& options) {
   SavePlanCache* cache = options.plan_cache;
-  // 'C' + checksums when this rank's written layout is the cached one, else 'M' + metadata;
-  // the coordinator sends nothing and takes its own metadata as it is.
+  // Only the checksums when this rank's written layout is the cached one, else
+  // all it wrote; the coordinator sends nothing and takes its own as it is.
   const bool coordinator = comm.rank() == kCoordinator;
   std::string payload;
   if (cache && prepared.reused_plan && !coordinator) {
     if (auto checksums = ChecksumsIfSameLayout(local, cache->written)) {
-      payload = "C" + nlohmann::json(*checksums).dump();
+      payload = EncodeWrittenChecksums(*checksums);
     }
   }
-  if (payload.empty() && !coordinator) payload = "M" + MetadataToJson(local).dump();
+  if (payload.empty() && !coordinator) payload = EncodeWritten(local);
   std::vector<std::string> all = comm.Gather(payload, kCoordinator);
   std::vector<CheckpointMetadata> written;
   AgreeOnOutcome(comm, [&] {
@@ -172,11 +172,11 @@ void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
         written.push_back(local);
         continue;
       }
-      nlohmann::json j = nlohmann::json::parse(std::string_view(all[r]).substr(1));
-      if (all[r][0] == 'M') {
-        written.push_back(MetadataFromJson(j, "rank metadata"));
+      Written rank = DecodeWritten(all[r], static_cast<int>(r));
+      if (rank.metadata) {
+        written.push_back(std::move(*rank.metadata));
       } else if (cache && r < cache->ranks_written.size()) {
-        written.push_back(WithChecksums(cache->ranks_written[r], j.get<std::vector<uint64_t>>()));
+        written.push_back(WithChecksums(cache->ranks_written[r], rank.checksums));
       } else {
         Fail(ErrorKind::kCorruption, "rank {} reused a save plan the coordinator does not have", r);
       }

@@ -26,7 +26,8 @@ using GlobalMetadata = std::vector<LocalMetadata>;  // indexed by rank
 // Every ShardedTensor / ShardedObject of a (preprocessed) sharded tree, without data.
 LocalMetadata CollectLocalMetadata(const Node& sharded);
 
-// JSON form used to exchange metadata between ranks (and in reports).
+// JSON form, for files (local checkpoints) and reports; ranks exchange
+// metadata in wire/messages.h's codec.
 nlohmann::json LocalMetadataToJson(const LocalMetadata& md);
 LocalMetadata LocalMetadataFromJson(const nlohmann::json& j);
 

@@ -6,6 +6,7 @@
 #include "mapping/dict_utils.h"
 #include "mapping/py_format.h"
 #include "mapping/validation.h"
+#include "wire/messages.h"
 
 namespace distckpt {
 namespace {
@@ -140,9 +141,10 @@ std::vector<std::vector<ShardedTensor>> GatherGroupShards(const Node& sharded,
   std::vector<ShardedTensor> mine = LocalShards(sharded);
   LocalMetadata md(mine.begin(), mine.end());
   std::vector<std::vector<ShardedTensor>> all;
-  for (const std::string& bytes : group.AllGather(LocalMetadataToJson(md).dump())) {
+  std::vector<std::string> messages = group.AllGather(EncodeShardedMetadata(md));
+  for (size_t r = 0; r < messages.size(); ++r) {
     std::vector<ShardedTensor>& rank_shards = all.emplace_back();
-    for (const ShardedMeta& m : LocalMetadataFromJson(nlohmann::json::parse(bytes))) {
+    for (const ShardedMeta& m : DecodeShardedMetadata(messages[r], static_cast<int>(r))) {
       rank_shards.push_back(std::get<ShardedTensor>(m));
     }
   }

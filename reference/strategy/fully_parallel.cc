@@ -10,13 +10,14 @@
 #include "mapping/dict_utils.h"
 #include "mapping/py_format.h"
 #include "mapping/validation.h"
+#include "wire/messages.h"
 
 namespace distckpt {
 namespace {
 
 uint64_t Fingerprint(const Node& sharded, bool ignore_groups, const Communicator& group) {
   std::vector<ShardedTensor> shards = LocalShards(sharded);
-  std::string text = LocalMetadataToJson(LocalMetadata(shards.begin(), shards.end())).dump() +
+  std::string text = EncodeShardedMetadata(LocalMetadata(shards.begin(), shards.end())) +
                      fmt::format("|{}|{}|{}", ignore_groups, group.rank(), group.size());
   return Checksum(std::as_bytes(std::span(text)));
 }

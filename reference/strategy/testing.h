@@ -43,6 +43,11 @@ class CountingCommunicator : public Communicator {
     base_.Broadcast(bytes, root);
     bytes_moved += bytes.size();
   }
+  void BroadcastBytes(std::span<std::byte> bytes, int root) override {
+    ++calls["BroadcastBytes"];
+    base_.BroadcastBytes(bytes, root);
+    bytes_moved += bytes.size();
+  }
   std::vector<std::string> Gather(const std::string& bytes, int root) override {
     ++calls["Gather"];
     bytes_moved += bytes.size();

@@ -1,6 +1,6 @@
 // CheckpointMetadata <-> JSON, the contents of the native format's
-// metadata.json (format version 2, version 1 still read; FORMAT.md beside this file). The same
-// JSON carries one rank's metadata to the coordinator during a save.
+// metadata.json (format version 2, version 1 still read; FORMAT.md beside this file). Ranks
+// send each other their metadata in wire/messages.h's codec, never this JSON.
 //
 // Parsing is strict and never crashes on bad input: a missing or ill-typed
 // field, an unknown dtype, a negative or overflowing size, a chunk outside
