@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/report.h"
+#include "engine/checkpoint_diff.h"
 #include "harness/runner.h"
 
 namespace distckpt {
@@ -109,9 +110,11 @@ int RunCommand(const RunArgs& args);
 // `check`: also every data file present with at least the bytes the
 // metadata places in it; exit 2 naming the file otherwise.
 int InspectCommand(const std::string& dir, bool json, bool check = false);
-// Compares two checkpoints in global space (any layouts and formats):
-// exit 0 when identical, 1 when they differ.
-int DiffCommand(const std::string& a, const std::string& b, double atol, double rtol,
+// Compares two checkpoints in global space (any layouts and formats), the
+// keys `options` selects: exit 0 when identical, 1 when they differ. `json`
+// prints the report (a verdict per key, with element counts and max errors)
+// instead of lines.
+int DiffCommand(const std::string& a, const std::string& b, const DiffOptions& options, bool json,
                 const ReportPaths& reports = {});
 // Metadata-only verdict per topology (harness/verify.h): 0 every topology
 // loads, 1 some would not, 2 bad input or (--data) a damaged byte.

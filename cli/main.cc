@@ -108,13 +108,21 @@ int main(int argc, char** argv) {
   inspect->add_flag("--check", inspect_check,
                     "also check every data file is present with the sizes the metadata implies");
   std::string diff_a, diff_b;
-  double diff_atol = 0, diff_rtol = 0;
+  distckpt::DiffOptions diff_options;
+  bool diff_json = false;
   CLI::App* diff =
       app.add_subcommand("diff", "compare two checkpoints in global space (any layouts, formats)");
   diff->add_option("a", diff_a, "first checkpoint directory")->required();
   diff->add_option("b", diff_b, "second checkpoint directory")->required();
-  diff->add_option("--atol", diff_atol, "absolute tolerance (default: bitwise equality)");
-  diff->add_option("--rtol", diff_rtol, "relative tolerance");
+  diff->add_option("--atol", diff_options.atol, "absolute tolerance (default: bitwise equality)");
+  diff->add_option("--rtol", diff_options.rtol, "relative tolerance");
+  diff->add_option("--only", diff_options.only,
+                   "compare only keys matching this glob (repeatable; objects match by key or "
+                   "unique key, the common state is 'common')");
+  diff->add_option("--exclude", diff_options.exclude,
+                   "leave out keys matching this glob (repeatable)");
+  diff->add_flag("--json", diff_json,
+                 "print a JSON verdict per key (elements, differing, max abs / rel error)");
   distckpt::ReportPaths diff_reports;
   AddReportOptions(diff, diff_reports, "key");
 
@@ -265,7 +273,7 @@ int main(int argc, char** argv) {
     if (dump->parsed()) return distckpt::DumpCommand(dump_dir, dump_key, dump_out);
     if (import_verl->parsed()) return distckpt::ImportVerlCommand(verl_src, verl_dir, verl_format);
     if (diff->parsed())
-      return distckpt::DiffCommand(diff_a, diff_b, diff_atol, diff_rtol, diff_reports);
+      return distckpt::DiffCommand(diff_a, diff_b, diff_options, diff_json, diff_reports);
   } catch (const distckpt::CheckpointError& e) {
     std::cerr << "distckpt: error (" << distckpt::ErrorKindName(e.kind()) << "): " << e.what()
               << "\n";

@@ -104,6 +104,20 @@ report = json.load(open(w + "/d.json"))
 assert report["failed"] == len(failed) and report["identical"] is False
 assert open(w + "/d.md").read().count("| ❌ |") == len(failed)
 PY
+# --exclude leaves rng_state out (identical); --only picks keys; --json is a verdict per key.
+expect 0 "$d" diff "$w/ck" "$w/r4" --exclude 'rng_state*'
+grep -q "^identical: .* keys left out (--only / --exclude)" "$w/out" || fail "diff --exclude"
+expect 0 "$d" diff "$w/ck" "$w/r4" --only layer.weight --json
+python3 - "$w/out" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+(case,) = report["cases"]
+assert case["name"] == "layer.weight" and case["ok"], case
+assert case["verdict"] == "identical" and case["differing"] == 0 and case["elements"] > 0, case
+assert report["keys_skipped"] > 0 and report["identical"] is True, report
+PY
+expect 1 "$d" diff "$w/ck" "$w/r4" --only 'rng_state*' --json
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['failed']>0 and all(c['verdict']=='only_a' for c in r['cases']), r" "$w/out"
 expect 0 "$d" reshard "$w/ck" --spec "$scenarios/tensors.json" -t tp=2,pp=2,dp=2 --out "$w/dcp" --format dcp
 expect 0 "$d" reshard "$w/dcp" --spec "$scenarios/tensors.json" -t tp=2,pp=2 --out "$w/back"
 expect 0 "$d" diff "$w/ck" "$w/back"

@@ -1,9 +1,12 @@
 #include "engine/checkpoint_diff.h"
 
 #include <fmt/format.h>
+#include <fnmatch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine/metadata_api.h"
 #include "engine/read_state.h"
@@ -25,22 +28,63 @@ bool ElementsEqual(double a, double b, const DiffOptions& options) {
   return std::fabs(a - b) <= options.atol + options.rtol * std::fabs(b);
 }
 
-// "" when equal, else what differs.
-std::string CompareTensors(const Tensor& a, const Tensor& b, const DiffOptions& options) {
+// Fills `out`'s element counts and errors; returns what differs ("" when equal).
+std::string CompareTensors(const Tensor& a, const Tensor& b, const DiffOptions& options,
+                           KeyDiff& out) {
+  out.elements = a.numel();
   const bool exact = options.atol == 0 && options.rtol == 0;
   if (exact && a.Equals(b)) return "";
-  int64_t differ = 0, first = -1;
   for (int64_t i = 0; i < a.numel(); ++i) {
     const bool same =
         exact ? std::memcmp(a.data() + i * DTypeSize(a.dtype()),
                             b.data() + i * DTypeSize(b.dtype()), DTypeSize(a.dtype())) == 0
               : ElementsEqual(a.At(i), b.At(i), options);
     if (same) continue;
-    if (differ++ == 0) first = i;
+    if (out.differing++ == 0) out.first_index = i;
+    const double x = a.At(i), y = b.At(i);
+    const double abs_error = std::isnan(x) != std::isnan(y)
+                                 ? std::numeric_limits<double>::infinity()
+                                 : (std::isnan(x) ? 0 : std::fabs(x - y));
+    const double rel_error =
+        y == 0 ? std::numeric_limits<double>::infinity() : abs_error / std::fabs(y);
+    out.max_abs_error = std::max(out.max_abs_error, abs_error);
+    out.max_rel_error = std::max(out.max_rel_error, rel_error);
   }
-  if (differ == 0) return "";
-  return fmt::format("{} of {} elements differ, first at index {}: {} vs {}", differ, a.numel(),
-                     first, a.At(first), b.At(first));
+  if (out.differing == 0) return "";
+  return fmt::format(
+      "{} of {} elements differ, first at index {}: {} vs {} (max abs error {}, max rel error {})",
+      out.differing, a.numel(), out.first_index, a.At(out.first_index), b.At(out.first_index),
+      out.max_abs_error, out.max_rel_error);
+}
+
+bool Matches(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const std::string& p : patterns) {
+    if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+// Whether one of `names` (a key and its aliases) is selected by `options`.
+bool Selected(const DiffOptions& options, std::initializer_list<std::string> names) {
+  bool only = options.only.empty(), excluded = false;
+  for (const std::string& name : names) {
+    only = only || Matches(options.only, name);
+    excluded = excluded || Matches(options.exclude, name);
+  }
+  return only && !excluded;
+}
+
+// Records the verdict on one key; a failing one also as a mismatch line.
+void Record(CheckpointDiff& diff, KeyDiff key, const std::string& verdict, std::string detail) {
+  key.verdict = verdict;
+  key.detail = std::move(detail);
+  if (verdict == "only_a") diff.only_a.push_back(key.key);
+  if (verdict == "only_b") diff.only_b.push_back(key.key);
+  if (verdict != "identical" && verdict != "only_a" && verdict != "only_b") {
+    diff.mismatches.push_back(
+        fmt::format("{}: {}", key.kind == "common" ? "common state" : key.key, key.detail));
+  }
+  diff.keys.push_back(std::move(key));
 }
 
 }  // namespace
@@ -54,51 +98,73 @@ CheckpointDiff DiffCheckpoints(const std::string& a, const std::string& b,
   const CheckpointMetadata& mb = rb->metadata();
   CheckpointDiff diff;
   for (const auto& [key, ta] : ma.tensors) {
+    if (!Selected(options, {key})) {
+      ++diff.keys_skipped;
+      continue;
+    }
+    KeyDiff k{.key = key, .kind = "tensor"};
     auto it = mb.tensors.find(key);
     if (it == mb.tensors.end()) {
-      diff.only_a.push_back(key);
+      Record(diff, k, "only_a", "");
       continue;
     }
     const StoredTensor& tb = it->second;
     if (ta.dtype != tb.dtype) {
-      diff.mismatches.push_back(
-          fmt::format("{}: dtype {} vs {}", key, DTypeName(ta.dtype), DTypeName(tb.dtype)));
+      Record(diff, k, "dtype",
+             fmt::format("dtype {} vs {}", DTypeName(ta.dtype), DTypeName(tb.dtype)));
       continue;
     }
     if (ta.global_shape != tb.global_shape) {
-      diff.mismatches.push_back(fmt::format("{}: global shape {} vs {}", key,
-                                            ShapeToString(ta.global_shape),
-                                            ShapeToString(tb.global_shape)));
+      Record(diff, k, "shape",
+             fmt::format("global shape {} vs {}", ShapeToString(ta.global_shape),
+                         ShapeToString(tb.global_shape)));
       continue;
     }
     Tensor va = ReadWhole(*ra, key, ta), vb = ReadWhole(*rb, key, tb);
-    if (std::string why = CompareTensors(va, vb, options); !why.empty()) {
-      diff.mismatches.push_back(fmt::format("{}: {}", key, why));
-    }
+    std::string why = CompareTensors(va, vb, options, k);
     ++diff.tensors_compared;
     diff.elements_compared += static_cast<uint64_t>(va.numel());
+    Record(diff, k, why.empty() ? "identical" : "differs", why);
   }
   for (const auto& [key, tb] : mb.tensors) {
-    if (!ma.tensors.contains(key)) diff.only_b.push_back(key);
+    if (ma.tensors.contains(key)) continue;
+    if (Selected(options, {key})) {
+      Record(diff, {.key = key, .kind = "tensor"}, "only_b", "");
+    } else {
+      ++diff.keys_skipped;
+    }
   }
   for (const auto& [unique_key, oa] : ma.objects) {
+    if (!Selected(options, {oa.key, unique_key})) {
+      ++diff.keys_skipped;
+      continue;
+    }
+    KeyDiff k{.key = unique_key, .kind = "object"};
     auto it = mb.objects.find(unique_key);
     if (it == mb.objects.end()) {
-      diff.only_a.push_back(unique_key);
+      Record(diff, k, "only_a", "");
       continue;
     }
     nlohmann::json va = nlohmann::json::parse(ra->ReadObject(oa), nullptr, false);
     nlohmann::json vb = nlohmann::json::parse(rb->ReadObject(it->second), nullptr, false);
-    if (va != vb)
-      diff.mismatches.push_back(fmt::format("{}: {} vs {}", unique_key, va.dump(), vb.dump()));
     ++diff.objects_compared;
+    Record(diff, k, va == vb ? "identical" : "differs",
+           va == vb ? "" : fmt::format("{} vs {}", va.dump(), vb.dump()));
   }
   for (const auto& [unique_key, ob] : mb.objects) {
-    if (!ma.objects.contains(unique_key)) diff.only_b.push_back(unique_key);
+    if (ma.objects.contains(unique_key)) continue;
+    if (Selected(options, {ob.key, unique_key})) {
+      Record(diff, {.key = unique_key, .kind = "object"}, "only_b", "");
+    } else {
+      ++diff.keys_skipped;
+    }
   }
-  if (ma.common != mb.common) {
-    diff.mismatches.push_back(
-        fmt::format("common state: {} vs {}", ma.common.dump(), mb.common.dump()));
+  if (!Selected(options, {"common"})) {
+    ++diff.keys_skipped;
+  } else {
+    const bool same = ma.common == mb.common;
+    Record(diff, {.key = "common", .kind = "common"}, same ? "identical" : "differs",
+           same ? "" : fmt::format("{} vs {}", ma.common.dump(), mb.common.dump()));
   }
   return diff;
 }

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "comm/thread_world.h"
 #include "engine/save.h"
 #include "io/testing.h"
@@ -76,8 +78,50 @@ TEST(CheckpointDiffTest, ReportsEveryKindOfDifference) {
   EXPECT_TRUE(diff.only_a.empty());
   EXPECT_THAT(diff.only_b, ElementsAre("extra"));
   EXPECT_THAT(diff.mismatches, ElementsAre("bias: dtype f32 vs bf16",
-                                           "w: 1 of 24 elements differ, first at index 4: 4 vs 4.5",
+                                           "w: 1 of 24 elements differ, first at index 4: 4 vs 4.5 "
+                                           "(max abs error 0.5, max rel error 0.1111111111111111)",
                                            "obj/shard_0_1: 1 vs 2", HasSubstr("common state")));
+}
+
+TEST(CheckpointDiffTest, GivesAVerdictPerKey) {
+  ScopedTempDir tmp;
+  SaveVariant(tmp.path() + "/a", 2, 0, {});
+  SaveVariant(tmp.path() + "/b", 2, 1, {.changed_value = 2.0f, .extra_key = true});
+  CheckpointDiff diff = DiffCheckpoints(tmp.path() + "/a", tmp.path() + "/b");
+  std::map<std::string, KeyDiff> by_key;
+  for (const KeyDiff& k : diff.keys) by_key[k.key] = k;
+  ASSERT_EQ(by_key.size(), 5u);  // bias, w, extra, obj/shard_0_1, common
+  EXPECT_EQ(by_key["bias"].verdict, "identical");
+  EXPECT_EQ(by_key["extra"].verdict, "only_b");
+  EXPECT_EQ(by_key["obj/shard_0_1"].verdict, "identical");
+  EXPECT_EQ(by_key["common"].verdict, "identical");
+  const KeyDiff& w = by_key["w"];
+  EXPECT_EQ(w.verdict, "differs");
+  EXPECT_EQ(w.elements, 24);
+  EXPECT_EQ(w.differing, 1);
+  EXPECT_EQ(w.first_index, 4);
+  EXPECT_DOUBLE_EQ(w.max_abs_error, 2.0);
+  EXPECT_DOUBLE_EQ(w.max_rel_error, 1.0);  // |4 - 2| / |2|
+}
+
+TEST(CheckpointDiffTest, OnlyAndExcludeSelectKeysByGlob) {
+  ScopedTempDir tmp;
+  SaveVariant(tmp.path() + "/a", 1, 0, {});
+  SaveVariant(tmp.path() + "/b", 1, 0,
+              {.changed_value = 4.5f, .extra_key = true, .object_value = 2, .step = 4});
+  const std::string a = tmp.path() + "/a", b = tmp.path() + "/b";
+  // Only the unchanged bias: identical, the other four keys left out.
+  CheckpointDiff bias = DiffCheckpoints(a, b, {.only = {"bi*"}});
+  EXPECT_TRUE(bias.identical());
+  EXPECT_EQ(bias.tensors_compared, 1u);
+  EXPECT_EQ(bias.keys_skipped, 4u);
+  // Everything but what changed: objects by their key, the common state by "common".
+  EXPECT_TRUE(DiffCheckpoints(a, b, {.exclude = {"w", "extra", "obj", "common"}}).identical());
+  EXPECT_FALSE(DiffCheckpoints(a, b, {.exclude = {"w", "extra", "common"}}).identical());
+  // Unique keys match too, and exclude wins over only.
+  CheckpointDiff objects = DiffCheckpoints(a, b, {.only = {"obj/shard_*", "w"}, .exclude = {"w"}});
+  EXPECT_THAT(objects.mismatches, ElementsAre("obj/shard_0_1: 1 vs 2"));
+  EXPECT_EQ(objects.tensors_compared, 0u);
 }
 
 TEST(CheckpointDiffTest, ToleranceAcceptsSmallDifferences) {

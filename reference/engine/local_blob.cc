@@ -115,8 +115,7 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
       if (ChecksumToHex(Checksum(src)) != entry->at("checksum").get<std::string>()) {
         Fail(ErrorKind::kCorruption, "{}: checksum mismatch in {}", what, want->key);
       }
-      const Shape shape =
-          want->flattened_range ? Shape{want->flattened_range->size()} : want->local_shape;
+      const Shape shape = want->DataShape();
       Tensor dst = want->data.defined() ? want->data : Tensor::Empty(want->dtype, shape);
       ConvertElements(src.data(), stored.dtype, dst.data(), dst.dtype(),
                       static_cast<size_t>(dst.numel()));

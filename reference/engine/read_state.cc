@@ -42,8 +42,7 @@ Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, Verify
   const StoredTensor& stored = StoredFor(reader.metadata(), request);
 
   Tensor dst = request.data;
-  Shape local =
-      request.flattened_range ? Shape{request.flattened_range->size()} : request.local_shape;
+  Shape local = request.DataShape();
   if (!dst.defined()) {
     dst = request.allow_shape_mismatch ? Tensor::Zeros(request.dtype, local)
                                        : Tensor::Empty(request.dtype, local);

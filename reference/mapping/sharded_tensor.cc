@@ -161,6 +161,10 @@ int64_t ShardedTensor::LocalNumel() const {
   return flattened_range ? flattened_range->size() : Volume(local_shape);
 }
 
+Shape ShardedTensor::DataShape() const {
+  return flattened_range ? Shape{flattened_range->size()} : local_shape;
+}
+
 ShardedTensor ShardedTensor::WithoutData() const {
   ShardedTensor copy = *this;
   copy.data = Tensor();

@@ -57,6 +57,8 @@ struct ShardedTensor {
   Shape LocalChunkOffsetInGlobal() const;
   // Elements this shard holds (flattened range size, or chunk volume).
   int64_t LocalNumel() const;
+  // The shape of `data`: (flattened range size,) or local_shape.
+  Shape DataShape() const;
   ShardedTensor WithoutData() const;
   // Megatron's repr: ShardedTensor(key='k', dtype=..., local_shape=(..), global_shape=(..),
   // global_offset=(..), axis_fragmentations=(..), replica_id=.., prepend_axis_num=..,

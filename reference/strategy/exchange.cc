@@ -27,19 +27,15 @@ Tensor Provide(const ProvideShardFn& provide, const ShardId& id, ShardHeader& he
   return Tensor();
 }
 
-Shape LocalDataShape(const ShardedTensor& request) {
-  return request.flattened_range ? Shape{request.flattened_range->size()} : request.local_shape;
-}
-
 // The bytes of `request`'s local data in dtype `src`.
 uint64_t ExpectedBytes(const ShardedTensor& request, DType src) {
-  return static_cast<uint64_t>(Volume(LocalDataShape(request))) * DTypeSize(src);
+  return static_cast<uint64_t>(Volume(request.DataShape())) * DTypeSize(src);
 }
 
 // `bytes` of dtype `src` from group rank `owner`, in this rank's destination.
 Tensor Convert(std::span<const std::byte> bytes, DType src, int owner, const ShardId& id,
                const ShardedTensor& request) {
-  const Shape shape = LocalDataShape(request);
+  const Shape shape = request.DataShape();
   const size_t n = static_cast<size_t>(Volume(shape));
   if (bytes.size() != n * DTypeSize(src)) {
     Fail(ErrorKind::kShapeMismatch,
@@ -157,7 +153,7 @@ std::map<ShardId, Tensor> BroadcastShards(const std::vector<ShardRoute>& routes,
                ExpectedBytes(want->second, header.dtype) == header.nbytes) {
       direct = want->second.data.defined()
                    ? want->second.data
-                   : Tensor::Empty(want->second.dtype, LocalDataShape(want->second));
+                   : Tensor::Empty(want->second.dtype, want->second.DataShape());
       bytes = direct.bytes();
     }
     if (bytes.size() != header.nbytes) {  // not the owner, and not received in place

@@ -95,11 +95,7 @@ inline ReadShardsFn FillingRead(double value, std::set<std::string>* keys) {
     ForEachLeaf(out, [&](const NodePath&, Node& leaf) {
       if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
         if (keys) keys->insert(t->key);
-        Tensor data =
-            t->data.defined()
-                ? t->data
-                : Tensor::Empty(t->dtype, t->flattened_range ? Shape{t->flattened_range->size()}
-                                                             : t->local_shape);
+        Tensor data = t->data.defined() ? t->data : Tensor::Empty(t->dtype, t->DataShape());
         for (int64_t i = 0; i < data.numel(); ++i)
           StoreFromDouble(data.data(), data.dtype(), i, value);
         leaf = Node(data);

@@ -12,10 +12,6 @@
 namespace distckpt {
 namespace {
 
-Shape LocalShape(const ShardedTensor& t) {
-  return t.flattened_range ? Shape{t.flattened_range->size()} : t.local_shape;
-}
-
 // A leaf for `param` whose local data is `data` (the pieces concatenated).
 // Several pieces become a ShardedTensorFactory (Megatron's GLU W/V split):
 // build slices `data` into the pieces, merge concatenates them back.
@@ -38,8 +34,8 @@ Node LeafFor(const Param& param, Tensor data) {
     for (size_t i = 0; i < pieces.size(); ++i) {
       ShardedTensor t = pieces[i];
       t.dtype = data.dtype();
-      int64_t n = Volume(LocalShape(t));
-      t.data = data.FlatSlice({offset, offset + n}).Reshape(LocalShape(t));
+      int64_t n = Volume(t.DataShape());
+      t.data = data.FlatSlice({offset, offset + n}).Reshape(t.DataShape());
       offset += n;
       parts[std::to_string(i)] = Node(std::move(t));
     }
@@ -61,8 +57,8 @@ Node LeafFor(const Param& param, Tensor data) {
 }
 
 Shape DataShape(const Param& param) {
-  Shape shape = LocalShape(param.pieces.front());
-  for (size_t i = 1; i < param.pieces.size(); ++i) shape[0] += LocalShape(param.pieces[i])[0];
+  Shape shape = param.pieces.front().DataShape();
+  for (size_t i = 1; i < param.pieces.size(); ++i) shape[0] += param.pieces[i].DataShape()[0];
   return shape;
 }
 
@@ -208,7 +204,7 @@ Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& top
     Tensor data = Tensor::Empty(dtype, DataShape(param));
     int64_t offset = 0;
     for (const ShardedTensor& piece : param.pieces) {
-      int64_t n = Volume(LocalShape(piece));
+      int64_t n = Volume(piece.DataShape());
       Tensor part = Tensor::Wrap(data.data() + offset * DTypeSize(data.dtype()), data.dtype(), {n});
       FillShard(s.seed, piece.key, LocationOf(param.logical_shape, piece), part);
       offset += n;
@@ -301,7 +297,7 @@ std::optional<std::string> CheckLoaded(const Scenario& s, const PairSpec* pair,
     const Tensor& tensor = got->as<Tensor>();
     int64_t offset = 0;
     for (const ShardedTensor& piece : param.pieces) {
-      int64_t n = Volume(LocalShape(piece));
+      int64_t n = Volume(piece.DataShape());
       Tensor part =
           Tensor::Wrap(const_cast<std::byte*>(tensor.data()) + offset * DTypeSize(tensor.dtype()),
                        tensor.dtype(), {n});

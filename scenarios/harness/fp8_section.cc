@@ -82,10 +82,6 @@ Fp8TensorSpec ParseEntry(json v, const std::string& path, Fp8Storage storage) {
   return out;
 }
 
-Shape LocalShapeOf(const ShardedTensor& t) {
-  return t.flattened_range ? Shape{t.flattened_range->size()} : t.local_shape;
-}
-
 // The replicated (1,)-shaped companion holding scale_inv.
 ShardedTensor ScaleInvShard(const std::string& key, const Topology& topo, int rank) {
   TensorSpec spec;
@@ -103,7 +99,7 @@ ShardedTensor WithData(ShardedTensor t, Tensor data) {
 
 // The generated codes of `shard`.
 Tensor Codes(const Scenario& s, const Fp8TensorSpec& spec, const ShardedTensor& shard) {
-  Tensor codes = Tensor::Empty(spec.fp8.format, LocalShapeOf(shard));
+  Tensor codes = Tensor::Empty(spec.fp8.format, shard.DataShape());
   ShardLocation where = LocationOf(spec.tensor.shape, shard);
   if (spec.fp8.all_codes) {
     FillIndexCodes(where, codes);
@@ -240,7 +236,7 @@ Node BuildFp8Request(const Scenario& s, const PairSpec* pair, const Topology& to
   for (const Fp8TensorSpec& spec : s.fp8) {
     if (pair && pair->Drops(spec.tensor.key, rank)) continue;
     ShardedTensor shard = ExpandTensor(spec.tensor, topo, rank).front();
-    Tensor data = Tensor::Empty(RequestDType(spec), LocalShapeOf(shard));
+    Tensor data = Tensor::Empty(RequestDType(spec), shard.DataShape());
     out[spec.tensor.key] = Node(WithData(shard, std::move(data)));
     if (spec.fp8.storage == Fp8Storage::kRaw) {
       out[ScaleInvKey(spec.tensor.key)] = Node(
