@@ -27,7 +27,8 @@ struct DiffOptions {
   // when |a - b| <= atol + rtol * |b| (NaN equals NaN).
   double atol = 0;
   double rtol = 0;
-  std::vector<std::string> only, exclude;  // glob patterns
+  std::vector<std::string> only{};     // glob patterns: keep keys matching any
+  std::vector<std::string> exclude{};  // glob patterns: then drop keys matching any
 };
 
 // The verdict on one compared key.
@@ -36,8 +37,8 @@ struct KeyDiff {
   std::string kind;  // "tensor", "object", "common"
   // "identical", "differs", "only_a", "only_b", "dtype" (dtypes differ),
   // "shape" (global shapes differ)
-  std::string verdict;
-  std::string detail;        // the mismatch line's text after "key: "
+  std::string verdict{};
+  std::string detail{};      // the mismatch line's text after "key: "
   int64_t elements = 0;      // tensor elements compared
   int64_t differing = 0;     // of them, outside the tolerance
   int64_t first_index = -1;  // row-major index of the first differing element
