@@ -77,6 +77,20 @@ std::string Ratio(uint64_t a, uint64_t b) {
   return b ? fmt::format("{:.3f}", double(a) / double(b)) : "-";
 }
 
+// --device and --comm: a device this machine has, and NCCL only where it
+// has work (a fully parallel or two-stage load on CUDA tensors).
+void CheckDeviceStrategy(const StepStrategy& strategy) {
+  CheckDeviceUsable(strategy.device == "cuda" ? Device::Cuda() : Device::Parse(strategy.device));
+  if (!strategy.nccl) return;
+  if (strategy.device == "cpu") {
+    Fail(ErrorKind::kInvalidArgument, "--comm nccl needs --device cuda");
+  }
+  if (!strategy.fully_parallel && !strategy.two_stage) {
+    Fail(ErrorKind::kInvalidArgument,
+         "--comm nccl carries the exchange of --fully-parallel or --two-stage loads");
+  }
+}
+
 StepStrategy StrategyOf(const StepArgs& args) {
   StepStrategy strategy;
   strategy.fully_parallel = args.fully_parallel;
@@ -87,6 +101,9 @@ StepStrategy StrategyOf(const StepArgs& args) {
   strategy.local_dir = args.local_dir;
   strategy.replication = ParseReplicationParams(args.replication);
   strategy.resave_dir = args.resave_dir;
+  strategy.device = args.device;
+  strategy.nccl = args.comm == "nccl";
+  CheckDeviceStrategy(strategy);
   if (args.dir.empty() && args.local_dir.empty()) {
     Fail(ErrorKind::kInvalidArgument, "--dir is required (or --local DIR for a local checkpoint)");
   }
@@ -201,6 +218,10 @@ int RunCommand(const RunArgs& args) {
   options.keep = args.keep;
   options.self_exe = SelfExe();
   options.progress = [](const std::string& line) { std::cerr << line << std::endl; };
+  options.strategy.device = args.device;
+  options.strategy.fully_parallel = args.fully_parallel;
+  options.strategy.nccl = args.comm == "nccl";
+  CheckDeviceStrategy(options.strategy);
   std::string embedded_copy;
   if (args.backend == "mpi") {
     options.backend = Backend::kMpi;
@@ -222,7 +243,10 @@ int RunCommand(const RunArgs& args) {
   bool matrix = args.matrix || s.pairs.empty();
   size_t passed = 0;
   for (const PairResult& r : results) passed += r.ok;
-  std::cout << fmt::format("scenario {} ({} backend)\n", s.name, args.backend);
+  std::cout << fmt::format("scenario {} ({} backend{}{}{})\n", s.name, args.backend,
+                           args.device == "cpu" ? "" : ", device " + args.device,
+                           args.fully_parallel ? ", fully parallel" : "",
+                           args.comm == "nccl" ? ", NCCL exchange" : "");
   if (matrix) {
     std::cout << FormatMatrix(s.topologies, results);
   } else {
@@ -245,8 +269,9 @@ int RunCommand(const RunArgs& args) {
   report.title = fmt::format("scenario {} ({} backend, {} format{})", s.name, args.backend,
                              args.format, matrix ? ", matrix" : "");
   // The JSON report keeps its fields (scenario, backend, pairs) and gains the cases.
-  report.extra = {
-      {"scenario", s.name}, {"backend", args.backend}, {"pairs", ResultsToJson(results)}};
+  report.extra = {{"scenario", s.name},    {"backend", args.backend},
+                  {"device", args.device}, {"fully_parallel", args.fully_parallel},
+                  {"comm", args.comm},     {"pairs", ResultsToJson(results)}};
   for (const PairResult& r : results) {
     report.cases.push_back({"distckpt.run." + s.name, r.save + " -> " + r.load, r.ok, r.reason,
                             r.save_report.seconds + r.load_report.seconds, nullptr});

@@ -37,6 +37,8 @@ struct StepArgs {
   std::string local_dir;               // a local checkpoint under this root (instead of --dir)
   std::string replication = "1,1";     // with local_dir: J,F
   std::string resave_dir;              // load: save the loaded state again here (a pair's "resave")
+  std::string device = "cpu";          // cpu | cuda | cuda:N (StepStrategy::device)
+  std::string comm = "default";        // load: default | nccl (the exchange's communicator)
 };
 
 struct RunArgs {
@@ -47,7 +49,10 @@ struct RunArgs {
   std::string report;
   std::string work_dir;
   bool keep = false;
-  std::string junit, markdown;  // CI reports (cli/report.h); `report` is the JSON one
+  std::string junit, markdown;   // CI reports (cli/report.h); `report` is the JSON one
+  std::string device = "cpu";    // every step's ranks' tensors (StepStrategy::device)
+  bool fully_parallel = false;   // every save and load
+  std::string comm = "default";  // loads: default | nccl
 };
 
 struct VerifyArgs {

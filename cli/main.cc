@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/hf.h"
+#include "core/device.h"
 #include "core/error.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
@@ -29,6 +30,15 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
   cmd->add_option(
       "--replication", a.replication,
       "local: J,F = cliques {n, n+J, ..., n+(F-1)J}, each rank's files copied to its clique");
+  cmd->add_option("--device", a.device,
+                  "where the ranks' tensors live: cpu, cuda (rank r on device r mod the "
+                  "devices) or cuda:N");
+  if (load) {
+    cmd->add_option("--comm", a.comm,
+                    "the exchange of --fully-parallel / --two-stage loads: default (the ranks' "
+                    "communicator) or nccl (--device cuda, --backend mpi)")
+        ->check(CLI::IsMember({"default", "nccl"}));
+  }
   cmd->add_flag("--fully-parallel", a.fully_parallel,
                 load ? "read each shard once per DP group and exchange it between the ranks"
                      : "spread the writing of replicated shards over each DP group");
@@ -94,6 +104,15 @@ int main(int argc, char** argv) {
   run->add_option("--work-dir", run_args.work_dir,
                   "where checkpoints are written (default: a temp dir)");
   run->add_flag("--keep", run_args.keep, "keep the checkpoints");
+  run->add_option("--device", run_args.device,
+                  "where the ranks' tensors live: cpu, cuda (rank r on device r mod the "
+                  "devices) or cuda:N");
+  run->add_flag("--fully-parallel", run_args.fully_parallel,
+                "every save and load fully parallel within the DP groups");
+  run->add_option("--comm", run_args.comm,
+                  "the loads' exchange: default or nccl (--device cuda --fully-parallel, "
+                  "--backend mpi)")
+      ->check(CLI::IsMember({"default", "nccl"}));
   run->add_option("--junit", run_args.junit, "write a JUnit XML report (one testcase per pair)");
   run->add_option("--markdown", run_args.markdown, "write a Markdown report (a table per pair)");
   CLI::App* save = app.add_subcommand("save", "save a scenario's state under a topology");
@@ -238,6 +257,9 @@ int main(int argc, char** argv) {
   imp->add_option("--format", import_args.format, "native (default), dcp or dcp-1.13")
       ->check(CLI::IsMember({"native", "dcp", "dcp-1.13"}));
 
+  CLI::App* devices = app.add_subcommand(
+      "devices", "print how many CUDA devices this build and machine have (0: none)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -256,6 +278,14 @@ int main(int argc, char** argv) {
 #else
     (void)mpi;
 #endif
+    if (devices->parsed()) {
+      std::cout << distckpt::CudaDeviceCount() << " CUDA device(s)"
+                << (distckpt::CudaSimulated() ? " (simulated: DISTCKPT_SIMULATE_CUDA)"
+                    : distckpt::CudaBuilt()   ? ""
+                                              : " (this build has no CUDA support)")
+                << "\n";
+      return distckpt::kExitOk;
+    }
     if (run->parsed()) return distckpt::RunCommand(run_args);
     if (save->parsed()) return distckpt::SaveCommand(save_args);
     if (load->parsed()) return distckpt::LoadCommand(load_args);

@@ -61,3 +61,45 @@ function(distckpt_mpi_test name)
   set_tests_properties(${name}_np${ARG_NP} PROPERTIES LABELS "mpi;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                        ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
 endfunction()
+
+# GoogleTest binaries that need a CUDA device: label gpu, one ctest each. Built
+# whenever the library is (they compile without CUDA); with no device they
+# print why and exit 77, which ctest reports as skipped, never passed.
+#   distckpt_gpu_test(NAME SRCS ... DEPS ... [NP n] [SIMULATED])
+#     NP: under mpirun -np n. SIMULATED: also a ctest NAME_simulated (label
+#     unit) on two simulated devices (DISTCKPT_SIMULATE_CUDA=2, core/device.h),
+#     so machines without a GPU run the device code paths too.
+function(distckpt_gpu_test name)
+  cmake_parse_arguments(ARG "SIMULATED" "NP;TIMEOUT" "SRCS;DEPS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  if(ARG_NP)
+    if(NOT DISTCKPT_WITH_MPI)
+      return()
+    endif()
+    add_executable(${name} ${ARG_SRCS} ${PROJECT_SOURCE_DIR}/reference/comm/mpi_test_main.cc)
+    target_compile_definitions(${name} PRIVATE DISTCKPT_GPU_TEST=1)
+    target_link_libraries(${name} PRIVATE ${ARG_DEPS} distckpt_comm GTest::gmock GTest::gtest)
+    set(_command ${MPIEXEC_EXECUTABLE} ${DISTCKPT_MPIRUN_FLAGS} -np ${ARG_NP}
+                 $<TARGET_FILE:${name}>)
+    set(_test ${name}_np${ARG_NP})
+    set(_labels "gpu;mpi")
+  else()
+    add_executable(${name} ${ARG_SRCS} ${PROJECT_SOURCE_DIR}/reference/core/gpu_test_main.cc)
+    target_link_libraries(${name} PRIVATE ${ARG_DEPS} distckpt_core GTest::gmock GTest::gtest)
+    set(_command $<TARGET_FILE:${name}>)
+    set(_test ${name})
+    set(_labels gpu)
+  endif()
+  add_test(NAME ${_test} COMMAND ${_command})
+  set(_env "OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  set_tests_properties(${_test} PROPERTIES LABELS "${_labels}" TIMEOUT ${ARG_TIMEOUT}
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  if(ARG_SIMULATED)
+    add_test(NAME ${_test}_simulated COMMAND ${_command})
+    string(REPLACE "gpu" "unit" _labels "${_labels}")
+    set_tests_properties(${_test}_simulated PROPERTIES LABELS "${_labels}" TIMEOUT ${ARG_TIMEOUT}
+                         ENVIRONMENT "${_env};DISTCKPT_SIMULATE_CUDA=2")
+  endif()
+endfunction()

@@ -38,8 +38,12 @@ class Communicator {
   virtual void Broadcast(std::string& bytes, int root) = 0;
   // Root's `bytes` overwrite everyone's, in place: every rank passes a span of
   // the same length (the root's is only read). Moves a tensor's bytes without
-  // a staging copy on either side.
+  // a staging copy on either side. Host memory, or CUDA device memory where
+  // device_memory() says so (each rank may pass either).
   virtual void BroadcastBytes(std::span<std::byte> bytes, int root) = 0;
+  // Whether BroadcastBytes takes CUDA device memory (NCCL); otherwise callers
+  // stage device bytes through host memory.
+  virtual bool device_memory() const { return false; }
   // Root receives every rank's bytes in rank order; others get an empty vector.
   virtual std::vector<std::string> Gather(const std::string& bytes, int root) = 0;
   virtual std::vector<std::string> AllGather(const std::string& bytes) = 0;

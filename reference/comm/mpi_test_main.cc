@@ -9,6 +9,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_test_env.h"
+#include "core/device.h"
 
 namespace distckpt {
 namespace {
@@ -44,6 +45,15 @@ Communicator& MpiTestWorld() { return *world; }
 }  // namespace distckpt
 
 int main(int argc, char** argv) {
+#ifdef DISTCKPT_GPU_TEST
+  // gpu-labelled MPI tests: every rank sees the same machine, so every rank
+  // exits 77 (ctest: skipped) without a device, before MPI starts.
+  if (distckpt::CudaDeviceCount() == 0) {
+    std::printf("SKIPPED: %s\n", distckpt::CudaBuilt() ? "no CUDA device on this machine"
+                                                       : "this build has no CUDA support");
+    return 77;
+  }
+#endif
   distckpt::MpiSession session(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   distckpt::world = distckpt::MpiWorld();

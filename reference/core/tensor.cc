@@ -28,14 +28,17 @@ void CheckDefined(const Tensor& tensor, std::string_view operation) {
 }  // namespace
 
 Tensor Tensor::Empty(DType dtype, Shape shape) {
+  return Empty(dtype, std::move(shape), Device::Cpu());
+}
+
+Tensor Tensor::Empty(DType dtype, Shape shape, const Device& device) {
   const size_t bytes = ByteSize(dtype, shape);
   Tensor tensor;
   tensor.dtype_ = dtype;
+  tensor.device_ = device;
   tensor.shape_ = std::move(shape);
-  // operator new returns a distinct non-null pointer even for 0 bytes.
-  tensor.storage_ =
-      std::shared_ptr<std::byte>(static_cast<std::byte*>(::operator new(bytes, kAlignment)),
-                                 [](std::byte* p) { ::operator delete(p, kAlignment); });
+  // A distinct non-null pointer even for 0 bytes.
+  tensor.storage_ = AllocateOn(device, bytes);
   return tensor;
 }
 
@@ -45,7 +48,7 @@ Tensor Tensor::Zeros(DType dtype, Shape shape) {
   return tensor;
 }
 
-Tensor Tensor::Wrap(void* data, DType dtype, Shape shape) {
+Tensor Tensor::Wrap(void* data, DType dtype, Shape shape, const Device& device) {
   const size_t bytes = ByteSize(dtype, shape);
   if (data == nullptr) {
     if (bytes != 0) {
@@ -58,6 +61,7 @@ Tensor Tensor::Wrap(void* data, DType dtype, Shape shape) {
   }
   Tensor tensor;
   tensor.dtype_ = dtype;
+  tensor.device_ = device;
   tensor.shape_ = std::move(shape);
   // Aliasing constructor with no owner: a non-null pointer that owns nothing.
   tensor.storage_ =
@@ -78,9 +82,33 @@ Tensor Tensor::Reshape(Shape shape) const {
 
 Tensor Tensor::Clone() const {
   if (!defined()) return Tensor();
-  Tensor copy = Empty(dtype_, shape_);
-  std::memcpy(copy.data(), data(), nbytes());
+  Tensor copy = Empty(dtype_, shape_, device_);
+  copy.CopyFrom(*this);
   return copy;
+}
+
+Tensor Tensor::To(const Device& device) const {
+  if (!defined() || device == device_) return *this;
+  Tensor copy = Empty(dtype_, shape_, device);
+  copy.CopyFrom(*this);
+  return copy;
+}
+
+void Tensor::CopyFrom(const Tensor& src) {
+  CheckDefined(*this, "CopyFrom into");
+  CheckDefined(src, "CopyFrom");
+  if (src.nbytes() != nbytes()) {
+    Fail(ErrorKind::kInvalidArgument, "CopyFrom of {} bytes into a tensor of {} bytes",
+         src.nbytes(), nbytes());
+  }
+  CopyMemory(raw_data(), device_, src.raw_data(), src.device_, nbytes());
+}
+
+void Tensor::FailHostAccess() const {
+  Fail(ErrorKind::kUnsupported,
+       "a {} tensor of shape {} is on {}: this operation reads host memory (copy it with "
+       "Tensor::To(Device::Cpu()) first)",
+       DTypeName(dtype_), ShapeToString(shape_), device_.ToString());
 }
 
 Tensor Tensor::Slice(const Box& box) const {

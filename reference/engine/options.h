@@ -57,7 +57,7 @@ struct SaveSummary {
   uint64_t chunks_written = 0;
   double seconds = 0;
   double blocking_seconds = 0;  // async: until SaveAsync returned (staging included)
-  uint64_t bytes_staged = 0;    // async: copied into staging buffers
+  uint64_t bytes_staged = 0;    // async: copied into staging buffers; sync: device bytes staged
   std::vector<std::string> warnings;
 };
 

@@ -13,6 +13,7 @@
 #include "engine/load_plan.h"
 #include "engine/tensor_reader.h"
 #include "mapping/dict_utils.h"
+#include "strategy/device_staging.h"
 
 namespace distckpt {
 namespace {
@@ -43,14 +44,29 @@ Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, Verify
 
   Tensor dst = request.data;
   Shape local = request.DataShape();
-  if (!dst.defined()) {
-    dst = request.allow_shape_mismatch ? Tensor::Zeros(request.dtype, local)
-                                       : Tensor::Empty(request.dtype, local);
-  } else if (request.allow_shape_mismatch) {
-    std::fill(dst.data(), dst.data() + dst.nbytes(), std::byte{0});
+  if (!dst.defined()) dst = Tensor::Empty(request.dtype, local);
+  // A device destination is read into a page-locked host buffer, then
+  // copied over; when the stored dtype widens into the requested one, the
+  // narrower stored bytes cross and the device converts them.
+  std::shared_ptr<StagingBuffer> staged;
+  Tensor host = dst;
+  const bool widen_on_device = dst.on_cuda() && DeviceConvertible(stored.dtype, dst.dtype());
+  if (dst.on_cuda()) {
+    const DType host_dtype = widen_on_device ? stored.dtype : dst.dtype();
+    staged = SharedStagingPool().Acquire(static_cast<size_t>(dst.numel()) * DTypeSize(host_dtype));
+    host = Tensor::Wrap(staged->data(), host_dtype, local);
   }
+  if (request.allow_shape_mismatch)
+    std::fill(host.data(), host.data() + host.nbytes(), std::byte{0});
   TensorPlan plan = PlanTensorLoad(stored, request);
-  PlanBytes bytes = ExecuteTensorPlan(reader, stored, plan, dst, policy);
+  PlanBytes bytes = ExecuteTensorPlan(reader, stored, plan, host, policy);
+  if (widen_on_device) {
+    Tensor narrow = host.To(dst.device());
+    ConvertOnDevice(narrow.raw_data(), stored.dtype, dst.raw_data(), dst.dtype(),
+                    static_cast<size_t>(dst.numel()), dst.device());
+  } else if (dst.on_cuda()) {
+    dst.CopyFrom(host);
+  }
   if (summary) {
     summary->bytes_needed += bytes.needed;
     summary->chunk_bytes += bytes.chunk_bytes;

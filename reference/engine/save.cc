@@ -9,6 +9,7 @@
 #include "io/checksum.h"
 #include "mapping/dict_utils.h"
 #include "mapping/validation.h"
+#include "strategy/device_staging.h"
 #include "wire/messages.h"
 
 namespace distckpt {
@@ -42,22 +43,43 @@ void CompareCommonState(const nlohmann::json& common, Communicator& comm, SaveSu
   if (!warning.empty()) summary.warnings.push_back(std::move(warning));
 }
 
+// Writes what this rank saves, in tree order. Device tensors are staged
+// through page-locked buffers, the next one's copy overlapping this one's
+// write (strategy/device_staging.h).
 CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, SaveSummary& summary) {
-  std::unique_ptr<CheckpointWriter> writer =
-      prepared.format->NewWriter(prepared.env, prepared.write_dir, rank);
+  struct Item {
+    const ShardedTensor* tensor = nullptr;  // else an object
+    const ShardedObject* object = nullptr;
+    std::string payload{};
+  };
+  std::vector<Item> items;
+  std::vector<Tensor> data;  // of the tensor items, in order
   ForEachItemToWrite(
       prepared.sharded,
-      [&](const ShardedTensor& t, std::span<const std::byte> bytes) {
-        writer->WriteTensorChunk(t.key, t.dtype, t.global_shape, t.GlobalBox(), t.flattened_range,
-                                 bytes);
-        ++summary.chunks_written;
+      [&](const ShardedTensor& t, const Tensor& bytes) {
+        items.push_back({.tensor = &t});
+        data.push_back(bytes);
       },
       [&](const ShardedObject& o, const std::string& payload) {
-        writer->WriteObject(o.key, o.UniqueKey(), o.global_shape, o.global_offset,
-                            std::as_bytes(std::span(payload)));
+        items.push_back({.object = &o, .payload = payload});
       });
+  DeviceToHostPipeline staged(std::move(data), SharedStagingPool());
+  std::unique_ptr<CheckpointWriter> writer =
+      prepared.format->NewWriter(prepared.env, prepared.write_dir, rank);
+  for (const Item& item : items) {
+    if (const ShardedTensor* t = item.tensor) {
+      writer->WriteTensorChunk(t->key, t->dtype, t->global_shape, t->GlobalBox(),
+                               t->flattened_range, staged.Next());
+      ++summary.chunks_written;
+    } else {
+      const ShardedObject& o = *item.object;
+      writer->WriteObject(o.key, o.UniqueKey(), o.global_shape, o.global_offset,
+                          std::as_bytes(std::span(item.payload)));
+    }
+  }
   CheckpointMetadata local = writer->Finish();
   summary.bytes_written = writer->bytes_written();
+  summary.bytes_staged = staged.bytes_copied();
   return local;
 }
 
@@ -130,19 +152,18 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
 }
 
 void ForEachItemToWrite(
-    const Node& sharded,
-    const std::function<void(const ShardedTensor&, std::span<const std::byte>)>& tensor,
+    const Node& sharded, const std::function<void(const ShardedTensor&, const Tensor&)>& tensor,
     const std::function<void(const ShardedObject&, const std::string&)>& object) {
   ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
       if (t->LocalNumel() > 0) {
-        if (IsMainReplica(t->replica_id)) tensor(*t, t->data.bytes());
+        if (IsMainReplica(t->replica_id)) tensor(*t, t->data);
       } else if (Volume(t->global_shape) == 0) {
         // A tensor of no elements is recorded (dtype, global shape; PyTorch
         // DCP keeps such tensors too) by every rank holding any replica of
         // it, as DCP plans replicated items: a layout without a main replica
         // is still valid, and MergeFrom keeps one chunk per offset.
-        tensor(*t, {});
+        tensor(*t, Tensor());
       }
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
       if (IsMainReplica(o->replica_id)) object(*o, o->data.dump());

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 
 #include "core/error.h"
 #include "engine/save_steps.h"
@@ -23,20 +24,20 @@ std::shared_ptr<WriterJob> StageAndStartWriters(const PreparedSave& prepared, in
                                                 const SaveOptions& options, SaveSummary& summary) {
   struct Pending {
     WriteItem item;
-    std::span<const std::byte> tensor_bytes;  // the caller's tensor
-    std::string payload;                      // an object's serialized value
+    Tensor tensor;        // the caller's tensor (any device; undefined: no bytes)
+    std::string payload;  // an object's serialized value
   };
   std::vector<Pending> pending;
   ForEachItemToWrite(
       prepared.sharded,
-      [&](const ShardedTensor& t, std::span<const std::byte> bytes) {
+      [&](const ShardedTensor& t, const Tensor& data) {
         Pending& p = pending.emplace_back();
         p.item.key = t.key;
         p.item.dtype = t.dtype;
         p.item.global_shape = t.global_shape;
         p.item.box = t.GlobalBox();
         p.item.flat = t.flattened_range;
-        p.tensor_bytes = bytes;
+        p.tensor = data;
         ++summary.chunks_written;
       },
       [&](const ShardedObject& o, const std::string& payload) {
@@ -51,19 +52,35 @@ std::shared_ptr<WriterJob> StageAndStartWriters(const PreparedSave& prepared, in
   size_t total = 0;
   for (Pending& p : pending) {
     p.item.offset = total;
-    p.item.length = p.item.is_object ? p.payload.size() : p.tensor_bytes.size();
+    p.item.length = p.item.is_object     ? p.payload.size()
+                    : p.tensor.defined() ? p.tensor.nbytes()
+                                         : 0;
     total += p.item.length;
   }
   std::shared_ptr<StagingBuffer> staged =
       options.staging ? options.staging->Acquire(total) : StagingPool::Unpooled(total);
+  // Device tensors' copies are queued on a side stream per device and run
+  // while the host ones are copied; the save returns once all are done.
+  std::map<int, std::unique_ptr<AsyncCopy>> copies;
+  std::map<int, uint64_t> last_ticket;
   std::vector<WriteItem> items;
   items.reserve(pending.size());
   for (Pending& p : pending) {
-    const std::byte* src = p.item.is_object ? reinterpret_cast<const std::byte*>(p.payload.data())
-                                            : p.tensor_bytes.data();
-    if (p.item.length > 0) std::memcpy(staged->data() + p.item.offset, src, p.item.length);
+    std::byte* dst = staged->data() + p.item.offset;
+    if (p.item.length == 0) {
+    } else if (p.item.is_object) {
+      std::memcpy(dst, p.payload.data(), p.item.length);
+    } else if (p.tensor.on_cuda()) {
+      const int device = p.tensor.device().index;
+      std::unique_ptr<AsyncCopy>& copy = copies[device];
+      if (!copy) copy = std::make_unique<AsyncCopy>(p.tensor.device());
+      last_ticket[device] = copy->QueueToHost(dst, p.tensor.raw_data(), p.item.length);
+    } else {
+      std::memcpy(dst, p.tensor.data(), p.item.length);
+    }
     items.push_back(std::move(p.item));
   }
+  for (auto& [device, copy] : copies) copy->Wait(last_ticket[device]);
   summary.bytes_staged = total;
   return std::make_shared<WriterJob>(*prepared.format, prepared.env, prepared.write_dir, rank,
                                      std::move(items), std::move(staged), options.writers);

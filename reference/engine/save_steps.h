@@ -42,15 +42,14 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
                          const SaveOptions& options, SaveSummary& summary);
 
 // Calls `tensor` for every non-empty main-replica ShardedTensor (with its
-// bytes), and with no bytes for every shard, main replica or not, of a
+// data, on any device), and with an undefined Tensor for every shard, main replica or not, of a
 // tensor of no elements (so the checkpoint records its key, dtype and global
 // shape; the commit keeps one chunk per offset), and
 // `object` for every main-replica ShardedObject (with its serialized payload)
 // of a prepared tree: exactly what this rank writes, in tree order. Other
 // empty shards are skipped.
 void ForEachItemToWrite(
-    const Node& sharded,
-    const std::function<void(const ShardedTensor&, std::span<const std::byte>)>& tensor,
+    const Node& sharded, const std::function<void(const ShardedTensor&, const Tensor&)>& tensor,
     const std::function<void(const ShardedObject&, const std::string&)>& object);
 
 // Gathers `local` (what this rank wrote, fsync'd) from every rank; the

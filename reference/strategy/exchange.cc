@@ -44,11 +44,13 @@ Tensor Convert(std::span<const std::byte> bytes, DType src, int owner, const Sha
          id.ToString(), owner, bytes.size(), DTypeName(src), n);
   }
   Tensor dst = request.data.defined() ? request.data : Tensor::Empty(request.dtype, shape);
+  Tensor host = dst.on_cuda() ? Tensor::Empty(dst.dtype(), shape) : dst;
   if (src == dst.dtype()) {
-    if (n > 0) std::memcpy(dst.data(), bytes.data(), bytes.size());
+    if (n > 0) std::memcpy(host.data(), bytes.data(), bytes.size());
   } else {
-    ConvertElements(bytes.data(), src, dst.data(), dst.dtype(), n);
+    ConvertElements(bytes.data(), src, host.data(), dst.dtype(), n);
   }
+  if (dst.on_cuda()) dst.CopyFrom(host);
   return dst;
 }
 
@@ -144,27 +146,41 @@ std::map<ShardId, Tensor> BroadcastShards(const std::vector<ShardRoute>& routes,
       Deliver(header, {}, route, wanted, out, failure, local);
       continue;
     }
+    // Device memory goes to the communicator as it is when it takes device
+    // memory (NCCL), else through `scratch`.
+    auto in_place = [&](Tensor& t) {
+      return !t.on_cuda() || group.device_memory() ? std::span<std::byte>(t.raw_data(), t.nbytes())
+                                                   : std::span<std::byte>();
+    };
+    auto use_scratch = [&] {
+      scratch.resize(header.nbytes);
+      local.peak_buffer_bytes = std::max<uint64_t>(local.peak_buffer_bytes, header.nbytes);
+      return std::span<std::byte>(scratch);
+    };
     std::span<std::byte> bytes;
     Tensor direct;  // the destination, when the bytes can land in it as they are
     auto want = wanted.find(route.id);
     if (group.rank() == route.owner) {
-      bytes = provided.bytes();
+      bytes = in_place(provided);
+      if (bytes.size() != header.nbytes) {
+        bytes = use_scratch();
+        CopyMemory(bytes.data(), Device::Cpu(), provided.raw_data(), provided.device(),
+                   bytes.size());
+      }
     } else if (want != wanted.end() && want->second.dtype == header.dtype &&
                ExpectedBytes(want->second, header.dtype) == header.nbytes) {
       direct = want->second.data.defined()
                    ? want->second.data
                    : Tensor::Empty(want->second.dtype, want->second.DataShape());
-      bytes = direct.bytes();
+      bytes = in_place(direct);
     }
-    if (bytes.size() != header.nbytes) {  // not the owner, and not received in place
-      direct = Tensor();
-      scratch.resize(header.nbytes);
-      local.peak_buffer_bytes = std::max<uint64_t>(local.peak_buffer_bytes, header.nbytes);
-      bytes = scratch;
-    }
+    if (bytes.size() != header.nbytes) bytes = use_scratch();  // not received in place
     group.BroadcastBytes(bytes, route.owner);
     if (group.rank() == route.owner) continue;
     if (direct.defined()) {
+      if (bytes.data() != direct.raw_data() && header.nbytes > 0) {
+        CopyMemory(direct.raw_data(), direct.device(), bytes.data(), Device::Cpu(), bytes.size());
+      }
       local.bytes_received += header.nbytes;
       out[route.id] = std::move(direct);
     } else {
@@ -204,7 +220,8 @@ std::map<ShardId, Tensor> GatherRoundsShards(const std::vector<ShardRoute>& rout
               return it->second;
             },
             mine[k]->id, header);
-        contribution = header.failure ? EncodeShardHeader(header) : EncodeShard(t);
+        contribution = header.failure ? EncodeShardHeader(header)
+                                      : EncodeShard(t.on_cuda() ? t.To(Device::Cpu()) : t);
       }
       std::vector<std::string> all = group.AllGather(contribution);
       ++local.collectives;
@@ -234,7 +251,7 @@ Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& 
         return;
       }
       const Tensor& source = tensors.at(ShardIdOf(*t));
-      if (!t->data.defined() || t->data.data() == source.data()) {
+      if (!t->data.defined() || t->data.raw_data() == source.raw_data()) {
         leaf = Node(source);
         return;
       }
@@ -243,7 +260,7 @@ Node ReplaceShardedLeaves(const Node& sharded, const std::map<ShardId, Tensor>& 
              t->ToString());
       }
       Tensor dst = t->data;  // shares the leaf's storage
-      if (source.nbytes() > 0) std::memcpy(dst.data(), source.data(), source.nbytes());
+      if (source.nbytes() > 0) dst.CopyFrom(source);
       leaf = Node(dst);
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
       leaf = Node(objects.at(o->UniqueKey()));

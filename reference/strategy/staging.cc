@@ -5,49 +5,17 @@
 #include <mutex>
 #include <new>
 
-#ifdef DISTCKPT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "core/device.h"
 
 namespace distckpt {
 
-bool StagingBuffer::PinnedMemoryAvailable() {
-#ifdef DISTCKPT_HAVE_CUDA
-  static const bool available = [] {
-    int devices = 0;
-    return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
-  }();
-  return available;
-#else
-  return false;
-#endif
-}
+bool StagingBuffer::PinnedMemoryAvailable() { return CudaDeviceCount() > 0; }
 
 StagingBuffer::StagingBuffer(size_t capacity) : capacity_(capacity) {
-#ifdef DISTCKPT_HAVE_CUDA
-  void* pinned = nullptr;
-  if (PinnedMemoryAvailable() &&
-      cudaHostAlloc(&pinned, capacity == 0 ? 1 : capacity, cudaHostAllocDefault) == cudaSuccess) {
-    data_ = static_cast<std::byte*>(pinned);
-    pinned_ = true;
-    return;
-  }
-#endif
-  // aligned_alloc wants a multiple of the alignment (and a non-zero size).
-  const size_t rounded = (capacity + 63) / 64 * 64;
-  data_ = static_cast<std::byte*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
-  if (data_ == nullptr) throw std::bad_alloc();
+  storage_ = AllocateHostStaging(capacity, &pinned_);
 }
 
-StagingBuffer::~StagingBuffer() {
-#ifdef DISTCKPT_HAVE_CUDA
-  if (pinned_) {
-    cudaFreeHost(data_);
-    return;
-  }
-#endif
-  std::free(data_);
-}
+StagingBuffer::~StagingBuffer() = default;
 
 struct StagingPool::State {
   std::mutex mu;

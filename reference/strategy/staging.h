@@ -27,15 +27,15 @@ class StagingBuffer {
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
 
-  std::byte* data() { return data_; }
-  const std::byte* data() const { return data_; }
+  std::byte* data() { return storage_.get(); }
+  const std::byte* data() const { return storage_.get(); }
   size_t capacity() const { return capacity_; }
   bool pinned() const { return pinned_; }
   // Whether buffers are pinned in this process (CUDA build, device present).
   static bool PinnedMemoryAvailable();
 
  private:
-  std::byte* data_;
+  std::shared_ptr<std::byte> storage_;
   size_t capacity_;
   bool pinned_ = false;
 };

@@ -133,11 +133,19 @@ StepReport RunSave(const Scenario& s, const PairSpec* pair, int pair_index, cons
   int world = Topology::Parse(topo).world_size();
   if (options.backend == Backend::kThreads) {
     const Format& format = FormatByName(options.format);
-    return OnThreads(
-        world, [&](Communicator& comm) { return SaveStep(s, pair, topo, dir, comm, &format); });
+    StepStrategy strategy;
+    strategy.device = options.strategy.device;
+    strategy.fully_parallel = options.strategy.fully_parallel;
+    return OnThreads(world, [&](Communicator& comm) {
+      return SaveStep(s, pair, topo, dir, comm, &format, strategy);
+    });
   }
-  std::vector<std::string> args{"save",     options.scenario_path, "--topology", topo, "--dir", dir,
-                                "--format", options.format};
+  std::vector<std::string> args{"save",       options.scenario_path,
+                                "--topology", topo,
+                                "--dir",      dir,
+                                "--format",   options.format,
+                                "--device",   options.strategy.device};
+  if (options.strategy.fully_parallel) args.push_back("--fully-parallel");
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".save.json");
 }
@@ -150,6 +158,9 @@ StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index,
   const VerifyPolicy verify = pair ? pair->verify : VerifyPolicy::kWhenWhole;
   StepStrategy strategy;
   strategy.resave_dir = resave_dir;
+  strategy.device = options.strategy.device;
+  strategy.fully_parallel = options.strategy.fully_parallel;
+  strategy.nccl = options.strategy.nccl;
   if (options.backend == Backend::kThreads) {
     return OnThreads(world, [&](Communicator& comm) {
       return LoadStep(s, pair, saved, topo, dir, comm, strict, verify, strategy);
@@ -168,6 +179,9 @@ StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index,
                                 "--verify",
                                 std::string(VerifyPolicyName(verify))};
   if (!resave_dir.empty()) args.insert(args.end(), {"--resave-dir", resave_dir});
+  args.insert(args.end(), {"--device", strategy.device});
+  if (strategy.fully_parallel) args.push_back("--fully-parallel");
+  if (strategy.nccl) args.insert(args.end(), {"--comm", "nccl"});
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".load.json");
 }

@@ -72,6 +72,14 @@ struct StepStrategy {
   Env* env = nullptr;
   // Save: replace a committed checkpoint in `dir` (SaveOptions::overwrite).
   bool overwrite = false;
+  // Where the ranks' tensors live: "cpu", "cuda" (rank r on device r mod the
+  // visible devices) or "cuda:N". Saves stage device tensors, loads land in
+  // device tensors; values are checked after a copy back.
+  std::string device = "cpu";
+  // Load (fully parallel / two-stage): exchange shards over NCCL
+  // (comm/nccl_communicator.h) within the DP group instead of the ranks'
+  // own communicator. Needs device "cuda" and Open MPI processes.
+  bool nccl = false;
 };
 
 // One rank's part of a save / a load+check. Collective over `comm`; every
@@ -102,6 +110,9 @@ struct RunOptions {
   std::string scenario_path;             // passed to the MPI jobs
   std::vector<std::string> mpirun_args;  // extra flags, e.g. --oversubscribe
   std::function<void(const std::string&)> progress;  // one line per step
+  // Strategies of every step (the CLI's run --device / --fully-parallel /
+  // --comm): saves take device, fully_parallel; loads all of them.
+  StepStrategy strategy;
 };
 
 std::vector<PairResult> RunScenario(const Scenario& scenario, const RunOptions& options);

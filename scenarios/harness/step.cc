@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "comm/nccl_communicator.h"
 #include "core/error.h"
 #include "engine/load.h"
 #include "engine/local_checkpoint.h"
@@ -16,6 +17,7 @@
 #include "harness/fp8_section.h"
 #include "harness/resave.h"
 #include "harness/runner.h"
+#include "mapping/dict_utils.h"
 
 namespace distckpt {
 namespace {
@@ -60,6 +62,42 @@ std::unique_ptr<Communicator> DataParallelGroup(const Topology& topo, Communicat
   RankCoords coords = topo.Coords(comm.rank());
   coords.dp = coords.cp = 0;
   return comm.Split(topo.RankOf(coords), comm.rank());
+}
+
+// The rank's device for --device: "cuda" puts rank r on device r mod the
+// visible devices.
+Device RankDevice(const std::string& device, int rank) {
+  if (device != "cuda") return Device::Parse(device);
+  const int count = CudaDeviceCount();
+  return Device::Cuda(count > 0 ? rank % count : 0);
+}
+
+// A save state whose ShardedTensors' data live on `device`.
+Node OnDevice(Node state, const Device& device) {
+  if (device.is_cpu()) return state;
+  ForEachLeaf(state, [&](const NodePath&, Node& leaf) {
+    if (ShardedTensor* t = leaf.get_if<ShardedTensor>()) t->data = t->data.To(device);
+  });
+  return state;
+}
+
+// A load request whose ShardedTensors land in new tensors on `device`.
+Node DestinationsOn(Node request, const Device& device) {
+  if (device.is_cpu()) return request;
+  ForEachLeaf(request, [&](const NodePath&, Node& leaf) {
+    if (ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
+      t->data = Tensor::Empty(t->dtype, t->DataShape(), device);
+    }
+  });
+  return request;
+}
+
+// The loaded state with every device tensor copied to the host.
+Node OnHost(Node state) {
+  ForEachLeaf(state, [&](const NodePath&, Node& leaf) {
+    if (Tensor* t = leaf.get_if<Tensor>(); t && t->on_cuda()) *t = t->To(Device::Cpu());
+  });
+  return state;
 }
 
 LocalOptions LocalOptionsOf(const StepStrategy& strategy, int world) {
@@ -140,7 +178,10 @@ StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& 
   try {
     Topology topo = WorldTopology(topology, comm);
     Node state;
-    AgreeOnOutcome(comm, [&] { state = BuildSaveState(s, pair, topo, comm.rank()); });
+    AgreeOnOutcome(comm, [&] {
+      state = OnDevice(BuildSaveState(s, pair, topo, comm.rank()),
+                       RankDevice(strategy.device, comm.rank()));
+    });
     SaveOptions options;
     options.format = format;
     options.topology = topo.ToString();
@@ -179,6 +220,10 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
       if (s.optimizer) CheckOptimizerLoadable(s, LoadCommonStateDict(dir, strategy.env), topo);
       request = BuildLoadRequest(s, pair, saved, topo, comm.rank());
     });
+    Node destinations;
+    AgreeOnOutcome(comm, [&] {
+      destinations = DestinationsOn(request, RankDevice(strategy.device, comm.rank()));
+    });
     LoadOptions options;
     options.strict = strict;
     options.verify = verify;
@@ -186,18 +231,23 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
     std::unique_ptr<Communicator> dp;
     if (strategy.fully_parallel || strategy.two_stage) {
       dp = DataParallelGroup(topo, comm);
+      if (strategy.nccl) {
+        dp = CreateNcclCommunicator(std::shared_ptr<Communicator>(std::move(dp)),
+                                    RankDevice(strategy.device, comm.rank()));
+      }
       options.parallelization_group = dp.get();
       options.fully_parallel = strategy.fully_parallel;
       options.two_stage = strategy.two_stage;
       options.exchange = strategy.exchange;
     }
     if (strategy.local_dir.empty()) {
-      result = Load(request, dir, comm, options);
+      result = Load(destinations, dir, comm, options);
     } else {
-      LocalLoadResult local = LoadLocal(request, comm, LocalOptionsOf(strategy, comm.size()));
+      LocalLoadResult local = LoadLocal(destinations, comm, LocalOptionsOf(strategy, comm.size()));
       result.state_dict = std::move(local.state_dict);
       result.summary = local.summary;
     }
+    result.state_dict = OnHost(std::move(result.state_dict));
     std::optional<std::string> bad = CheckLoaded(s, pair, saved, topo, comm.rank(), result);
     if (!strategy.resave_dir.empty()) as_loaded = result.state_dict;
     if (!s.fp8.empty()) {
