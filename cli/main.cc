@@ -24,7 +24,8 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
   cmd->add_option("--pair", a.pair, "index of the scenario pair whose extras apply");
   cmd->add_option("--report-json", a.report_json, "write the step report (JSON) here");
   if (!load)
-    cmd->add_option("--format", a.format, "checkpoint format: native or dcp (also dcp-1.13)");
+    cmd->add_option("--format", a.format, "checkpoint format: native or dcp (also dcp-1.13; dcp-common-pt: Megatron's common.pt "
+                    "layout before Megatron-Core 0.20)");
   cmd->add_option("--local", a.local_dir,
                   "a local checkpoint: rank r uses DIR/r (node-local storage), instead of --dir");
   cmd->add_option(
@@ -233,8 +234,8 @@ int main(int argc, char** argv) {
   CLI::App* exp = app.add_subcommand(
       "export", "a checkpoint (any topology, format) to Hugging Face safetensors shards");
   exp->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
-  exp->add_option("--to", export_args.to, "hf (default), or native | dcp | dcp-1.13")
-      ->check(CLI::IsMember({"hf", "native", "dcp", "dcp-1.13"}));
+  exp->add_option("--to", export_args.to, "hf (default), or native | dcp | dcp-1.13 | dcp-common-pt")
+      ->check(CLI::IsMember({"hf", "native", "dcp", "dcp-1.13", "dcp-common-pt"}));
   exp->add_option("out", export_args.out, "output directory")->required();
   exp->add_option("--spec", export_args.spec,
                   "--to hf: the model's fields, a JSON spec or scenario file (layers, hidden, "

@@ -107,6 +107,14 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
     prepared.common = CommonToJson(pieces.common);
     if (!options.content_metadata.is_null())
       prepared.common["content_metadata"] = options.content_metadata;
+    if (prepared.format->CommonStateAsObject() && comm.rank() == kCoordinator) {
+      // Megatron-Core 0.20: rank 0 saves the common dict as one more sharded
+      // object (common_state/shard_0_1), written with its data.
+      // (Its path in the state dict is not stored; it cannot meet a user's.)
+      if (!prepared.sharded.is<Dict>()) prepared.sharded = Node(Dict{});
+      prepared.sharded.as<Dict>()["\x01common_state"] =
+          Node(ShardedObject{kCommonStateKey, prepared.common, {1}, {0}});
+    }
   });
   Communicator& group = options.parallelization_group ? *options.parallelization_group : comm;
   if (options.plan_cache) {

@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <optional>
 
@@ -145,6 +147,40 @@ TEST(SaveAsyncTest, DcpWithSeveralWritersOverwritesAtomically) {
   RunRanks(4, [&](Communicator& comm) { EXPECT_EQ(key_b(comm), 101.5); });
   EXPECT_FALSE(fs::exists(dir + ".staging"));
   EXPECT_FALSE(fs::exists(dir + ".old"));
+}
+
+// "dcp" keeps the common state as Megatron-Core 0.20 does: the object
+// common_state/shard_0_1 in rank 0's data file, no common.pt (sync and async
+// alike); "dcp-common-pt" writes the older common.pt. Both read back the same
+// common state, and a strict load sees no unexpected common_state key.
+TEST(SaveAsyncTest, DcpKeepsTheCommonStateInRankZerosDataFile) {
+  ScopedTempDir tmp;
+  for (const Format* format : {&DcpFormat(), &DcpFormatWithCommonPt()}) {
+    for (bool async : {false, true}) {
+      const std::string dir = fmt::format("{}/{}-{}", tmp.path(), format->name(), async);
+      SaveOptions options;
+      options.format = format;
+      RunRanks(4, [&](Communicator& comm) {
+        if (async) {
+          SaveThroughQueue(AsyncState(comm), dir, comm, options);
+        } else {
+          Save(AsyncState(comm), dir, comm, options);
+        }
+      });
+      const bool object = format == &DcpFormat();
+      EXPECT_EQ(fs::exists(dir + "/common.pt"), !object) << dir;
+      auto reader = DcpFormat().OpenReader(Env::Default(), dir);
+      EXPECT_EQ(reader->metadata().common.at("step"), 7) << dir;
+      EXPECT_EQ(reader->metadata().objects.size(), 4u) << dir;  // "obj" of each rank only
+      RunRanks(4, [&](Communicator& comm) {
+        LoadOptions load;
+        load.strict = StrictHandling::kRaiseAll;
+        LoadResult r = Load(AsyncState(comm, -1), dir, comm, load);
+        EXPECT_EQ(r.state_dict.at("step").as<nlohmann::json>(), 7);
+        EXPECT_EQ(r.state_dict.at("keyB").as<Tensor>().At(1), 101);
+      });
+    }
+  }
 }
 
 TEST(SaveAsyncTest, MutatingTheStateAfterSaveAsyncReturnsDoesNotChangeWhatIsWritten) {

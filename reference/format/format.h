@@ -88,6 +88,10 @@ class CheckpointReader {
   virtual const ReadStats& stats() const = 0;
 };
 
+// The sharded object holding the common state when a format keeps it in a
+// data file (Format::CommonStateAsObject): unique key "common_state/shard_0_1".
+inline constexpr char kCommonStateKey[] = "common_state";
+
 class Format {
  public:
   virtual ~Format() = default;
@@ -114,6 +118,11 @@ class Format {
     }
     return NewWriter(env, write_dir, rank);
   }
+  // Whether a save hands the common state to the writers as the sharded
+  // object "common_state" (Megatron-Core 0.20's torch_dist layout: inside
+  // rank 0's data file, no common.pt) rather than to Commit alone. A Commit
+  // of metadata without that object stores the common state its own way.
+  virtual bool CommonStateAsObject() const { return false; }
   // Coordinator only, after every rank's Finish: writes the metadata last,
   // atomically (and swaps a staging directory into `dir`).
   virtual void Commit(Env* env, const std::string& dir, const std::string& write_dir,

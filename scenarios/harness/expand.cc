@@ -242,6 +242,10 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
     if (!options.objects || dropped(o.object.key)) continue;
     auto it = grids.find(o.object.key);
     if (it != grids.end() && it->second != o.object.global_shape) continue;  // not reshardable
+    // A real checkpoint: only what it stores (a model saved without
+    // TransformerEngine has no _extra_state; Megatron's resave after a TP/PP
+    // change has no rng_state, whose grid changed).
+    if (it == grids.end() && options.stored_objects) continue;
     o.object.data = nullptr;
     objects[o.path] = Node(std::move(o.object));
   }

@@ -42,7 +42,8 @@ struct RequestOptions {
 
 // Rank `rank`'s load request: destination buffers allocated, load_extra
 // added, load_drop removed; objects requested only when their grid is the
-// same under both topologies (objects cannot be resharded).
+// same under both topologies (objects cannot be resharded); with
+// `stored_objects`, only objects stored on the same grid.
 Node BuildLoadRequest(const Scenario& scenario, const PairSpec* pair, const Topology& saved,
                       const Topology& topology, int rank, const RequestOptions& options = {});
 // Object key -> grid (global_shape) of every object a checkpoint stores.

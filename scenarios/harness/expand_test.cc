@@ -1,5 +1,7 @@
 #include "harness/expand.h"
 
+#include <set>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -238,6 +240,35 @@ TEST(ExpandTest, OptimizerStateFollowsTheModelAndItsOverrides) {
   ASSERT_FALSE(bucket.objects.empty());
   EXPECT_EQ(bucket.objects.back().object.key,
             "optimizer.distributed.dp_group_idx_1.per_bucket_numel_unpadded");
+}
+
+// A real checkpoint without TransformerEngine's per-layer _extra_state and a
+// listed object: the request built for it (verify, reshard) asks only for the
+// objects it stores on the same grid (README: "requested where the checkpoint
+// stores the same key on the same grid").
+TEST(ExpandTest, RequestForARealCheckpointAsksOnlyForStoredObjects) {
+  Scenario s = ParseScenario(R"({"model": {"kind": "gpt", "layers": 2, "hidden": 8, "ffn": 16,
+                                           "heads": 2, "vocab": 64},
+                                 "objects": [{"key": "listed", "per": ["tp"]}]})");
+  Topology topo = Topology::Parse("tp=2");
+  auto object_keys = [](const Node& request) {
+    std::set<std::string> keys;
+    for (const auto& [path, o] : request.at("objects").as<Dict>())
+      keys.insert(o.as<ShardedObject>().key);
+    return keys;
+  };
+  std::set<std::string> scenario_keys = object_keys(BuildLoadRequest(s, nullptr, topo, topo, 0));
+  EXPECT_TRUE(scenario_keys.count("decoder.layers.0.self_attention.linear_qkv._extra_state") ||
+              scenario_keys.count("decoder.layers.self_attention.linear_qkv._extra_state"));
+  const std::map<std::string, Shape> stored = {{"rng_state", {1, 2}}};
+  RequestOptions options;
+  options.stored_objects = &stored;
+  EXPECT_EQ(object_keys(BuildLoadRequest(s, nullptr, topo, topo, 0, options)),
+            (std::set<std::string>{"rng_state"}));
+  const std::map<std::string, Shape> other_grid = {{"rng_state", {1, 1}}, {"listed", {2}}};
+  options.stored_objects = &other_grid;
+  EXPECT_EQ(object_keys(BuildLoadRequest(s, nullptr, topo, topo, 0, options)),
+            (std::set<std::string>{"listed"}));
 }
 
 }  // namespace

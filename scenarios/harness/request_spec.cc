@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -94,6 +95,22 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
     model["dtype"] = std::string(DTypeName(norm->dtype));
   }
   model["tied"] = embedding != nullptr && output == nullptr;
+  // Megatron's training args, when the common state holds them: the true
+  // vocab and its padding multiple (the stored rows are the padded vocab).
+  const json* args = md.common.is_object() && md.common.contains("args") ? &md.common["args"]
+                                                                          : nullptr;
+  if (args && args->is_object() && args->contains("state")) args = &(*args)["state"];
+  auto arg = [&](const char* name) -> std::optional<int64_t> {
+    if (!args || !args->is_object() || !args->contains(name)) return std::nullopt;
+    const json& v = (*args)[name];
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0) return std::nullopt;
+    return v.get<int64_t>();
+  };
+  if (auto multiple = arg("make_vocab_size_divisible_by")) model["vocab_multiple"] = *multiple;
+  if (auto vocab = arg("vocab_size");
+      vocab && model.contains("vocab") && *vocab <= model["vocab"].get<int64_t>()) {
+    model["vocab"] = *vocab;
+  }
 
   // Layers: stacked on a prepended axis (homogeneous), or one key set per
   // global layer ("decoder.layers.<g>.", Megatron's non-homogeneous MoE).

@@ -42,15 +42,32 @@ Node* FindOrCreate(Node& root, const NodePath& path) {
   return at;
 }
 
-// Adds to `out` the dicts of `request` it lacks (an empty "objects" dict of
-// the request stays in the state saved again, as in the first save).
+// Whether `x` holds a leaf that a save stores apart from the common state.
+bool HoldsShardedLeaf(const Node& x) {
+  bool found = false;
+  ForEachLeaf(x, [&](const NodePath&, const Node& leaf) {
+    found = found || leaf.is<ShardedTensor>() || leaf.is<ShardedObject>() ||
+            leaf.is<ShardedTensorFactory>();
+  });
+  return found;
+}
+
+// Adds to `out` the dicts of `request` it lacks that the first save kept in
+// the common state: dicts with no sharded leaf (an empty "extra" dict), as
+// Megatron's extract_matching_values keeps them. A dict whose sharded leaves
+// were all left unloaded (a non-strict load of keys the checkpoint lacks)
+// stays out: its first save had stored nothing of it in common.
 void AddMissingDicts(const Node& request, Node& out) {
   const Dict* from = request.get_if<Dict>();
   Dict* to = out.get_if<Dict>();
   if (!from || !to) return;
   for (const auto& [key, child] : *from) {
     if (!child.is<Dict>()) continue;
-    auto [it, added] = to->try_emplace(key, Dict{});
+    auto it = to->find(key);
+    if (it == to->end()) {
+      if (HoldsShardedLeaf(child)) continue;
+      it = to->emplace(key, Dict{}).first;
+    }
     AddMissingDicts(child, it->second);
   }
 }

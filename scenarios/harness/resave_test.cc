@@ -33,6 +33,9 @@ TEST(ResaveStateTest, ShardedLeavesTakeTheLoadedDataAndTheCommonStateStays) {
   request_root["tensors"] = Node(tensors);
   request_root["objects"] = Node(objects);
   request_root["extra"] = Node(Dict{});
+  Dict unstored;  // requested, absent from the checkpoint, skipped by the load
+  unstored["te"] = Node(ShardedObject{"layer._extra_state", {}, {1}, {0}});
+  request_root["unstored"] = Node(unstored);
   request_root["local"] = Node(LocalNonpersistentObject{nlohmann::json(5)});
   Dict loaded_tensors, loaded_objects, loaded_root;
   loaded_tensors["w"] =
@@ -56,6 +59,7 @@ TEST(ResaveStateTest, ShardedLeavesTakeTheLoadedDataAndTheCommonStateStays) {
   EXPECT_EQ(out.at("common").as<nlohmann::json>(), (nlohmann::json{{"step", 3}}));
   EXPECT_TRUE(out.at("local").is<LocalNonpersistentObject>());
   EXPECT_TRUE(out.at("extra").is<Dict>());
+  EXPECT_FALSE(out.as<Dict>().count("unstored"));  // not an empty dict in the common state
 }
 
 // A pair's "resave": identical when the loaded state is the saved one, a

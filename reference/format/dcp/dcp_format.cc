@@ -70,11 +70,11 @@ const StagedLayout& Layout() {
 
 class DcpFormatImpl : public Format {
  public:
-  explicit DcpFormatImpl(DcpTarget target) : target_(target) {}
+  DcpFormatImpl(DcpTarget target, bool common_object, std::string_view name)
+      : target_(target), common_object_(common_object), name_(name) {}
 
-  std::string_view name() const override {
-    return target_ == DcpTarget::kTorch113 ? "dcp-1.13" : "dcp";
-  }
+  std::string_view name() const override { return name_; }
+  bool CommonStateAsObject() const override { return common_object_; }
 
   bool Detect(Env* env, const std::string& dir) const override {
     return env->FileExists(JoinPath(dir, kDcpMetadataFileName));
@@ -114,8 +114,13 @@ class DcpFormatImpl : public Format {
     const ItemLengths lengths(env, write_dir, metadata);
     DcpMetadata dcp = DcpFromMetadata(WithoutDuplicateEmptyChunks(metadata), target_, lengths);
     // Megatron's files first, .metadata last: without it the directory is not a checkpoint.
-    WriteFileAtomic(env, JoinPath(write_dir, kMegatronCommonFileName),
-                    TorchSaveJson(metadata.common));
+    // The common state is in a data file already when the save wrote it as an object.
+    const bool common_in_data = std::any_of(metadata.objects.begin(), metadata.objects.end(),
+                                            [](const auto& o) { return o.second.key == kCommonStateKey; });
+    if (!common_in_data) {
+      WriteFileAtomic(env, JoinPath(write_dir, kMegatronCommonFileName),
+                      TorchSaveJson(metadata.common));
+    }
     WriteFileAtomic(env, JoinPath(write_dir, kMegatronConfigFileName), TorchDistConfigText());
     WriteFileAtomic(env, JoinPath(write_dir, kDcpMetadataFileName), EncodeDcpMetadata(dcp));
     SwapInStaging(env, dir, write_dir);  // overwrite only
@@ -166,14 +171,21 @@ class DcpFormatImpl : public Format {
 
  private:
   const DcpTarget target_;
+  const bool common_object_;
+  const std::string_view name_;
 };
 
 }  // namespace
 
 const Format& DcpFormat(DcpTarget target) {
-  static const DcpFormatImpl torch2(DcpTarget::kTorch2);
-  static const DcpFormatImpl torch113(DcpTarget::kTorch113);
+  static const DcpFormatImpl torch2(DcpTarget::kTorch2, true, "dcp");
+  static const DcpFormatImpl torch113(DcpTarget::kTorch113, false, "dcp-1.13");
   return target == DcpTarget::kTorch113 ? torch113 : torch2;
+}
+
+const Format& DcpFormatWithCommonPt() {
+  static const DcpFormatImpl format(DcpTarget::kTorch2, false, "dcp-common-pt");
+  return format;
 }
 
 }  // namespace distckpt

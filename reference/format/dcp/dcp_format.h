@@ -1,13 +1,17 @@
 // The DCP format: PyTorch Distributed Checkpoint files in Megatron-Core's
 // torch_dist layout (FORMAT.md beside this file). DcpFormat(kTorch2) is
 // "dcp" (torch 2.x class paths in .metadata), DcpFormat(kTorch113) is
-// "dcp-1.13"; both read either kind.
+// "dcp-1.13"; both read either kind. "dcp" saves the common state as
+// Megatron-Core 0.20 does, the object common_state/shard_0_1 in rank 0's
+// data file; "dcp-1.13" and DcpFormatWithCommonPt() ("dcp-common-pt", torch
+// 2.x otherwise) write Megatron's older common.pt. Readers take either.
 //
 // Save: PrepareDirectory refuses a committed DCP checkpoint unless
 // `overwrite`, which stages the save in `<dir>.staging` and swaps it in at
 // commit, as native does (staged_overwrite.h); it removes what an
 // uncommitted save left; NewStreamWriter gives a DcpWriter per stream;
-// Commit writes common.pt and metadata.json, then `.metadata` last (temp
+// Commit writes common.pt (unless the metadata holds the common_state
+// object) and metadata.json, then `.metadata` last (temp
 // file, fsync, rename, directory fsync): its presence is the commit.
 // Load: Detect looks for `.metadata`; OpenReader decodes it into a
 // DcpReader.
@@ -22,6 +26,7 @@
 namespace distckpt {
 
 const Format& DcpFormat(DcpTarget target = DcpTarget::kTorch2);
+const Format& DcpFormatWithCommonPt();
 
 }  // namespace distckpt
 

@@ -141,8 +141,9 @@ TEST(DcpFormatTest, MegatronHeadKeepsCommonStateAsAnObject) {
   md.format = "dcp";
   DcpFormat().Commit(env, tmp.path(), tmp.path(), md);
   std::filesystem::remove(tmp.path() + "/common.pt");
-  EXPECT_EQ(DcpFormat().OpenReader(env, tmp.path())->metadata().common,
-            nlohmann::json({{"iteration", 9}}));
+  auto reader = DcpFormat().OpenReader(env, tmp.path());
+  EXPECT_EQ(reader->metadata().common, nlohmann::json({{"iteration", 9}}));
+  EXPECT_TRUE(reader->metadata().objects.empty());  // the common dict is not a sharded object
 }
 
 TEST(DcpFormatTest, LargeContiguousItemsReadOnlyTheRunsPlusHeadAndTail) {

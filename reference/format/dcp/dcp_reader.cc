@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "format/dcp/megatron_files.h"
+#include "format/format.h"
 
 namespace distckpt {
 namespace {
@@ -266,8 +267,17 @@ nlohmann::json DcpReader::ReadCommonState() {
            common.type_name());
     }
   } else {
-    for (const auto& [unique_key, object] : layout_.metadata.objects) {
-      if (object.key == "common_state") common = nlohmann::json::parse(ReadObject(object));
+    // The common dict is not one of the checkpoint's sharded objects: dropped
+    // from `objects` once read (inspect would list it, diff compare it twice,
+    // and a strict load would count it as unexpected).
+    auto& objects = layout_.metadata.objects;
+    for (auto it = objects.begin(); it != objects.end();) {
+      if (it->second.key != kCommonStateKey) {
+        ++it;
+        continue;
+      }
+      common = nlohmann::json::parse(ReadObject(it->second));
+      it = objects.erase(it);
     }
   }
   for (const DcpValueItem& v : layout_.values) {

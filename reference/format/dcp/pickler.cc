@@ -1,6 +1,9 @@
 #include "format/dcp/pickler.h"
 
 #include <cstring>
+#include <optional>
+
+#include "format/dcp/allow_list.h"
 
 namespace distckpt {
 
@@ -116,6 +119,60 @@ void PickleWriter::TorchSize(const Shape& dims) {
 
 void PickleWriter::BinPersId() { Op('Q'); }
 
+namespace {
+
+// {"__object__": "module.name", "args": [...] (, "state": ...)} naming an
+// allowed class: torch_save.h's form of a pickled object.
+bool IsObjectForm(const nlohmann::json& v) {
+  if (v.size() != 2 && v.size() != 3) return false;
+  auto name = v.find("__object__");
+  auto args = v.find("args");
+  if (name == v.end() || !name->is_string() || args == v.end() || !args->is_array()) return false;
+  if (v.size() == 3 && !v.contains("state")) return false;
+  const std::string& n = name->get_ref<const std::string&>();
+  const size_t dot = n.rfind('.');
+  return dot != std::string::npos && IsAllowedGlobal(n.substr(0, dot), n.substr(dot + 1));
+}
+
+// {"__bytes__": "<even-length lowercase hex>"} -> the bytes, or nullopt.
+std::optional<std::string> BytesForm(const nlohmann::json& v) {
+  if (v.size() != 1) return std::nullopt;
+  auto hex = v.find("__bytes__");
+  if (hex == v.end() || !hex->is_string()) return std::nullopt;
+  const std::string& h = hex->get_ref<const std::string&>();
+  if (h.size() % 2) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < h.size(); i += 2) {
+    int value = 0;
+    for (char c : {h[i], h[i + 1]}) {
+      int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (digit < 0) return std::nullopt;
+      value = value * 16 + digit;
+    }
+    out += static_cast<char>(value);
+  }
+  return out;
+}
+
+}  // namespace
+
+void PickleWriter::Bytes(std::string_view bytes) {
+  // Protocol 2 has no bytes opcode: Python writes _codecs.encode(<latin-1 str>, "latin1").
+  std::string latin1;
+  for (unsigned char b : bytes) {
+    if (b < 0x80) {
+      latin1 += static_cast<char>(b);
+    } else {
+      latin1 += static_cast<char>(0xC0 | (b >> 6));
+      latin1 += static_cast<char>(0x80 | (b & 0x3F));
+    }
+  }
+  Reduce([&] { Global("_codecs", "encode"); }, 2, [&] {
+    Str(latin1);
+    Str("latin1");
+  });
+}
+
 void PickleWriter::Json(const nlohmann::json& value) {
   switch (value.type()) {
     case nlohmann::json::value_t::null:
@@ -135,6 +192,20 @@ void PickleWriter::Json(const nlohmann::json& value) {
         for (const nlohmann::json& item : value) Json(item);
       });
     case nlohmann::json::value_t::object:
+      if (IsObjectForm(value)) {
+        const std::string& name = value["__object__"].get_ref<const std::string&>();
+        const size_t dot = name.rfind('.');
+        const nlohmann::json& args = value["args"];
+        Reduce([&] { Global(name.substr(0, dot), name.substr(dot + 1)); }, args.size(), [&] {
+          for (const nlohmann::json& arg : args) Json(arg);
+        });
+        if (value.contains("state")) {
+          Json(value["state"]);
+          Op('b');  // BUILD
+        }
+        return;
+      }
+      if (std::optional<std::string> bytes = BytesForm(value)) return Bytes(*bytes);
       return Dict(value.empty(), [&] {
         for (auto it = value.begin(); it != value.end(); ++it) {
           Str(it.key());

@@ -48,8 +48,13 @@ class PickleWriter {
   // torch.Size((d0, d1, ...)).
   void TorchSize(const Shape& dims);
   void BinPersId();
+  // bytes, as protocol 2 writes them: _codecs.encode(<latin-1 str>, "latin1").
+  void Bytes(std::string_view bytes);
   // Any JSON value as the Python value json.loads would give: null None,
-  // bool, int, float, str, list, dict (string keys).
+  // bool, int, float, str, list, dict (string keys); and torch_save.h's forms
+  // back as Python values: {"__bytes__": hex} as bytes, {"__object__":
+  // "module.name", "args": [...], "state": S} of an allowed class (allow_list.h)
+  // as module.name(*args) then BUILD with S (state optional). Other dicts stay dicts.
   void Json(const nlohmann::json& value);
 
   // Appends STOP and returns the stream.

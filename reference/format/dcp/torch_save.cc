@@ -111,10 +111,8 @@ class Jsonizer {
     }
     if (std::optional<TorchTensor> t = AsTorchTensor(v, zip_.source())) return Tensor(*t);
     if (v.IsInstance("torch", "Size")) return PyToShape(v, zip_.source());
-    if ((v.IsInstance("argparse", "Namespace") || v.IsInstance("types", "SimpleNamespace")) &&
-        (!v.state || v.state->kind == PyKind::kDict)) {
-      return v.state ? Object(*v.state, depth) : nlohmann::json::object();
-    }
+    // Every other object keeps its class (argparse.Namespace included: Megatron's
+    // check_checkpoint_args reads `args` by attribute), so a save writes it back.
     nlohmann::json out = {{"__object__", v.GlobalName()}, {"args", Convert(*v.args, depth + 1)}};
     if (v.state) out["state"] = Convert(*v.state, depth + 1);
     return out;

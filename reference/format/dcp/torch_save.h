@@ -11,12 +11,14 @@
 //
 // Values (BYTE_IO items, ShardedObjects, common.pt) convert to JSON:
 // None/bool/int/float/str as themselves, list/tuple/set as arrays, dict /
-// OrderedDict / argparse.Namespace / types.SimpleNamespace as objects (int
+// OrderedDict as objects (int
 // keys become decimal strings, tuple keys their Python repr "(0, 1)"), torch.Size as an array, a
 // global (dtype, enum member) as "module.name", bytes as {"__bytes__": "<hex>"}, a tensor as
 // {"__tensor__": {"dtype", "shape", "data": [row-major values]}}, and any other allowed object as
-// {"__object__": "module.name", "args": [...], "state": ...}. JSON converts back to plain Python
-// values only.
+// {"__object__": "module.name", "args": [...], "state": ...} (argparse.Namespace(a=1):
+// {"__object__": "argparse.Namespace", "args": [], "state": {"a": 1}}). JSON converts back
+// to Python values (PickleWriter::Json): objects of allowed classes and bytes are rebuilt;
+// tuples become lists, globals strings.
 //
 // Errors: CheckpointError(kCorruption) naming the archive's source;
 // dtypes distckpt does not hold and big-endian archives are kUnsupported.

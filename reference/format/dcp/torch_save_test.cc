@@ -140,7 +140,9 @@ TEST(TorchSaveTest, PythonValuesBecomeJson) {
   });
   nlohmann::json got = TorchLoadJson(ZipReader(Archive(w.Finish(), ""), "values"));
   EXPECT_EQ(got.at("1"), nullptr);
-  EXPECT_EQ(got.at("ns"), nlohmann::json({{"a", 1}}));
+  EXPECT_EQ(got.at("ns"), nlohmann::json({{"__object__", "argparse.Namespace"},
+                                          {"args", nlohmann::json::array()},
+                                          {"state", {{"a", 1}}}}));
   EXPECT_EQ(got.at("enum"),
             nlohmann::json(
                 {{"__object__", "megatron.core.transformer.enums.AttnBackend"}, {"args", {5}}}));
@@ -180,8 +182,29 @@ TEST(TorchSaveTest, TupleKeysBecomeTheirPythonRepr) {
             nlohmann::json({{"(0, 0)", {4096, 2048}}, {"(0, 1)", {1024}}}));
   EXPECT_EQ(got.at("per_bucket_numel_unpadded"),
             nlohmann::json({{"(torch.bfloat16, torch.float32)", {4000, 2000}}}));
-  EXPECT_EQ(got.at("args").at("tensor_model_parallel_size"), 2);
+  EXPECT_EQ(got.at("args").at("__object__"), "argparse.Namespace");
+  EXPECT_EQ(got.at("args").at("state").at("tensor_model_parallel_size"), 2);
   EXPECT_TRUE(got.contains("np_scalar_array"));
+}
+
+// A resave writes the common state back: the Namespace stays a Namespace
+// (Megatron's check_checkpoint_args uses getattr), bytes stay bytes, and the
+// result reads back to the same JSON.
+TEST(TorchSaveTest, ObjectsAndBytesAreWrittenBack) {
+  nlohmann::json common =
+      TorchLoadJson(ZipReader(Fixture("optimizer_common.pt"), "optimizer_common.pt"));
+  common["raw"] = {{"__bytes__", "00ff7f80"}};
+  common["not_allowed"] = {{"__object__", "os.system"}, {"args", {"ls"}}};
+  const std::string saved = TorchSaveJson(common);
+  EXPECT_EQ(TorchLoadJson(ZipReader(saved, "resaved")), common);
+  ZipReader zip(saved, "resaved");
+  PyTree tree = Unpickle(zip.ReadRecord(zip.Get("data.pkl")), "resaved");
+  const PyValue* args = tree.root()->Get("args");
+  ASSERT_EQ(args->kind, PyKind::kObject);
+  EXPECT_TRUE(args->IsInstance("argparse", "Namespace"));
+  EXPECT_EQ(tree.root()->Get("raw")->kind, PyKind::kBytes);
+  EXPECT_EQ(tree.root()->Get("raw")->text, std::string("\x00\xff\x7f\x80", 4));
+  EXPECT_EQ(tree.root()->Get("not_allowed")->kind, PyKind::kDict);  // never a call to os.system
 }
 
 TEST(TorchSaveTest, CodecsEncodeOnlyAsLatin1Bytes) {
