@@ -91,7 +91,7 @@ for f in "${fixtures[@]}"; do
       -- "$exe" verify "$ck" --topology "$t" --spec "$spec"
   done
   expect 1 "$f: verify refuses tp=3 naming key and axis" --grep "WOULD NOT LOAD" \
-    --grep "tensor '[a-z_.]+' axis [0-9]+ of size [0-9]+ cannot be split evenly into 3" \
+    --grep "tensor '[a-z_.]+' axis [0-9]+ of size [0-9]+ cannot be split evenly into (tp=)?3 parts" \
     -- "$exe" verify "$ck" --topology tp=3 --spec "$spec"
   expect 1 "$f: verify refuses pp=3 (4 layers)" --grep "WOULD NOT LOAD" \
     --grep "stack axis of 4 cannot be split into pp\*vpp=3" \

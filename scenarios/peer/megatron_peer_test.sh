@@ -9,7 +9,9 @@
 #    regenerated and every committed checkpoint, read back by plain
 #    torch.distributed.checkpoint (no Megatron), equals the committed expected bytes;
 # 3. with DISTCKPT: `distckpt diff` of each committed fixture and its regeneration is
-#    identical.
+#    identical, and Megatron's load under tp=1,pp=2 accepts what `distckpt reshard` of the
+#    regenerated gpt-tp2-pp2 to tp=1,pp=2 wrote (every value, args an argparse.Namespace,
+#    no common state keys Megatron did not save).
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON) or MEGATRON_SRC.
 set -euo pipefail
 exe=${1:-}
@@ -85,11 +87,30 @@ if ! $python "$work/check.py" "$work/committed" "$work/out" >"$work/check.log" 2
   exit 1
 fi
 grep -v -i -E "warn|^ *(device|and md)" "$work/check.log" || true
+failures=0
 if [ -n "$exe" ]; then
   echo "== distckpt diff: committed fixture vs regenerated"
   for f in "$fixtures"/expected/*/; do
     f=$(basename "$f")
-    "$exe" diff "$fixtures/$f" "$work/out/$f"
+    "$exe" diff "$fixtures/$f" "$work/out/$f" || failures=$((failures + 1))
   done
+  echo "== distckpt reshard gpt-tp2-pp2 to tp=1,pp=2; Megatron loads it under tp=1,pp=2"
+  if "$exe" reshard "$work/out/gpt-tp2-pp2" --topology tp=1,pp=2 --spec "$fixtures/gpt-spec.json" \
+       --format dcp --out "$work/reshard"; then
+    if ! $python "$work/make.py" --megatron-src "$work/src" --check-load "$work/reshard" \
+         --tp 1 --pp 2 >"$work/load.log" 2>&1; then
+      grep -v -i -E "warn|^ *(device|and md)|Unable to resolve" "$work/load.log" | tail -5
+      echo "FAIL: Megatron cannot load distckpt's reshard output as it loads its own resave"
+      failures=$((failures + 1))
+    else
+      grep "Megatron loads" "$work/load.log"
+    fi
+  else
+    failures=$((failures + 1))
+  fi
+fi
+if [ "$failures" -gt 0 ]; then
+  echo "megatron peer test: $failures distckpt check(s) failed ($(($(date +%s) - start)) s)"
+  exit 1
 fi
 echo "megatron peer test passed ($(($(date +%s) - start)) s)"
