@@ -115,6 +115,10 @@ expect 0 "reshard gpt-tp2-pp2 to tp=1,pp=2 (threads)" -- "$exe" reshard "$dir/gp
   --topology tp=1,pp=2 --spec "$spec" --format dcp --out "$work/reshard-threads"
 expect 0 "reshard (threads) diff gpt-tp2-pp2-resaved-tp1pp2" --grep "^identical" \
   -- "$exe" diff "$work/reshard-threads" "$resaved"
+# `diff` compares the common state as JSON, where a Namespace and a dict look alike: the
+# pickled class must be in the files (Megatron's resume reads args.<field>).
+expect 0 "reshard (threads) keeps args an argparse.Namespace" \
+  -- grep -l -a -F argparse -r "$work/reshard-threads"
 expect 0 "reshard (threads) loads back under tp=2,pp=2" --grep "loads" \
   -- "$exe" verify "$work/reshard-threads" --topology tp=2,pp=2 --spec "$spec" --data
 if command -v mpirun >/dev/null && "$exe" reshard --help 2>&1 | grep -q -- --backend; then
