@@ -86,6 +86,9 @@ for f in "${fixtures[@]}"; do
     sum=$(jq -r ".tensors[$i].sha256" "$dir/expected/$f/expected.json")
     expect 0 "$f: dump $key" -- dump_equal "$ck" "$key" "$dir/expected/$f/$file" "$sum"
   done
+  expect 0 "$f: verify --data (every stored byte, torch's record CRCs)" \
+    --grep "every checksum matches" \
+    -- "$exe" verify "$ck" --topology tp=1,pp=2 --spec "$spec" --data
   for t in tp=1,pp=2 tp=4 tp=2,pp=2,dp=2; do
     expect 0 "$f: verify --spec gpt-spec.json under $t" --grep "loads" \
       -- "$exe" verify "$ck" --topology "$t" --spec "$spec"
