@@ -7,7 +7,7 @@
 # Then reshard gpt-tp2-pp2 to tp=1,pp=2 (threads, and MPI when mpirun is there) and diff
 # it with gpt-tp2-pp2-resaved-tp1pp2 (what Megatron's own load + save under tp=1,pp=2
 # wrote); cross-layout diffs; a flipped data byte must be refused (exit 2) naming the file.
-# Needs jq and sha256sum. Prints every failing command with its output, then
+# Needs python3 (standard library) and sha256sum. Prints every failing command with its output, then
 # "N/M checks passed"; exit 1 on any failure.
 set -uo pipefail
 exe=$1
@@ -15,7 +15,7 @@ dir=${2:-$(cd "$(dirname "$0")/../../fixtures/megatron" && pwd)}
 spec=$dir/gpt-spec.json
 fixtures=(gpt-tp2-pp2 gpt-tp2-dp2-fullyparallel gpt-tp1-pp1 gpt-tp2-pp2-resaved-tp1pp2)
 resaved=$dir/gpt-tp2-pp2-resaved-tp1pp2
-command -v jq >/dev/null || { echo "megatron_fixture_test: needs jq"; exit 1; }
+command -v python3 >/dev/null || { echo "megatron_fixture_test: needs python3"; exit 1; }
 work=$(mktemp -d /tmp/distckpt-megatron-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
@@ -39,7 +39,7 @@ expect() {
   shift
   total=$((total + 1))
   local out=$work/out.$total why="" rc g
-  "$@" >"$out" 2>&1
+  "$@" >"$out" 2>&1 </dev/null
   rc=$?
   [ "$rc" -eq "$want" ] || why="exit $rc, expected $want"
   for g in "${greps[@]}"; do
@@ -79,13 +79,14 @@ for f in "${fixtures[@]}"; do
     --no-grep "common_state" -- "$exe" inspect "$ck"
   expect 0 "$f: inspect --check" -- "$exe" inspect --check "$ck"
   expect 0 "$f: diff with itself" --grep "^identical" -- "$exe" diff "$ck" "$ck"
-  n=$(jq '.tensors | length' "$dir/expected/$f/expected.json")
-  for i in $(seq 0 $((n - 1))); do
-    key=$(jq -r ".tensors[$i].key" "$dir/expected/$f/expected.json")
-    file=$(jq -r ".tensors[$i].file" "$dir/expected/$f/expected.json")
-    sum=$(jq -r ".tensors[$i].sha256" "$dir/expected/$f/expected.json")
+  python3 -c '
+import json, sys
+for t in json.load(open(sys.argv[1]))["tensors"]:
+    print(t["key"], t["file"], t["sha256"], sep="\t")
+' "$dir/expected/$f/expected.json" >"$work/expected.tsv"
+  while IFS=$'\t' read -r key file sum; do
     expect 0 "$f: dump $key" -- dump_equal "$ck" "$key" "$dir/expected/$f/$file" "$sum"
-  done
+  done <"$work/expected.tsv"
   expect 0 "$f: verify --data (every stored byte, torch's record CRCs)" \
     --grep "every checksum matches" \
     -- "$exe" verify "$ck" --topology tp=1,pp=2 --spec "$spec" --data
