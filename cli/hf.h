@@ -67,12 +67,17 @@ std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
 
 struct ExportArgs {
   std::string checkpoint, to = "hf", out, spec, max_shard_size = "5GB", dtype;
+  std::string config;             // --spec names: a config.json to copy
   std::vector<std::string> sets;  // --set field=value, with --spec gpt
   nlohmann::json model;           // the model section --spec gpt inferred (null: read `spec`)
 };
 struct ImportArgs {
   std::string out, from = "hf", dir, spec, topology, format = "native";
 };
+// export --spec names: every stored tensor but the optimizer's ("optimizer."
+// keys) under its own key, whole, in key order (verl's FSDP checkpoints hold
+// a Hugging Face model's state dict, so its keys are already HF names).
+std::vector<HfTensor> PlanVerbatimExport(const std::vector<std::pair<std::string, Shape>>& stored);
 // Parses "5GB", "500MB", "100KB", "123" (bytes; decimal units as HF's).
 uint64_t ParseByteSize(const std::string& text);
 

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli/hf.h"
 #include "core/error.h"
@@ -186,6 +187,17 @@ class Planner {
   std::vector<HfTensor> out_;
 };
 
+// A config.json to copy: must be a JSON object (errors name the file).
+std::string ReadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail(ErrorKind::kInvalidArgument, "--config {}: cannot open", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "--config {}: not a JSON object", path);
+  return text.str();
+}
+
 }  // namespace
 
 GptExportSpec GptExportSpecFromFile(const std::string& path) {
@@ -228,6 +240,18 @@ std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
   return Planner(spec, stored).Plan();
 }
 
+std::vector<HfTensor> PlanVerbatimExport(const std::vector<std::pair<std::string, Shape>>& stored) {
+  std::vector<HfTensor> plan;
+  for (const auto& [key, shape] : stored) {
+    if (key.starts_with("optimizer.")) continue;
+    plan.push_back({key, shape, {{key, Shape(shape.size(), 0), shape}}});
+  }
+  if (plan.empty()) {
+    Fail(ErrorKind::kKeyMismatch, "export --spec names: the checkpoint holds no model tensor");
+  }
+  return plan;
+}
+
 uint64_t ParseByteSize(const std::string& text) {
   size_t end = 0;
   uint64_t value = 0;
@@ -249,8 +273,12 @@ uint64_t ParseByteSize(const std::string& text) {
 
 ExportSummary ExportToHf(const ExportArgs& args) {
   Env* env = Env::Default();
-  GptExportSpec spec = args.model.is_null() ? GptExportSpecFromFile(args.spec)
-                                            : GptExportSpecFromJson(args.model, "--spec gpt");
+  const bool verbatim = args.spec == "names";
+  GptExportSpec spec;
+  if (!verbatim) {
+    spec = args.model.is_null() ? GptExportSpecFromFile(args.spec)
+                                : GptExportSpecFromJson(args.model, "--spec gpt");
+  }
   const uint64_t max_shard = ParseByteSize(args.max_shard_size);
   std::unique_ptr<CheckpointReader> reader =
       DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
@@ -262,7 +290,7 @@ ExportSummary ExportToHf(const ExportArgs& args) {
     stored.emplace_back(key, t.global_shape);
     whole[key] = t;
   }
-  std::vector<HfTensor> plan = PlanHfExport(spec, stored);
+  std::vector<HfTensor> plan = verbatim ? PlanVerbatimExport(stored) : PlanHfExport(spec, stored);
   auto dtype_of = [&](const HfTensor& t) {
     return args.dtype.empty() ? whole.at(t.pieces.front().key).dtype : DTypeFromName(args.dtype);
   };
@@ -318,6 +346,13 @@ ExportSummary ExportToHf(const ExportArgs& args) {
   nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
                                   {"weight_map", weight_map}};
   WriteFileAtomic(env, JoinPath(args.out, "model.safetensors.index.json"), index.dump(2) + "\n");
+  if (verbatim) {
+    // The model's own config (verl keeps it in huggingface/), copied as it is.
+    if (!args.config.empty()) {
+      WriteFileAtomic(env, JoinPath(args.out, "config.json"), ReadConfigFile(args.config));
+    }
+    return {plan.size(), files.size(), total, largest};
+  }
   nlohmann::ordered_json config = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},

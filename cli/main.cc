@@ -240,7 +240,11 @@ int main(int argc, char** argv) {
   exp->add_option("--spec", export_args.spec,
                   "--to hf: the model's fields, a JSON spec or scenario file (layers, hidden, "
                   "heads, query_groups, ffn, vocab, glu, tied, prefix), or gpt (inferred from "
-                  "the checkpoint; --set heads=H ...)");
+                  "the checkpoint; --set heads=H ...), or names (stored keys are HF names: "
+                  "verl's FSDP models; optimizer state and objects left out)");
+  exp->add_option("--config", export_args.config,
+                  "--spec names: the model's config.json to copy beside the shards (verl: "
+                  "SRC/huggingface/config.json)");
   exp->add_option("--set", export_args.sets, "field=value for --spec gpt (repeatable)");
   exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
   exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");

@@ -111,9 +111,7 @@ TEST(VerlFilesTest, EveryRankReadsTorchsShardsAndTheyTileTheFullStateDict) {
 }
 
 // Converted once, loaded by FSDP2 rows under 3 and 6 ranks (and whole on 1).
-// Open (issue 17): the conversion of verl's extra-state file has not passed
-// yet (the reader's _codecs.encode handling is new). Disabled, visibly.
-TEST(VerlConvertTest, DISABLED_LoadsUnderOtherWorldSizesEqualToTorchsFullStateDict) {
+TEST(VerlConvertTest, LoadsUnderOtherWorldSizesEqualToTorchsFullStateDict) {
   for (const Format* format : {&NativeFormat(), &DcpFormat()}) {
     ScopedTempDir dir;
     SaveOptions options;
@@ -153,9 +151,11 @@ TEST(VerlConvertTest, DISABLED_LoadsUnderOtherWorldSizesEqualToTorchsFullStateDi
             ExpectSlice(key, expected.at(key), offsets.at(key), node.as<Tensor>());
           }
         }
-        // Common state: torch's param groups and steps.
-        EXPECT_TRUE(
-            loaded.at("optimizer").as<Dict>().at("param_groups").as<nlohmann::json>().is_array());
+        // Common state: torch's one param group (AdamW, lr 0.01), kept as a list.
+        const Node& groups = loaded.at("optimizer").at("param_groups");
+        ASSERT_TRUE(groups.is<List>());
+        ASSERT_EQ(groups.as<List>().size(), 1u);
+        EXPECT_EQ(groups.as<List>()[0].at("lr").as<nlohmann::json>(), 0.01);
       });
     }
   }

@@ -7,7 +7,9 @@
 # 2. verl_convert_test reads it, converts it and loads it under 3, 6 and 1
 #    ranks, every element equal to torch's full state dict;
 # 3. `distckpt import-verl` converts it; `distckpt dump` of every model key
-#    equals torch's full tensor (compared by torch).
+#    equals torch's full tensor (compared by torch);
+# 4. `distckpt export --to hf --spec names` of it, read by the real
+#    safetensors library, equals torch's full state dict.
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON).
 set -euo pipefail
 exe=$1 convert_test=$2 make_fixture=$3
@@ -45,3 +47,20 @@ for key in $($python -c "import torch; print(' '.join(torch.load('$work/verl/exp
   "$exe" dump "$work/ours" "$key" --out "$work/dumps/$key.bin" >/dev/null
 done
 $python "$work/check.py" "$work" "$exe"
+echo "== distckpt export --to hf, read by safetensors, equals torch's full state dict"
+"$exe" export "$work/ours" --to hf "$work/hf" --spec names \
+  --config "$work/verl/huggingface/config.json" --max-shard-size 2KB
+cat > "$work/check_hf.py" <<'PY'
+import glob, sys, torch
+from safetensors.torch import load_file
+work = sys.argv[1]
+full = torch.load(f"{work}/verl/expected/model.pt")
+got = {}
+for f in glob.glob(f"{work}/hf/*.safetensors"):
+    got.update(load_file(f))
+assert set(got) == set(full), (sorted(got), sorted(full))
+for key, t in full.items():
+    assert torch.equal(got[key], t), key
+print(f"{len(got)} tensors read by safetensors equal torch's full state dict")
+PY
+$python "$work/check_hf.py" "$work"
