@@ -77,7 +77,12 @@ std::vector<Fp8TensorSpec> GenFp8Section(const std::vector<Topology>& topologies
         e.tensor.load_dtype = OneOf<DType>({DType::kF32, DType::kBF16, DType::kF16, DType::kF64});
         if (e.tensor.load_dtype == e.tensor.dtype) e.tensor.load_dtype.reset();
     }
-    if (e.tensor.load_dtype && IsFp8(*e.tensor.load_dtype) && OneIn(3))
+    // Raw storage loaded as its own format at its own scale is the bit-exact
+    // class, the rarest: same-format loads favour raw storage and keep the scale.
+    const bool same_format = e.tensor.load_dtype == e.fp8.format;
+    if (same_format && e.fp8.storage == Fp8Storage::kDequantized && OneIn(2))
+      e.fp8.storage = Fp8Storage::kRaw;
+    if (e.tensor.load_dtype && IsFp8(*e.tensor.load_dtype) && OneIn(same_format ? 6 : 3))
       e.fp8.load_scale = PickScale();
     e.fp8.expect_saturated = ExpectedSaturation(seed, e);
     out.push_back(std::move(e));

@@ -90,7 +90,7 @@ std::vector<ClassMinimum> ReshardMinimums() {
           {"fp8-to-float", 0.04},
           {"fp8-requantised", 0.04},
           {"fp8-saturating", 0.01},
-          {"fp8-bit-exact", 0.01}};
+          {"fp8-bit-exact", 0.002}};  // about 1.5% (cases in 500: mean ~8, minimum 1)
 }
 
 }  // namespace distckpt
