@@ -19,8 +19,10 @@ constexpr uint64_t kMax32 = 0xffffffff;
 constexpr size_t kEndSize = 22;
 constexpr size_t kAlignment = 64;
 
+// `bytes` little-endian bytes of `value`; beyond its 8, zeros (runs of zero
+// fields are written as one wide PutLE(0, n)).
 void PutLE(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
+  for (int i = 0; i < bytes; ++i) out += static_cast<char>(i < 8 ? (value >> (8 * i)) & 0xff : 0);
 }
 
 uint64_t GetLE(const std::byte* p, int bytes) {
