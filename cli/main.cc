@@ -24,7 +24,8 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
   cmd->add_option("--pair", a.pair, "index of the scenario pair whose extras apply");
   cmd->add_option("--report-json", a.report_json, "write the step report (JSON) here");
   if (!load)
-    cmd->add_option("--format", a.format, "checkpoint format: native or dcp (also dcp-1.13)");
+    cmd->add_option("--format", a.format,
+                    "checkpoint format: native or dcp (also dcp-1.13, fsdp-dtensor)");
   cmd->add_option("--local", a.local_dir,
                   "a local checkpoint: rank r uses DIR/r (node-local storage), instead of --dir");
   cmd->add_option(
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
   reshard->add_option("--topology,-t", reshard_args.topology, "topology to reshard to")->required();
   AddSpecOptions(reshard, reshard_args.spec, reshard_args.sets);
   reshard->add_option("--out,-o", reshard_args.out, "directory of the new checkpoint")->required();
-  reshard->add_option("--format", reshard_args.format, "native, dcp or dcp-1.13");
+  reshard->add_option("--format", reshard_args.format, "native, dcp, dcp-1.13 or fsdp-dtensor");
   reshard->add_option("--backend", reshard_args.backend, "threads or mpi (run under mpirun)")
       ->check(CLI::IsMember({"threads", "mpi"}));
   reshard->add_option("--strict", reshard_args.strict,
@@ -231,10 +232,15 @@ int main(int argc, char** argv) {
 
   distckpt::ExportArgs export_args;
   CLI::App* exp = app.add_subcommand(
-      "export", "a checkpoint (any topology, format) to Hugging Face safetensors shards");
+      "export",
+      "a checkpoint (any topology, format) to Hugging Face safetensors shards, Megatron's "
+      "fsdp_dtensor layout or another format");
   exp->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
-  exp->add_option("--to", export_args.to, "hf (default), or native | dcp | dcp-1.13")
-      ->check(CLI::IsMember({"hf", "native", "dcp", "dcp-1.13"}));
+  exp->add_option("--to", export_args.to,
+                  "hf (default), fsdp-dtensor (Megatron's --ckpt-format fsdp_dtensor: per-layer "
+                  "keys, uneven FSDP chunks for --topology), or native | dcp | dcp-1.13 (the "
+                  "same tensors in another format)")
+      ->check(CLI::IsMember({"hf", "fsdp-dtensor", "native", "dcp", "dcp-1.13"}));
   exp->add_option("out", export_args.out, "output directory")->required();
   exp->add_option("--spec", export_args.spec,
                   "--to hf: the model's fields, a JSON spec or scenario file (layers, hidden, "
@@ -243,6 +249,8 @@ int main(int argc, char** argv) {
   exp->add_option("--set", export_args.sets, "field=value for --spec gpt (repeatable)");
   exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
   exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");
+  exp->add_option("--topology,-t", export_args.topology,
+                  "--to fsdp-dtensor: the ranks that hold it, dp=N[,tp=T]");
 
   distckpt::ImportArgs import_args;
   CLI::App* imp = app.add_subcommand(

@@ -19,9 +19,11 @@ std::string FormatNames() {
 
 const std::vector<const Format*>& AllFormats() {
   // New formats are added here; detection tries them in order ("dcp" reads
-  // every DCP checkpoint, so "dcp-1.13" is only ever chosen by name).
+  // every DCP checkpoint, so "dcp-1.13" and "fsdp-dtensor" are only ever
+  // chosen by name).
   static const std::vector<const Format*> formats = {
-      &NativeFormat(), &DcpFormat(DcpTarget::kTorch2), &DcpFormat(DcpTarget::kTorch113)};
+      &NativeFormat(), &DcpFormat(DcpTarget::kTorch2), &DcpFormat(DcpTarget::kTorch113),
+      &FsdpDtensorFormat()};
   return formats;
 }
 
