@@ -41,9 +41,9 @@ dump "$work/ours" "$work/ours-dumps"
 out=$(peer load "$work/ours" 3 "$work/ours-dumps"); echo "$out"
 grep -q "every element equal" <<<"$out"
 
-echo "== (a) export --to fsdp-dtensor (Megatron's keys, dp=3 uneven rows); torch loads it on 2 ranks"
+echo "== (a) export --to fsdp-dtensor (Megatron's keys, dp=3,tp=2: uneven rows, TP inside); torch loads it on 2 ranks"
 "$exe" save "$scenario" --topology tp=2 --dir "$work/tp2"
-"$exe" export "$work/tp2" --to fsdp-dtensor "$work/exported" --spec "$scenario" --topology dp=3
+"$exe" export "$work/tp2" --to fsdp-dtensor "$work/exported" --spec "$scenario" --topology dp=3,tp=2
 dump "$work/exported" "$work/exported-dumps"
 test -f "$work/exported-dumps/model.module.decoder.layers.1.mlp.linear_fc1.weight_w.bin"
 test -f "$work/exported-dumps/optimizer.state.module.module.module.decoder.layers.0.mlp.linear_fc1.weight_v.exp_avg.bin"
