@@ -1,16 +1,20 @@
 """Real torch (2.x, gloo CPU ranks) on Megatron's fsdp_dtensor checkpoints.
 
-  fsdp_dtensor_peer.py write OUT WORLD EXPECTED [--fixture]
+  fsdp_dtensor_peer.py write OUT WORLD EXPECTED [TP]
       torch writes an fsdp_dtensor-style checkpoint from WORLD ranks: a tiny
       GPT under Megatron's keys (model.module.decoder.layers.<i>...., SwiGLU
       fc1 as weight_w / weight_v, optimizer.state.module.module.module.<p>.
       exp_avg[_sq]), every parameter a DTensor over a 1-D mesh with uneven
-      Shard(0) row chunks as Megatron-FSDP holds them (some ranks empty), and
+      Shard(0) row chunks as Megatron-FSDP holds them (some ranks empty), or
+      with TP > 1 over the 2-D mesh (dp_cp, tp) with [Shard(0), Shard(tp_dim)]
+      (TP's shard cut first, FSDP's uneven rows of it; replicated over TP:
+      [Shard(0), Replicate()]), and
       the non-tensor values as DCP bytes items (args as argparse.Namespace,
       iteration, checkpoint_version, opt_param_scheduler, rng_state). The
       chunk metadata is given to DCP the way Megatron's uneven_dtensor.py
-      does it: the offset along dim 0 is the sum of the lower ranks' rows
-      (all-gathered), set as the local tensor's __create_chunk_list__ /
+      does it: the offset along dim 0 is the sum of the lower DP ranks' rows
+      (all-gathered), then TP's offset the sum of the lower TP ranks' extents,
+      set as the local tensor's __create_chunk_list__ /
       __create_write_items__ (an empty shard writes no item). EXPECTED gets
       full.pt (every full tensor) and expected.json (shapes, chunk counts,
       values, common state as distckpt reads it) for the fixture test.
@@ -23,8 +27,8 @@
   fsdp_dtensor_peer.py check DUMPS EXPECTED
       every EXPECTED/full.pt tensor equals DUMPS/<key>.bin.
   fsdp_dtensor_peer.py spec CKPT OUT
-      a distckpt scenario requesting every tensor of CKPT (f32, rows split
-      over dp), for `distckpt verify` / `reshard --spec OUT`.
+      a distckpt scenario requesting every tensor of CKPT (f32; rows over dp,
+      columns over tp, torch.chunk-split), for `distckpt verify` / `reshard`.
 """
 import argparse
 import json
@@ -102,17 +106,37 @@ def fsdp_rows(shapes, world):
     return rows
 
 
-def make_uneven_dtensor(local, mesh, global_shape):
-    """A DTensor whose rank-local rows are `local`, with DCP chunk metadata for
-    uneven Shard(0) placement (Megatron's uneven_dtensor.py, re-done here)."""
-    shapes = [None] * dist.get_world_size()
-    dist.all_gather_object(shapes, list(local.shape))
-    rank = dist.get_rank()
+def tp_dim(name):
+    """The axis Megatron's TP splits (None: replicated over TP)."""
+    if name.endswith(("linear_proj.weight", "linear_fc2.weight")):
+        return 1
+    if name.endswith(("word_embeddings.weight", "output_layer.weight", "linear_qkv.weight",
+                      "weight_w", "weight_v")):
+        return 0
+    return None
+
+
+def make_uneven_dtensor(local, mesh, global_shape, tdim):
+    """A DTensor whose rank-local block is `local` (FSDP's uneven rows of TP's
+    shard), with DCP chunk metadata for uneven placement (Megatron's
+    uneven_dtensor.py, re-done here): along each sharded mesh dim, innermost
+    (dp_cp) first, the offset is the sum of the lower ranks' extents."""
     offsets = [0] * len(global_shape)
-    offsets[0] = sum(s[0] for s in shapes[:rank])
+    cumulative = list(local.shape)
+    dims = [(0, 0)] + ([(1, tdim)] if mesh.ndim > 1 and tdim is not None else [])
+    for mesh_dim, axis in dims:
+        group = mesh.get_group(mesh_dim)
+        shapes = [None] * dist.get_world_size(group)
+        dist.all_gather_object(shapes, cumulative, group=group)
+        rank = dist.get_rank(group)
+        offsets[axis] += sum(s[axis] for s in shapes[:rank])
+        cumulative[axis] = sum(s[axis] for s in shapes)
+    placements = [Shard(0)]
+    if mesh.ndim > 1:
+        placements.append(Shard(tdim) if tdim is not None else Replicate())
     stride = torch.empty(global_shape).stride()
-    dt = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(global_shape),
-                            stride=stride)
+    dt = DTensor.from_local(local, mesh, placements, run_check=False,
+                            shape=torch.Size(global_shape), stride=stride)
     chunk = ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=local.shape)
 
     def write_items(fqn, tensor):
@@ -144,34 +168,62 @@ def common_values():
     }
 
 
-def write_worker(rank, world, out, expected, port):
+def param_name(key):
+    if key.startswith("model.module."):
+        return key[len("model.module."):]
+    return key.split("module.module.module.", 1)[1].rsplit(".", 1)[0]
+
+
+def tp_local_shapes(tp):
+    shapes = {}
+    for name, shape in model_shapes().items():
+        shape = list(shape)
+        if tp_dim(name) is not None:
+            shape[tp_dim(name)] //= tp
+        shapes[name] = tuple(shape)
+    return shapes
+
+
+def write_worker(rank, world, out, expected, port, tp):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_cp",))
+    dp = world // tp
+    if tp == 1:
+        mesh = init_device_mesh("cpu", (dp,), mesh_dim_names=("dp_cp",))
+    else:
+        mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp_cp", "tp"))
+    d, t = rank // tp, rank % tp
     full = full_tensors()
-    rows = fsdp_rows(model_shapes(), world)
+    rows = fsdp_rows(tp_local_shapes(tp), dp)
     state = {}
-    for key, t in full.items():
-        name = key[len("model.module."):] if key.startswith("model.") else key.split(
-            "module.module.module.", 1)[1].rsplit(".", 1)[0]
-        start, stop = rows[name][rank]
-        state[key] = make_uneven_dtensor(t[start:stop].clone(), mesh, tuple(t.shape))
+    for key, tensor in full.items():
+        name = param_name(key)
+        tdim = tp_dim(name)
+        block = tensor
+        if tp > 1 and tdim is not None:  # TP's shard first (Shard(tp_dim) inside)
+            block = tensor.chunk(tp, dim=tdim)[t]
+        start, stop = rows[name][d]
+        state[key] = make_uneven_dtensor(block[start:stop].clone(), mesh, tuple(tensor.shape),
+                                         tdim)
     state.update(common_values())
     dcp.save(state, checkpoint_id=out)
     if rank == 0:
         os.makedirs(expected, exist_ok=True)
         torch.save(full, f"{expected}/full.pt")
-        chunks = {key: sum(1 for r in range(world) if rows[name][r][1] > rows[name][r][0])
-                  for key, name in ((k, k[len("model.module."):] if k.startswith("model.") else
-                                     k.split("module.module.module.", 1)[1].rsplit(".", 1)[0])
-                                    for k in full)}
+        chunks = {}
+        for key in full:
+            name = param_name(key)
+            blocks = tp if tp_dim(name) is not None else 1
+            chunks[key] = blocks * sum(1 for r in range(dp) if rows[name][r][1] > rows[name][r][0])
         c = common_values()
         c["args"] = vars(c["args"])
         c["rng_state"] = {"(0, 0)": {"0": {"random_rng_state": [3, [1, 2, 3], None],
                                            "rng_tracker_states": {"model-parallel-rng": 7}}}}
-        doc = {"writer": f"torch {torch.__version__}, {world} gloo ranks, fsdp_dtensor_peer.py write",
-               "tensors": {k: {"shape": list(t.shape), "chunks": chunks[k],
-                               "values": t.flatten().tolist()} for k, t in full.items()},
+        mesh_text = f"({dp},)" if tp == 1 else f"({dp}, {tp}) (dp_cp, tp)"
+        doc = {"writer": f"torch {torch.__version__}, {world} gloo ranks, mesh {mesh_text}, "
+                         "fsdp_dtensor_peer.py write",
+               "tensors": {k: {"shape": list(v.shape), "chunks": chunks[k],
+                               "values": v.flatten().tolist()} for k, v in full.items()},
                "common": c}
         with open(f"{expected}/expected.json", "w") as f:
             json.dump(doc, f, separators=(",", ":"))
@@ -227,7 +279,8 @@ def check(dumps, expected):
 
 def spec(ckpt, out):
     md = dcp.FileSystemReader(ckpt).read_metadata()
-    tensors = [{"key": k, "shape": list(m.size), "dtype": "f32", "shard": {"0": "dp"}}
+    tensors = [{"key": k, "shape": list(m.size), "dtype": "f32", "split": "chunk",
+                "shard": {"0": "dp", "1": "tp"} if len(m.size) == 2 else {"0": "dp"}}
                for k, m in sorted(md.state_dict_metadata.items())
                if isinstance(m, TensorStorageMetadata) and m.properties.dtype == torch.float32]
     with open(out, "w") as f:
@@ -245,7 +298,9 @@ def main():
     mode = sys.argv[1]
     if mode == "write":
         out, world, expected = sys.argv[2], int(sys.argv[3]), sys.argv[4]
-        mp.spawn(write_worker, args=(world, out, expected, free_port()), nprocs=world)
+        tp = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+        assert world % tp == 0, "WORLD must be a multiple of TP"
+        mp.spawn(write_worker, args=(world, out, expected, free_port(), tp), nprocs=world)
     elif mode == "load":
         ckpt, world, dumps = sys.argv[2], int(sys.argv[3]), sys.argv[4]
         mp.spawn(load_worker, args=(world, ckpt, dumps, free_port()), nprocs=world)

@@ -5,9 +5,10 @@
 #     (Megatron-FSDP's uneven rows), and `export --to fsdp-dtensor` of a tp=2
 #     save as dp=3 (Megatron's per-layer keys); torch loads each on 2 and 3
 #     gloo ranks into Shard(0) DTensors, every element equal to `distckpt dump`;
-# (b) torch writes an fsdp_dtensor checkpoint from 3 ranks (uneven DTensor
-#     chunks as Megatron's uneven_dtensor.py sets them, bytes items); distckpt
-#     dumps equal torch's full tensors, and after `reshard` under dp=2 too.
+# (b) torch writes fsdp_dtensor checkpoints from 3 ranks (1-D mesh) and from 4
+#     ranks on a (dp_cp=2, tp=2) mesh (uneven DTensor chunks as Megatron's
+#     uneven_dtensor.py sets them, bytes items); distckpt dumps equal torch's
+#     full tensors, and after `reshard` under dp=2 (and tp=2,dp=3) too.
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON).
 set -euo pipefail
 exe=$1 scenario=$2 peer=$3
@@ -24,7 +25,7 @@ fi
 work=$(mktemp -d /tmp/distckpt-fsdp-dtensor-XXXXXX)  # the chroot sees /tmp at the same path
 trap 'rm -rf "$work"' EXIT
 cp "$peer" "$work/peer.py"
-peer() { $python "$work/peer.py" "$@" 2>&1 | grep -v -i -e warn -e "storage()" || true; }
+peer() { timeout 300 $python "$work/peer.py" "$@" 2>&1 | grep -v -i -e warn -e "storage()" || true; }
 # dump DIR OUT: every tensor of DIR (per .metadata) as OUT/<key>.bin
 dump() {
   mkdir -p "$2"
@@ -50,19 +51,24 @@ test -f "$work/exported-dumps/optimizer.state.module.module.module.decoder.layer
 out=$(peer load "$work/exported" 2 "$work/exported-dumps"); echo "$out"
 grep -q "every element equal" <<<"$out"
 
-echo "== (b) torch writes an fsdp_dtensor checkpoint on 3 ranks; distckpt reads it"
-peer write "$work/torch" 3 "$work/expected"
-test -f "$work/torch/.metadata"
-dump "$work/torch" "$work/torch-dumps"
-out=$(peer check "$work/torch-dumps" "$work/expected"); echo "$out"
-grep -q "equal torch's full tensors" <<<"$out"
-"$exe" inspect "$work/torch" | grep -E "^(common|  args|  iteration)" | head -5 || true
-
-echo "== (b) distckpt loads torch's checkpoint under dp=2 (reshard) and under 1 rank (dump)"
-peer spec "$work/torch" "$work/spec.json"
-"$exe" verify "$work/torch" -t dp=2 --spec "$work/spec.json"
-"$exe" reshard "$work/torch" --topology dp=2 --spec "$work/spec.json" --out "$work/resharded"
-dump "$work/resharded" "$work/resharded-dumps"
-out=$(peer check "$work/resharded-dumps" "$work/expected"); echo "$out"
-grep -q "equal torch's full tensors" <<<"$out"
+for case in "3 1" "4 2"; do
+  set -- $case
+  world=$1 tp=$2 ck="$work/torch-$1-$2"
+  echo "== (b) torch writes an fsdp_dtensor checkpoint on $world ranks (tp=$tp); distckpt reads it"
+  peer write "$ck" "$world" "$ck-expected" "$tp"
+  test -f "$ck/.metadata"
+  dump "$ck" "$ck-dumps"
+  out=$(peer check "$ck-dumps" "$ck-expected"); echo "$out"
+  grep -q "equal torch's full tensors" <<<"$out"
+  "$exe" inspect "$ck" | grep "^common state" || true
+  echo "== (b) distckpt loads it under dp=2 and tp=2,dp=3 (reshard), 1 rank (dump above)"
+  peer spec "$ck" "$ck-spec.json"
+  for to in dp=2 tp=2,dp=3; do
+    "$exe" verify "$ck" -t "$to" --spec "$ck-spec.json"
+    "$exe" reshard "$ck" --topology "$to" --spec "$ck-spec.json" --out "$ck-$to"
+    dump "$ck-$to" "$ck-$to-dumps"
+    out=$(peer check "$ck-$to-dumps" "$ck-expected"); echo "$out"
+    grep -q "equal torch's full tensors" <<<"$out"
+  done
+done
 echo "PASSED"

@@ -96,22 +96,29 @@ TEST(FsdpDtensorFormatTest, OverwriteKeepsNoStaleCommonFile) {
   EXPECT_NE(write_dir, dir);  // staged; the old checkpoint stays until the commit
 }
 
-// fixtures/fsdp-dtensor/torch-uneven: written by torch 2.6 on 3 gloo ranks
-// with Megatron's uneven DTensor chunks and key names (generate.py beside it;
-// expected.json holds every tensor's global shape and values).
-TEST(FsdpDtensorFormatTest, ReadsTorchWrittenFixture) {
-  const std::string dir = std::string(DISTCKPT_FSDP_DTENSOR_FIXTURES) + "/torch-uneven";
+// fixtures/fsdp-dtensor: written by torch 2.6 with Megatron's uneven DTensor
+// chunks and key names (scenarios/peer/fsdp_dtensor_peer.py write; README.md
+// there): torch-uneven on a 1-D mesh of 3 gloo ranks [Shard(0)],
+// torch-uneven-tp2 on a (3, 2) (dp_cp, tp) mesh [Shard(0), Shard(tp_dim)].
+// expected.json holds every tensor's global shape, chunk count and values,
+// and the common state as distckpt reads it.
+class FsdpDtensorFixtureTest : public testing::TestWithParam<const char*> {};
+
+TEST_P(FsdpDtensorFixtureTest, ReadsTorchWrittenFixture) {
+  const std::string dir = std::string(DISTCKPT_FSDP_DTENSOR_FIXTURES) + "/" + GetParam();
   std::ifstream in(dir + "/expected.json");
   ASSERT_TRUE(in) << dir;
   const nlohmann::json expected = nlohmann::json::parse(in);
   auto reader = DetectFormat(Env::Default(), dir).OpenReader(Env::Default(), dir);
   const CheckpointMetadata& md = reader->metadata();
   ASSERT_EQ(md.tensors.size(), expected.at("tensors").size());
+  size_t uneven = 0;  // tensors whose chunks differ in shape
   for (const auto& [key, want] : expected.at("tensors").items()) {
     SCOPED_TRACE(key);
     const StoredTensor& t = md.tensors.at(key);
     EXPECT_EQ(t.global_shape, want.at("shape").get<Shape>());
     EXPECT_EQ(t.chunks.size(), want.at("chunks").get<size_t>());
+    for (const StoredChunk& c : t.chunks) uneven += c.box.shape != t.chunks[0].box.shape;
     std::vector<std::byte> data = ReadGlobal(*reader, t);
     const auto& values = want.at("values");
     ASSERT_EQ(values.size(), static_cast<size_t>(Volume(t.global_shape)));
@@ -119,10 +126,14 @@ TEST(FsdpDtensorFormatTest, ReadsTorchWrittenFixture) {
       ASSERT_EQ(LoadAsDouble(data.data(), t.dtype, i), values[i].get<double>()) << i;
     }
   }
+  EXPECT_GT(uneven, 0u);
   for (const auto& [key, want] : expected.at("common").items()) {
     EXPECT_EQ(md.common.at(key), want) << key;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Torch26, FsdpDtensorFixtureTest,
+                         testing::Values("torch-uneven", "torch-uneven-tp2"));
 
 }  // namespace
 }  // namespace distckpt
