@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   run->add_flag("--matrix", run_args.matrix, "every ordered pair of the scenario's topologies");
   run->add_option("--backend", run_args.backend, "threads or mpi")
       ->check(CLI::IsMember({"threads", "mpi"}));
-  run->add_option("--format", run_args.format, "native or dcp");
+  run->add_option("--format", run_args.format, "native or dcp (also dcp-1.13, fsdp-dtensor)");
   run->add_option("--report", run_args.report, "write a JSON report per pair here");
   run->add_option("--work-dir", run_args.work_dir,
                   "where checkpoints are written (default: a temp dir)");
@@ -242,10 +242,11 @@ int main(int argc, char** argv) {
                   "same tensors in another format)")
       ->check(CLI::IsMember({"hf", "fsdp-dtensor", "native", "dcp", "dcp-1.13"}));
   exp->add_option("out", export_args.out, "output directory")->required();
-  exp->add_option("--spec", export_args.spec,
-                  "--to hf: the model's fields, a JSON spec or scenario file (layers, hidden, "
-                  "heads, query_groups, ffn, vocab, glu, tied, prefix), or gpt (inferred from "
-                  "the checkpoint; --set heads=H ...)");
+  exp->add_option(
+      "--spec", export_args.spec,
+      "--to hf, fsdp-dtensor: the model's fields, a JSON spec or scenario file (layers, hidden, "
+      "heads, query_groups, ffn, vocab, glu, tied, prefix), or gpt (inferred from "
+      "the checkpoint; --set heads=H ...)");
   exp->add_option("--set", export_args.sets, "field=value for --spec gpt (repeatable)");
   exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
   exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");
