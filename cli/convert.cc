@@ -12,23 +12,37 @@
 
 namespace distckpt {
 
-uint64_t WriteWithOneWriter(Env* env, const std::string& out, const Format& format,
-                            const CheckpointMetadata& like,
-                            const std::function<void(CheckpointWriter&)>& fill) {
+uint64_t WriteWithRankWriters(
+    Env* env, const std::string& out, const Format& format, const CheckpointMetadata& like,
+    int ranks, const std::function<void(std::vector<std::unique_ptr<CheckpointWriter>>&)>& fill) {
   // The same exclusion as an engine save (io/file_lock.h): a concurrent save
   // into `out` fails naming this one.
   std::unique_ptr<FileLock> lock = FileLock::LockForSave(out);
   const std::string write_dir = format.PrepareDirectory(env, out, /*overwrite=*/false);
-  std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, 0);
-  fill(*writer);
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int rank = 0; rank < ranks; ++rank)
+    writers.push_back(format.NewWriter(env, write_dir, rank));
+  fill(writers);
   CheckpointMetadata merged;
   merged.format = std::string(format.name());
-  merged.MergeFrom(writer->Finish());
+  uint64_t bytes = 0;
+  for (auto& writer : writers) {
+    merged.MergeFrom(writer->Finish());
+    bytes += writer->bytes_written();
+  }
   merged.topology = like.topology;
   merged.common = like.common;
   merged.content = like.content;
   format.Commit(env, out, write_dir, merged);
-  return writer->bytes_written();
+  return bytes;
+}
+
+uint64_t WriteWithOneWriter(Env* env, const std::string& out, const Format& format,
+                            const CheckpointMetadata& like,
+                            const std::function<void(CheckpointWriter&)>& fill) {
+  return WriteWithRankWriters(
+      env, out, format, like, 1,
+      [&](std::vector<std::unique_ptr<CheckpointWriter>>& writers) { fill(*writers[0]); });
 }
 
 ConvertSummary ConvertCheckpoint(const std::string& src, const std::string& out,

@@ -23,6 +23,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -30,7 +32,9 @@
 
 #include "core/box.h"
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "format/format.h"
+#include "mapping/sharded_tensor.h"
 
 namespace distckpt {
 
@@ -65,9 +69,27 @@ struct HfTensor {
 std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
                                    const std::vector<std::pair<std::string, Shape>>& stored);
 
+// Megatron's own names, one tensor per layer, for export --to fsdp-dtensor:
+// every model tensor of the checkpoint (not "optimizer.*") under its name
+// without the spec's prefix; stacked layers unstacked into
+// "decoder.layers.<i>.<name>"; with GLU, linear_fc1.weight (and .bias) split
+// into "..._w" (rows [0, ffn): W of every TP rank) and "..._v" (V), as
+// Megatron's handle_swiglu_in_state_dict names them.
+std::vector<HfTensor> PlanMegatronPerLayer(
+    const GptExportSpec& spec, const std::vector<std::pair<std::string, Shape>>& stored);
+
+// The global tensor `t` (its pieces, in order) read from `reader` in `dtype`.
+// `stored`: the checkpoint's tensors (LoadTensorsMetadata) by key.
+Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedTensor>& stored,
+                  const HfTensor& t, DType dtype);
+
 struct ExportArgs {
   std::string checkpoint, to = "hf", out, spec, max_shard_size = "5GB", dtype;
+<<<<<<< HEAD
   std::string config;             // --spec names: a config.json to copy
+=======
+  std::string topology;           // --to fsdp-dtensor: the ranks' layout, dp=N[,tp=T]
+>>>>>>> fsdp-dtensor
   std::vector<std::string> sets;  // --set field=value, with --spec gpt
   nlohmann::json model;           // the model section --spec gpt inferred (null: read `spec`)
 };
@@ -87,7 +109,26 @@ struct ExportSummary {
 };
 // Streams the export: one HF tensor's buffer in memory at a time.
 ExportSummary ExportToHf(const ExportArgs& args);
-// --to hf, or --to native|dcp|dcp-1.13 (ConvertCheckpoint).
+// export --to fsdp-dtensor (cli/fsdp_dtensor_export.cc): Megatron's
+// `--ckpt-format fsdp_dtensor` checkpoint of a GPT checkpoint as
+// `args.topology` (dp=N[,tp=T]; mesh (dp, tp), rank = d*tp + t) holds it:
+// PlanMegatronPerLayer's tensors under "model.module.<name>" in float32
+// (the fp32 main weights: optimizer.state.fp32_param.* when the checkpoint
+// has them), Adam moments under "optimizer.state.<P><name>.exp_avg" /
+// ".exp_avg_sq" with P = "module.module.module." for a bf16/f16 model
+// (Float16Module wraps it) else "module.module."; each parameter's rows split
+// over DP as Megatron-FSDP's buckets (fsdp/layout.h, one bucket per layer
+// and one for the rest), TP's shard cut first (Shard(tp_dim) inside); a
+// rank with no rows writes nothing. Common state: the checkpoint's, plus
+// checkpoint_version 3.0 and iteration 0 when absent. Objects (rng_state,
+// _extra_state) are not exported. pp, cp, ep and HSDP are refused.
+struct FsdpDtensorExportSummary {
+  int ranks = 0;
+  size_t model_tensors = 0, optimizer_tensors = 0, chunks = 0, objects_dropped = 0;
+  uint64_t bytes_written = 0;
+};
+FsdpDtensorExportSummary ExportToFsdpDtensor(const ExportArgs& args);
+// --to hf, --to fsdp-dtensor, or --to native|dcp|dcp-1.13 (ConvertCheckpoint).
 int ExportCommand(const ExportArgs& args);
 
 // Writes a checkpoint into `out` (refused if one is committed there) from one
@@ -97,6 +138,11 @@ int ExportCommand(const ExportArgs& args);
 uint64_t WriteWithOneWriter(Env* env, const std::string& out, const Format& format,
                             const CheckpointMetadata& like,
                             const std::function<void(CheckpointWriter&)>& fill);
+// The same with `ranks` writers (rank r writes its own files), all in this
+// process; the commit also takes `like.topology`.
+uint64_t WriteWithRankWriters(
+    Env* env, const std::string& out, const Format& format, const CheckpointMetadata& like,
+    int ranks, const std::function<void(std::vector<std::unique_ptr<CheckpointWriter>>&)>& fill);
 
 // `src` (any format, any layout) rewritten in `format` to `out`: every
 // tensor as one whole chunk, read and written one global tensor at a time

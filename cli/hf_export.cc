@@ -2,10 +2,12 @@
 // safetensors shards, streamed tensor by tensor (cli/hf.h).
 #include <fmt/format.h>
 
+#include <cctype>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "cli/hf.h"
@@ -81,6 +83,46 @@ class Planner {
     }
     Whole("decoder.final_layernorm.weight", "model.norm.weight");
     if (!s_.tied) Vocab("output_layer.weight", "lm_head.weight", true);
+    return std::move(out_);
+  }
+
+  // Megatron's own names, one tensor per layer (PlanMegatronPerLayer).
+  std::vector<HfTensor> PlanPerLayer() {
+    std::vector<std::string> layer_names;  // local names under decoder.layers[.<i>].
+    std::set<std::string> seen;
+    const std::string layers = "decoder.layers.";
+    for (const auto& [key, shape] : stored_) {
+      if (!key.starts_with(s_.prefix)) continue;
+      const std::string name = key.substr(s_.prefix.size());
+      if (name.starts_with("optimizer.")) continue;
+      if (!name.starts_with(layers)) {
+        Whole(name, name);
+        continue;
+      }
+      std::string local = name.substr(layers.size());
+      const size_t dot = local.find('.');
+      if (!local.empty() && std::isdigit(static_cast<unsigned char>(local[0])) &&
+          dot != std::string::npos) {
+        local = local.substr(dot + 1);
+      }
+      if (seen.insert(local).second) layer_names.push_back(local);
+    }
+    const int64_t f = s_.ffn;
+    for (int64_t i = 0; i < s_.layers; ++i) {
+      for (const std::string& local : layer_names) {
+        auto key = LayerKeyOf(i, local);
+        if (!key) continue;  // a layer without it (mixed layer kinds)
+        const std::string out = fmt::format("{}{}.{}", layers, i, local);
+        if (s_.glu && (local == "mlp.linear_fc1.weight" || local == "mlp.linear_fc1.bias")) {
+          ExpectRows(i, local, 2 * f, fmt::format("SwiGLU ffn={} (W; V)", f));
+          Layer(i, local, out + "_w", {{0, f}}, true);
+          Layer(i, local, out + "_v", {{f, f}}, true);
+          continue;
+        }
+        const Shape& shape = *Find(key->first);
+        Layer(i, local, out, {{0, shape.at(key->second ? 1 : 0)}}, true);
+      }
+    }
     return std::move(out_);
   }
 
@@ -252,6 +294,36 @@ std::vector<HfTensor> PlanVerbatimExport(const std::vector<std::pair<std::string
   return plan;
 }
 
+std::vector<HfTensor> PlanMegatronPerLayer(
+    const GptExportSpec& spec, const std::vector<std::pair<std::string, Shape>>& stored) {
+  return Planner(spec, stored).PlanPerLayer();
+}
+
+Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedTensor>& stored,
+                  const HfTensor& t, DType dtype) {
+  Tensor buffer = Tensor::Empty(dtype, t.shape);
+  size_t offset = 0;
+  for (const HfPiece& p : t.pieces) {
+    ShardedTensor request = stored.at(p.key);
+    request.dtype = dtype;
+    request.local_shape = p.shape;
+    request.global_offset = p.offset;
+    request.axis_fragmentations.reset();
+    request.flattened_range.reset();
+    request.prepend_axis_num = 0;
+    // Read straight into the tensor's buffer (no second copy).
+    request.data = Tensor::Wrap(buffer.data() + offset, dtype, p.shape);
+    Node loaded = ReadShardedState(reader, Node(Dict{{"t", Node(request)}}),
+                                   VerifyPolicy::kWhenWhole, nullptr, 1);
+    const Tensor& got = loaded.at("t").as<Tensor>();
+    if (got.data() != buffer.data() + offset) {
+      std::copy(got.data(), got.data() + got.nbytes(), buffer.data() + offset);
+    }
+    offset += got.nbytes();
+  }
+  return buffer;
+}
+
 uint64_t ParseByteSize(const std::string& text) {
   size_t end = 0;
   uint64_t value = 0;
@@ -317,27 +389,8 @@ ExportSummary ExportToHf(const ExportArgs& args) {
     SafetensorsWriter writer(env, JoinPath(args.out, name), entries, {{"format", "pt"}});
     for (size_t i : files[f]) {
       const HfTensor& t = plan[i];
-      const DType dtype = dtype_of(t);
-      Tensor buffer = Tensor::Empty(dtype, t.shape);  // the one tensor held at a time
-      size_t offset = 0;
-      for (const HfPiece& p : t.pieces) {
-        ShardedTensor request = whole.at(p.key);
-        request.dtype = dtype;
-        request.local_shape = p.shape;
-        request.global_offset = p.offset;
-        request.axis_fragmentations.reset();
-        request.flattened_range.reset();
-        request.prepend_axis_num = 0;
-        // Read straight into the tensor's buffer (no second copy).
-        request.data = Tensor::Wrap(buffer.data() + offset, dtype, p.shape);
-        Node loaded = ReadShardedState(*reader, Node(Dict{{"t", Node(request)}}),
-                                       VerifyPolicy::kWhenWhole, nullptr, 1);
-        const Tensor& got = loaded.at("t").as<Tensor>();
-        if (got.data() != buffer.data() + offset) {
-          std::copy(got.data(), got.data() + got.nbytes(), buffer.data() + offset);
-        }
-        offset += got.nbytes();
-      }
+      // The one tensor held at a time.
+      const Tensor buffer = ReadPieces(*reader, whole, t, dtype_of(t));
       writer.Append(buffer.bytes());
       weight_map[t.name] = name;
     }
@@ -378,6 +431,19 @@ int ExportCommand(const ExportArgs& args) {
     std::cout << fmt::format(
         "exported {} tensors ({} bytes) from {} to {}: {} file(s), largest tensor {} bytes\n",
         s.tensors, s.total_bytes, args.checkpoint, args.out, s.files, s.largest_tensor_bytes);
+    return 0;  // kExitOk
+  }
+  if (args.to == "fsdp-dtensor") {
+    if (args.spec.empty() && args.model.is_null()) {
+      Fail(ErrorKind::kInvalidArgument,
+           "export --to fsdp-dtensor needs --spec (the model's fields) and --topology dp=N[,tp=T]");
+    }
+    FsdpDtensorExportSummary s = ExportToFsdpDtensor(args);
+    std::cout << fmt::format(
+        "exported {} to {} (fsdp-dtensor, {} ranks): {} model tensors, {} optimizer tensors, {} "
+        "chunks, {} bytes written; {} objects not exported\n",
+        args.checkpoint, args.out, s.ranks, s.model_tensors, s.optimizer_tensors, s.chunks,
+        s.bytes_written, s.objects_dropped);
     return 0;  // kExitOk
   }
   ConvertSummary s = ConvertCheckpoint(args.checkpoint, args.out, FormatByName(args.to));

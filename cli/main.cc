@@ -24,8 +24,9 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
   cmd->add_option("--pair", a.pair, "index of the scenario pair whose extras apply");
   cmd->add_option("--report-json", a.report_json, "write the step report (JSON) here");
   if (!load)
-    cmd->add_option("--format", a.format, "checkpoint format: native or dcp (also dcp-1.13; dcp-common-pt: Megatron's common.pt "
-                    "layout before Megatron-Core 0.20)");
+    cmd->add_option("--format", a.format,
+                    "checkpoint format: native or dcp (also dcp-1.13, dcp-common-pt: Megatron's "
+                    "common.pt layout before Megatron-Core 0.20, fsdp-dtensor)");
   cmd->add_option("--local", a.local_dir,
                   "a local checkpoint: rank r uses DIR/r (node-local storage), instead of --dir");
   cmd->add_option(
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
   run->add_flag("--matrix", run_args.matrix, "every ordered pair of the scenario's topologies");
   run->add_option("--backend", run_args.backend, "threads or mpi")
       ->check(CLI::IsMember({"threads", "mpi"}));
-  run->add_option("--format", run_args.format, "native or dcp");
+  run->add_option("--format", run_args.format, "native or dcp (also dcp-1.13, fsdp-dtensor)");
   run->add_option("--report", run_args.report, "write a JSON report per pair here");
   run->add_option("--work-dir", run_args.work_dir,
                   "where checkpoints are written (default: a temp dir)");
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
   reshard->add_option("--topology,-t", reshard_args.topology, "topology to reshard to")->required();
   AddSpecOptions(reshard, reshard_args.spec, reshard_args.sets);
   reshard->add_option("--out,-o", reshard_args.out, "directory of the new checkpoint")->required();
-  reshard->add_option("--format", reshard_args.format, "native, dcp or dcp-1.13");
+  reshard->add_option("--format", reshard_args.format, "native, dcp, dcp-1.13 or fsdp-dtensor");
   reshard->add_option("--backend", reshard_args.backend, "threads or mpi (run under mpirun)")
       ->check(CLI::IsMember({"threads", "mpi"}));
   reshard->add_option("--strict", reshard_args.strict,
@@ -232,22 +233,31 @@ int main(int argc, char** argv) {
 
   distckpt::ExportArgs export_args;
   CLI::App* exp = app.add_subcommand(
-      "export", "a checkpoint (any topology, format) to Hugging Face safetensors shards");
+      "export",
+      "a checkpoint (any topology, format) to Hugging Face safetensors shards, Megatron's "
+      "fsdp_dtensor layout or another format");
   exp->add_option("checkpoint", export_args.checkpoint, "checkpoint directory")->required();
-  exp->add_option("--to", export_args.to, "hf (default), or native | dcp | dcp-1.13 | dcp-common-pt")
-      ->check(CLI::IsMember({"hf", "native", "dcp", "dcp-1.13", "dcp-common-pt"}));
+  exp->add_option("--to", export_args.to,
+                  "hf (default), fsdp-dtensor (Megatron's --ckpt-format fsdp_dtensor: per-layer "
+                  "keys, uneven FSDP chunks for --topology), or native | dcp | dcp-1.13 | "
+                  "dcp-common-pt (the same tensors in another format)")
+      ->check(
+          CLI::IsMember({"hf", "fsdp-dtensor", "native", "dcp", "dcp-1.13", "dcp-common-pt"}));
   exp->add_option("out", export_args.out, "output directory")->required();
-  exp->add_option("--spec", export_args.spec,
-                  "--to hf: the model's fields, a JSON spec or scenario file (layers, hidden, "
-                  "heads, query_groups, ffn, vocab, glu, tied, prefix), or gpt (inferred from "
-                  "the checkpoint; --set heads=H ...), or names (stored keys are HF names: "
-                  "verl's FSDP models; optimizer state and objects left out)");
+  exp->add_option(
+      "--spec", export_args.spec,
+      "--to hf, fsdp-dtensor: the model's fields, a JSON spec or scenario file (layers, hidden, "
+      "heads, query_groups, ffn, vocab, glu, tied, prefix), or gpt (inferred from "
+      "the checkpoint; --set heads=H ...); --to hf also names (stored keys are HF names: "
+      "verl's FSDP models; optimizer state and objects left out)");
   exp->add_option("--config", export_args.config,
                   "--spec names: the model's config.json to copy beside the shards (verl: "
                   "SRC/huggingface/config.json)");
   exp->add_option("--set", export_args.sets, "field=value for --spec gpt (repeatable)");
   exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
   exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");
+  exp->add_option("--topology,-t", export_args.topology,
+                  "--to fsdp-dtensor: the ranks that hold it, dp=N[,tp=T]");
 
   distckpt::ImportArgs import_args;
   CLI::App* imp = app.add_subcommand(

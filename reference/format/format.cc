@@ -19,11 +19,11 @@ std::string FormatNames() {
 
 const std::vector<const Format*>& AllFormats() {
   // New formats are added here; detection tries them in order ("dcp" reads
-  // every DCP checkpoint, so "dcp-1.13" and "dcp-common-pt" are only ever
-  // chosen by name).
+  // every DCP checkpoint, so "dcp-1.13", "dcp-common-pt" and "fsdp-dtensor"
+  // are only ever chosen by name).
   static const std::vector<const Format*> formats = {
       &NativeFormat(), &DcpFormat(DcpTarget::kTorch2), &DcpFormat(DcpTarget::kTorch113),
-      &DcpFormatWithCommonPt()};
+      &DcpFormatWithCommonPt(), &FsdpDtensorFormat()};
   return formats;
 }
 

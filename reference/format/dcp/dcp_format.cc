@@ -1,6 +1,7 @@
 #include "format/dcp/dcp_format.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -19,7 +20,9 @@ namespace {
 // ends where the next one starts, or at the end of its file.
 class ItemLengths {
  public:
-  ItemLengths(Env* env, const std::string& dir, const CheckpointMetadata& md) {
+  ItemLengths(Env* env, const std::string& dir, const CheckpointMetadata& md,
+              const std::vector<DcpValueItem>& values = {}) {
+    for (const DcpValueItem& v : values) starts_[v.file].push_back(v.offset);
     for (const auto& [key, t] : md.tensors) {
       for (const StoredChunk& c : t.chunks) starts_[c.file].push_back(c.offset);
     }
@@ -68,10 +71,39 @@ const StagedLayout& Layout() {
   return layout;
 }
 
+// The common state as torch's DCP stores non-tensor values: one bytes item
+// per top-level key (torch.save of the value), in a data file of rank 0
+// after its streams' files. Returns the items with their lengths.
+std::vector<DcpValueItem> WriteCommonItems(Env* env, const std::string& dir,
+                                           const CheckpointMetadata& md) {
+  std::vector<DcpValueItem> values;
+  if (!md.common.is_object() || md.common.empty()) return values;
+  int stream = 0;  // the first stream of rank 0 no writer used
+  auto note = [&](const std::string& file) {
+    if (DcpFileRank(file) != 0) return;
+    size_t at = file.rfind('_');
+    if (at != std::string::npos) stream = std::max(stream, std::atoi(file.c_str() + at + 1) + 1);
+  };
+  for (const auto& [key, t] : md.tensors) {
+    for (const StoredChunk& c : t.chunks) note(c.file);
+  }
+  for (const auto& [key, o] : md.objects) note(o.file);
+  const std::string file = DcpDataFileName(0, stream);
+  std::unique_ptr<WritableFile> out = env->NewWritableFile(JoinPath(dir, file));
+  for (const auto& [key, value] : md.common.items()) {
+    const std::string item = TorchSaveJson(value);
+    values.push_back({{key}, file, out->size(), item.size()});
+    out->Append(std::as_bytes(std::span(item.data(), item.size())));
+  }
+  out->Sync();
+  out->Close();
+  return values;
+}
+
 class DcpFormatImpl : public Format {
  public:
-  DcpFormatImpl(DcpTarget target, bool common_object, std::string_view name)
-      : target_(target), common_object_(common_object), name_(name) {}
+  DcpFormatImpl(DcpTarget target, DcpLayoutKind kind, bool common_object, std::string_view name)
+      : target_(target), kind_(kind), common_object_(common_object), name_(name) {}
 
   std::string_view name() const override { return name_; }
   bool CommonStateAsObject() const override { return common_object_; }
@@ -108,6 +140,16 @@ class DcpFormatImpl : public Format {
               const CheckpointMetadata& metadata) const override {
     if (metadata.format != name()) {
       Fail(ErrorKind::kInvalidArgument, "cannot commit {} metadata as {}", metadata.format, name());
+    }
+    if (kind_ == DcpLayoutKind::kPlain) {
+      // Plain DCP: the common state as bytes items, no Megatron files.
+      const std::vector<DcpValueItem> values = WriteCommonItems(env, write_dir, metadata);
+      const ItemLengths lengths(env, write_dir, metadata, values);
+      DcpMetadata dcp =
+          DcpFromMetadata(WithoutDuplicateEmptyChunks(metadata), target_, lengths, values);
+      WriteFileAtomic(env, JoinPath(write_dir, kDcpMetadataFileName), EncodeDcpMetadata(dcp));
+      SwapInStaging(env, dir, write_dir);  // overwrite only
+      return;
     }
     // Item extents from every item written, duplicates of empty chunks
     // included (each is an item in its rank's file), then one chunk per offset.
@@ -171,6 +213,8 @@ class DcpFormatImpl : public Format {
 
  private:
   const DcpTarget target_;
+  const DcpTarget target_;
+  const DcpLayoutKind kind_;
   const bool common_object_;
   const std::string_view name_;
 };
@@ -178,14 +222,23 @@ class DcpFormatImpl : public Format {
 }  // namespace
 
 const Format& DcpFormat(DcpTarget target) {
-  static const DcpFormatImpl torch2(DcpTarget::kTorch2, true, "dcp");
-  static const DcpFormatImpl torch113(DcpTarget::kTorch113, false, "dcp-1.13");
+  static const DcpFormatImpl torch2(DcpTarget::kTorch2, DcpLayoutKind::kTorchDist, true, "dcp");
+  static const DcpFormatImpl torch113(DcpTarget::kTorch113, DcpLayoutKind::kTorchDist, false,
+                                      "dcp-1.13");
   return target == DcpTarget::kTorch113 ? torch113 : torch2;
 }
 
 const Format& DcpFormatWithCommonPt() {
-  static const DcpFormatImpl format(DcpTarget::kTorch2, false, "dcp-common-pt");
+  static const DcpFormatImpl format(DcpTarget::kTorch2, DcpLayoutKind::kTorchDist, false,
+                                    "dcp-common-pt");
   return format;
+}
+
+const Format& FsdpDtensorFormat() {
+  // torch's DCP keeps non-tensor values as bytes items, never as an object.
+  static const DcpFormatImpl plain(DcpTarget::kTorch2, DcpLayoutKind::kPlain, false,
+                                   "fsdp-dtensor");
+  return plain;
 }
 
 }  // namespace distckpt

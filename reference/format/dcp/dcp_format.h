@@ -16,6 +16,14 @@
 // Load: Detect looks for `.metadata`; OpenReader decodes it into a
 // DcpReader.
 //
+// FsdpDtensorFormat() is "fsdp-dtensor": the same DCP files as Megatron's
+// `--ckpt-format fsdp_dtensor` (and torch's own dcp.save) lay them out:
+// no common.pt and no metadata.json; the common state is one bytes item per
+// top-level key (torch.save of the value) in rank 0's file `__0_<s>.distcp`
+// (s: the first stream no writer used), placed at planner_data path (key,).
+// Tensors are stored as the ranks hold them (uneven FSDP chunks, empty
+// shards write nothing). Detection picks "dcp" for reading, which reads it.
+//
 // Thread-safety: stateless.
 #ifndef DISTCKPT_FORMAT_DCP_DCP_FORMAT_H_
 #define DISTCKPT_FORMAT_DCP_DCP_FORMAT_H_
@@ -25,8 +33,12 @@
 
 namespace distckpt {
 
+// Megatron's torch_dist files, or plain DCP (fsdp_dtensor, torch's dcp.save).
+enum class DcpLayoutKind { kTorchDist, kPlain };
+
 const Format& DcpFormat(DcpTarget target = DcpTarget::kTorch2);
 const Format& DcpFormatWithCommonPt();
+const Format& FsdpDtensorFormat();
 
 }  // namespace distckpt
 

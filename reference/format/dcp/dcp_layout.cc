@@ -1,5 +1,7 @@
 #include "format/dcp/dcp_layout.h"
 
+#include <fmt/ranges.h>
+
 #include <cctype>
 #include <optional>
 
@@ -190,7 +192,8 @@ DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source) {
 
 DcpMetadata DcpFromMetadata(
     const CheckpointMetadata& md, DcpTarget target,
-    const std::function<uint64_t(const std::string&, uint64_t)>& item_length) {
+    const std::function<uint64_t(const std::string&, uint64_t)>& item_length,
+    const std::vector<DcpValueItem>& values) {
   DcpMetadata dcp;
   dcp.target = target;
   dcp.planner_data.emplace();
@@ -251,6 +254,12 @@ DcpMetadata DcpFromMetadata(
     dcp.entries.push_back({unique_key, true, DType::kF32, {}, {}});
     dcp.storage.push_back({unique_key, std::nullopt, std::nullopt, o.file, o.offset, o.length, {}});
     dcp.planner_data->emplace_back(unique_key, std::vector<std::string>{unique_key});
+  }
+  for (const DcpValueItem& v : values) {
+    const std::string fqn = fmt::format("{}", fmt::join(v.path, "."));
+    dcp.entries.push_back({fqn, true, DType::kF32, {}, {}});
+    dcp.storage.push_back({fqn, std::nullopt, std::nullopt, v.file, v.offset, v.length, {}});
+    dcp.planner_data->emplace_back(fqn, v.path);
   }
   if (!md.writer.empty()) dcp.distckpt_info["writer"] = md.writer;
   if (!md.topology.empty()) dcp.distckpt_info["topology"] = md.topology;

@@ -65,9 +65,12 @@ struct DcpLayout {
 DcpLayout LayoutFromDcp(const DcpMetadata& dcp, const std::string& source);
 
 // `item_length(file, offset)`: bytes of the item that starts there.
+// `values`: common state stored as bytes items (torch's own layout for
+// non-tensor values), each under the fqn of its path joined by dots.
 DcpMetadata DcpFromMetadata(
     const CheckpointMetadata& metadata, DcpTarget target,
-    const std::function<uint64_t(const std::string&, uint64_t)>& item_length);
+    const std::function<uint64_t(const std::string&, uint64_t)>& item_length,
+    const std::vector<DcpValueItem>& values = {});
 
 // The rank in a data file name "[hint]__<rank>_<i>.distcp"; 0 if it has none.
 int DcpFileRank(std::string_view file);
