@@ -85,11 +85,8 @@ Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedT
 
 struct ExportArgs {
   std::string checkpoint, to = "hf", out, spec, max_shard_size = "5GB", dtype;
-<<<<<<< HEAD
   std::string config;             // --spec names: a config.json to copy
-=======
   std::string topology;           // --to fsdp-dtensor: the ranks' layout, dp=N[,tp=T]
->>>>>>> fsdp-dtensor
   std::vector<std::string> sets;  // --set field=value, with --spec gpt
   nlohmann::json model;           // the model section --spec gpt inferred (null: read `spec`)
 };
