@@ -216,7 +216,8 @@ def write_worker(rank, world, out, expected, port, tp):
             blocks = tp if tp_dim(name) is not None else 1
             chunks[key] = blocks * sum(1 for r in range(dp) if rows[name][r][1] > rows[name][r][0])
         c = common_values()
-        c["args"] = vars(c["args"])
+        # distckpt's JSON form of a pickled object (torch_save.h): the class is kept.
+        c["args"] = {"__object__": "argparse.Namespace", "args": [], "state": vars(c["args"])}
         c["rng_state"] = {"(0, 0)": {"0": {"random_rng_state": [3, [1, 2, 3], None],
                                            "rng_tracker_states": {"model-parallel-rng": 7}}}}
         mesh_text = f"({dp},)" if tp == 1 else f"({dp}, {tp}) (dp_cp, tp)"
