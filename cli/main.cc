@@ -241,8 +241,7 @@ int main(int argc, char** argv) {
                   "hf (default), fsdp-dtensor (Megatron's --ckpt-format fsdp_dtensor: per-layer "
                   "keys, uneven FSDP chunks for --topology), or native | dcp | dcp-1.13 | "
                   "dcp-common-pt (the same tensors in another format)")
-      ->check(
-          CLI::IsMember({"hf", "fsdp-dtensor", "native", "dcp", "dcp-1.13", "dcp-common-pt"}));
+      ->check(CLI::IsMember({"hf", "fsdp-dtensor", "native", "dcp", "dcp-1.13", "dcp-common-pt"}));
   exp->add_option("out", export_args.out, "output directory")->required();
   exp->add_option(
       "--spec", export_args.spec,

@@ -5,10 +5,9 @@
 // out.
 #include "engine/save_async.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fmt/format.h>
 
 #include <filesystem>
 #include <optional>

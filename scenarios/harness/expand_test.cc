@@ -1,9 +1,9 @@
 #include "harness/expand.h"
 
-#include <set>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "core/error_testing.h"
 #include "mapping/validation.h"

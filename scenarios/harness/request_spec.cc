@@ -97,8 +97,8 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
   model["tied"] = embedding != nullptr && output == nullptr;
   // Megatron's training args, when the common state holds them: the true
   // vocab and its padding multiple (the stored rows are the padded vocab).
-  const json* args = md.common.is_object() && md.common.contains("args") ? &md.common["args"]
-                                                                          : nullptr;
+  const json* args =
+      md.common.is_object() && md.common.contains("args") ? &md.common["args"] : nullptr;
   if (args && args->is_object() && args->contains("state")) args = &(*args)["state"];
   auto arg = [&](const char* name) -> std::optional<int64_t> {
     if (!args || !args->is_object() || !args->contains(name)) return std::nullopt;

@@ -223,7 +223,7 @@ TEST_F(VerifyTest, GptInferenceAndReshardGiveBackTheCheckpoint) {
 }
 
 TEST_F(VerifyTest, GptInferenceReadsVocabAndPaddingFromMegatronsArgs) {
-  json model = {{"kind", "gpt"}, {"layers", 2}, {"hidden", 8},          {"ffn", 16},
+  json model = {{"kind", "gpt"}, {"layers", 2},  {"hidden", 8},         {"ffn", 16},
                 {"heads", 4},    {"vocab", 100}, {"vocab_multiple", 32}};
   Scenario s = Scenario::FromJson({{"name", "g"}, {"model", model}}, "g");
   std::string dir = Save(s, "tp=1", "args");

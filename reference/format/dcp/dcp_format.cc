@@ -157,8 +157,9 @@ class DcpFormatImpl : public Format {
     DcpMetadata dcp = DcpFromMetadata(WithoutDuplicateEmptyChunks(metadata), target_, lengths);
     // Megatron's files first, .metadata last: without it the directory is not a checkpoint.
     // The common state is in a data file already when the save wrote it as an object.
-    const bool common_in_data = std::any_of(metadata.objects.begin(), metadata.objects.end(),
-                                            [](const auto& o) { return o.second.key == kCommonStateKey; });
+    const bool common_in_data =
+        std::any_of(metadata.objects.begin(), metadata.objects.end(),
+                    [](const auto& o) { return o.second.key == kCommonStateKey; });
     if (!common_in_data) {
       WriteFileAtomic(env, JoinPath(write_dir, kMegatronCommonFileName),
                       TorchSaveJson(metadata.common));

@@ -167,10 +167,11 @@ void PickleWriter::Bytes(std::string_view bytes) {
       latin1 += static_cast<char>(0x80 | (b & 0x3F));
     }
   }
-  Reduce([&] { Global("_codecs", "encode"); }, 2, [&] {
-    Str(latin1);
-    Str("latin1");
-  });
+  Reduce([&] { Global("_codecs", "encode"); }, 2,
+         [&] {
+           Str(latin1);
+           Str("latin1");
+         });
 }
 
 void PickleWriter::Json(const nlohmann::json& value) {
@@ -196,9 +197,10 @@ void PickleWriter::Json(const nlohmann::json& value) {
         const std::string& name = value["__object__"].get_ref<const std::string&>();
         const size_t dot = name.rfind('.');
         const nlohmann::json& args = value["args"];
-        Reduce([&] { Global(name.substr(0, dot), name.substr(dot + 1)); }, args.size(), [&] {
-          for (const nlohmann::json& arg : args) Json(arg);
-        });
+        Reduce([&] { Global(name.substr(0, dot), name.substr(dot + 1)); }, args.size(),
+               [&] {
+                 for (const nlohmann::json& arg : args) Json(arg);
+               });
         if (value.contains("state")) {
           Json(value["state"]);
           Op('b');  // BUILD
