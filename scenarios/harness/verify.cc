@@ -32,7 +32,15 @@ Node RequestFor(const Scenario& spec, const CheckpointMetadata& md, const Topolo
                 const Topology& topo, int rank, bool zero_fill, bool objects = true) {
   std::map<std::string, Shape> grids = StoredObjectGrids(md);
   RequestOptions options{&grids, zero_fill, objects};
-  return BuildLoadRequest(spec, nullptr, saved, topo, rank, options);
+  Node request = BuildLoadRequest(spec, nullptr, saved, topo, rank, options);
+  // No object of the spec is stored on this grid (Megatron's resave after a
+  // TP/PP change has no rng_state): no "objects" dict at all, or a reshard
+  // would carry an empty one into the common state.
+  Dict& root = request.as<Dict>();
+  if (auto it = root.find("objects"); it != root.end() && it->second.as<Dict>().empty()) {
+    root.erase(it);
+  }
+  return request;
 }
 
 // The saved topology for BuildLoadRequest (used only for object grids, which

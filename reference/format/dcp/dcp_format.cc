@@ -214,7 +214,6 @@ class DcpFormatImpl : public Format {
 
  private:
   const DcpTarget target_;
-  const DcpTarget target_;
   const DcpLayoutKind kind_;
   const bool common_object_;
   const std::string_view name_;
