@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -71,9 +72,13 @@ const StagedLayout& Layout() {
   return layout;
 }
 
-// The common state as torch's DCP stores non-tensor values: one bytes item
-// per top-level key (torch.save of the value), in a data file of rank 0
-// after its streams' files. Returns the items with their lengths.
+// The common state as torch's DCP stores non-tensor values: dicts flattened
+// as its planner does (flatten_state_dict: {"sched": {"lr": x}} is the item
+// "sched.lr" with planner path [sched, lr], which Megatron's loader asks for),
+// one bytes item (torch.save of the value) per leaf; a leaf is anything but a
+// plain non-empty dict (lists, objects such as an argparse.Namespace, bytes,
+// tensors, empty dicts). In a data file of rank 0 after its streams' files.
+// Returns the items with their lengths.
 std::vector<DcpValueItem> WriteCommonItems(Env* env, const std::string& dir,
                                            const CheckpointMetadata& md) {
   std::vector<DcpValueItem> values;
@@ -90,10 +95,26 @@ std::vector<DcpValueItem> WriteCommonItems(Env* env, const std::string& dir,
   for (const auto& [key, o] : md.objects) note(o.file);
   const std::string file = DcpDataFileName(0, stream);
   std::unique_ptr<WritableFile> out = env->NewWritableFile(JoinPath(dir, file));
-  for (const auto& [key, value] : md.common.items()) {
+  std::vector<std::string> path;
+  std::function<void(const nlohmann::json&)> write = [&](const nlohmann::json& value) {
+    const bool plain_dict = value.is_object() && !value.empty() &&
+                            std::none_of(value.items().begin(), value.items().end(),
+                                         [](const auto& kv) { return kv.key().starts_with("__"); });
+    if (plain_dict && !path.empty()) {
+      for (const auto& [key, child] : value.items()) {
+        path.push_back(key);
+        write(child);
+        path.pop_back();
+      }
+      return;
+    }
     const std::string item = TorchSaveJson(value);
-    values.push_back({{key}, file, out->size(), item.size()});
+    values.push_back({path, file, out->size(), item.size()});
     out->Append(std::as_bytes(std::span(item.data(), item.size())));
+  };
+  for (const auto& [key, value] : md.common.items()) {
+    path = {key};
+    write(value);
   }
   out->Sync();
   out->Close();

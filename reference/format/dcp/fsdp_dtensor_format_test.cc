@@ -41,7 +41,14 @@ void SaveUneven(const std::string& dir) {
     }
     merged.MergeFrom(w->Finish());
   }
-  merged.common = {{"iteration", 7}, {"args", {{"lr", 0.5}}}, {"checkpoint_version", 3.0}};
+  merged.common = {{"iteration", 7},
+                   {"args", {{"lr", 0.5}}},
+                   {"checkpoint_version", 3.0},
+                   {"sched", {{"max_lr", 0.1}, {"steps", {{"0", {1, 2}}}}}},
+                   {"ns",
+                    {{"__object__", "argparse.Namespace"},
+                     {"args", nlohmann::json::array()},
+                     {"state", {{"seed", 3}}}}}};
   format.Commit(env, dir, write_dir, merged);
 }
 
@@ -63,7 +70,9 @@ TEST(FsdpDtensorFormatTest, WritesPlainDcpWithBytesItems) {
       EXPECT_EQ(e.chunks[1], (DcpChunk{{4, 0}, {3, 3}}));
     }
   }
-  EXPECT_EQ(bytes_items, (std::vector<std::string>{"args", "checkpoint_version", "iteration"}));
+  // Dicts flattened as torch's planner does; an argparse.Namespace is one value.
+  EXPECT_EQ(bytes_items, (std::vector<std::string>{"args.lr", "checkpoint_version", "iteration",
+                                                   "ns", "sched.max_lr", "sched.steps.0"}));
   for (const DcpStorage& s : dcp.storage) {
     EXPECT_NO_THROW(ZipReader(
         ReadFileBytes(dir + "/" + s.relative_path).substr(s.offset_in_file, s.length), s.fqn));
@@ -84,6 +93,8 @@ TEST(FsdpDtensorFormatTest, ReadsBackUnevenChunksAndCommonState) {
   for (size_t i = 0; i < 21; ++i) ASSERT_EQ(LoadAsDouble(data.data(), DType::kF32, i), i * 0.5);
   EXPECT_EQ(md.common.at("iteration"), 7);
   EXPECT_EQ(md.common.at("args").at("lr"), 0.5);
+  EXPECT_EQ(md.common.at("sched").at("steps").at("0"), nlohmann::json({1, 2}));
+  EXPECT_EQ(md.common.at("ns").at("state").at("seed"), 3);
   EXPECT_EQ(md.common.at("checkpoint_version"), 3.0);
 }
 

@@ -333,7 +333,8 @@ TEST(NativeFormatTest, DetectsOnlyNativeMetadata) {
   EXPECT_EQ(&FormatByName("native"), &NativeFormat());
   EXPECT_THAT([] { FormatByName("zarr"); },
               ThrowsError(ErrorKind::kInvalidArgument,
-                          "unknown checkpoint format 'zarr' (known: native, dcp, dcp-1.13, dcp-common-pt, fsdp-dtensor)"));
+                          "unknown checkpoint format 'zarr' (known: native, dcp, dcp-1.13, "
+                          "dcp-common-pt, fsdp-dtensor)"));
 }
 
 TEST(NativeFormatTest, CommitRejectsForeignMetadata) {
