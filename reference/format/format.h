@@ -70,7 +70,10 @@ std::string_view VerifyPolicyName(VerifyPolicy policy);
 VerifyPolicy ParseVerifyPolicy(std::string_view name);
 
 struct ReadStats {
-  std::atomic<uint64_t> bytes_read{0};
+  std::atomic<uint64_t> bytes_read{0};  // payload bytes
+  // Native version 3: the block checksums read from the data files (8 bytes
+  // a block of every chunk a verified read touches), not in bytes_read.
+  std::atomic<uint64_t> checksum_bytes_read{0};
   std::atomic<uint64_t> chunks_verified{0};
   std::atomic<uint64_t> chunks_unverified{0};  // partially read, not verifiable
 };
