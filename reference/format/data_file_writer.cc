@@ -56,6 +56,11 @@ uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
   return offset;
 }
 
+void DataFileWriter::AppendChecksums(std::span<const std::byte> bytes) {
+  Append(bytes);
+  bytes_written_ -= bytes.size();
+}
+
 StoredChunk DataFileWriter::WriteTensorChunk(const std::string& key, DType dtype,
                                              const Shape& global_shape, const Box& box,
                                              const std::optional<FlatRange>& flat,

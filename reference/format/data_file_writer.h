@@ -54,8 +54,10 @@ class DataFileWriter : public CheckpointWriter {
   // Appends the object's payload and sets object.offset and length (and checksum).
   virtual void StoreObject(StoredObject& object, std::span<const std::byte> bytes) = 0;
 
-  // Appends to the data file; returns the offset the bytes start at.
+  // Appends payload bytes to the data file; returns the offset they start at.
   uint64_t Append(std::span<const std::byte> bytes);
+  // Appends bytes of the format's own (checksums), not counted in bytes_written.
+  void AppendChecksums(std::span<const std::byte> bytes);
   int rank() const { return rank_; }
 
  private:

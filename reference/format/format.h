@@ -49,6 +49,8 @@ class CheckpointWriter {
                                    std::span<const std::byte> bytes) = 0;
   // Flushes and fsyncs this rank's files; returns this rank's metadata.
   virtual CheckpointMetadata Finish() = 0;
+  // Payload bytes written so far (chunks and objects; not a format's own
+  // checksums that it stores beside them).
   virtual uint64_t bytes_written() const = 0;
 };
 

@@ -54,7 +54,7 @@ void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
     }
     Append(piece);
   }
-  Append(std::as_bytes(std::span(sums_)));
+  AppendChecksums(std::as_bytes(std::span(sums_)));
   chunk.sums_checksum = SumsChecksum(sums_, seed);
 }
 
