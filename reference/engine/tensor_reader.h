@@ -2,8 +2,11 @@
 // destination buffer, converting dtype when the destination's differs.
 //
 // Same dtype: bytes go straight from pread into the destination. Otherwise
-// each stored chunk's runs are read into one staging buffer (at most one
-// chunk's overlap at a time) and converted.
+// each stored chunk's runs are streamed (CheckpointReader::StreamChunk) in
+// pieces of about kConvertPieceBytes, each converted into the destination
+// while it is in the cache: a load holds one piece per reading thread beyond
+// its destinations (formats that verify whole chunks only: the chunk's
+// overlap).
 //
 // Thread-safety: concurrent calls are safe for distinct destinations.
 #ifndef DISTCKPT_ENGINE_TENSOR_READER_H_
@@ -14,6 +17,8 @@
 #include "format/format.h"
 
 namespace distckpt {
+
+inline constexpr uint64_t kConvertPieceBytes = 256 << 10;
 
 struct PlanBytes {
   uint64_t needed = 0;       // stored bytes the plan reads

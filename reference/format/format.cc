@@ -17,6 +17,22 @@ std::string FormatNames() {
 
 }  // namespace
 
+void CheckpointReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& chunk,
+                                   std::span<const ReadRun> ranges, VerifyPolicy policy,
+                                   uint64_t /*piece_bytes*/, const ConsumeBytes& consume) {
+  uint64_t total = 0;
+  for (const ReadRun& range : ranges) total += range.length;
+  std::vector<std::byte> staging(total);
+  std::vector<ReadRun> runs(ranges.begin(), ranges.end());
+  std::byte* cursor = staging.data();
+  for (ReadRun& run : runs) {
+    run.dst = cursor;
+    cursor += run.length;
+  }
+  ReadChunk(tensor, chunk, runs, policy);
+  for (const ReadRun& run : runs) consume(run.offset_in_chunk, std::span(run.dst, run.length));
+}
+
 const std::vector<const Format*>& AllFormats() {
   // New formats are added here; detection tries them in order ("dcp" reads
   // every DCP checkpoint, so "dcp-1.13", "dcp-common-pt" and "fsdp-dtensor"

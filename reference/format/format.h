@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -80,6 +81,10 @@ struct ReadStats {
   std::atomic<uint64_t> chunks_unverified{0};  // partially read, not verifiable
 };
 
+// StreamChunk's consumer: chunk bytes [offset_in_chunk, + bytes.size()).
+using ConsumeBytes =
+    std::function<void(uint64_t offset_in_chunk, std::span<const std::byte> bytes)>;
+
 class CheckpointReader {
  public:
   virtual ~CheckpointReader() = default;
@@ -89,6 +94,16 @@ class CheckpointReader {
   // CheckpointError(kCorruption) naming file, key and chunk offset.
   virtual void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                          std::span<const ReadRun> runs, VerifyPolicy policy) = 0;
+  // Reads the byte ranges `ranges` of chunk `chunk` (ReadRuns whose dst is
+  // unused; sorted, non-overlapping) and hands them to `consume(offset in
+  // the chunk, bytes)` in order, in pieces of about `piece_bytes`, each
+  // checked per `policy` before it is handed out; `bytes` lives in the
+  // reader's buffer until `consume` returns. So a caller that converts the
+  // bytes holds one piece, not the chunk. This default reads every range at
+  // once (ReadChunk into one buffer): formats that verify whole chunks only.
+  virtual void StreamChunk(const StoredTensor& tensor, const StoredChunk& chunk,
+                           std::span<const ReadRun> ranges, VerifyPolicy policy,
+                           uint64_t piece_bytes, const ConsumeBytes& consume);
   virtual std::string ReadObject(const StoredObject& object) = 0;  // verified
   virtual const ReadStats& stats() const = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -122,14 +123,10 @@ uint64_t ReadVerifiedBlocks(const RandomAccessFile& file, const StoredChunk& chu
   return bytes_read;
 }
 
-}  // namespace
-
-NativeReader::NativeReader(Env* env, std::string dir, CheckpointMetadata metadata)
-    : metadata_(std::move(metadata)), files_(env, std::move(dir), kMetadataFileName) {}
-
-void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
-                             std::span<const ReadRun> runs, VerifyPolicy policy) {
-  const Describe what = [&] { return ChunkName(tensor, chunk); };
+// Checks that `runs` are sorted, disjoint and inside the chunk; returns the
+// bytes they cover.
+uint64_t CoveredBytes(const StoredChunk& chunk, std::span<const ReadRun> runs,
+                      const Describe& what) {
   uint64_t covered = 0;
   uint64_t end = 0;
   for (const ReadRun& run : runs) {
@@ -142,6 +139,30 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
     end = run.offset_in_chunk + run.length;
     covered += run.length;
   }
+  return covered;
+}
+
+}  // namespace
+
+// The block checksums of a version 2 or 3 chunk (version 3: read into
+// `storage` and checked against metadata.json).
+std::span<const uint64_t> NativeReader::BlockSums(const RandomAccessFile& file,
+                                                  const StoredChunk& chunk, uint64_t seed,
+                                                  const Describe& what,
+                                                  std::vector<uint64_t>& storage) {
+  if (!chunk.sums_checksum) return chunk.block_checksums;
+  storage = ReadSums(file, chunk, seed, what);
+  stats_.checksum_bytes_read += SumsBytes(chunk);
+  return storage;
+}
+
+NativeReader::NativeReader(Env* env, std::string dir, CheckpointMetadata metadata)
+    : metadata_(std::move(metadata)), files_(env, std::move(dir), kMetadataFileName) {}
+
+void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
+                             std::span<const ReadRun> runs, VerifyPolicy policy) {
+  const Describe what = [&] { return ChunkName(tensor, chunk); };
+  const uint64_t covered = CoveredBytes(chunk, runs, what);
   if (covered == 0 && chunk.length > 0) return;
   const bool blocks = policy != VerifyPolicy::kNever && chunk.block_size != 0;  // versions 2, 3
   // Version 3: the file must also hold the block checksums after the payload.
@@ -150,13 +171,8 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
   const bool whole = covered == chunk.length;  // sorted and disjoint: they tile the chunk
   if (blocks) {
     const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
-    std::vector<uint64_t> read_sums;
-    if (chunk.sums_checksum) {
-      read_sums = ReadSums(file, chunk, seed, what);
-      stats_.checksum_bytes_read += SumsBytes(chunk);
-    }
-    const std::span<const uint64_t> sums =
-        chunk.sums_checksum ? std::span<const uint64_t>(read_sums) : chunk.block_checksums;
+    std::vector<uint64_t> storage;
+    const std::span<const uint64_t> sums = BlockSums(file, chunk, seed, what, storage);
     stats_.bytes_read +=
         ReadVerifiedBlocks(file, chunk, sums, seed, runs, policy == VerifyPolicy::kAlways, what);
     ++stats_.chunks_verified;
@@ -207,6 +223,65 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
   } else {
     ++stats_.chunks_unverified;
   }
+}
+
+void NativeReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& chunk,
+                               std::span<const ReadRun> ranges, VerifyPolicy policy,
+                               uint64_t piece_bytes, const ConsumeBytes& consume) {
+  const bool verify = policy != VerifyPolicy::kNever;
+  if (policy == VerifyPolicy::kAlways || (verify && chunk.block_size == 0)) {
+    CheckpointReader::StreamChunk(tensor, chunk, ranges, policy, piece_bytes, consume);
+    return;
+  }
+  const Describe what = [&] { return ChunkName(tensor, chunk); };
+  const uint64_t covered = CoveredBytes(chunk, ranges, what);
+  if (covered == 0 && chunk.length > 0) return;  // (an empty chunk's checksums are checked)
+  const RandomAccessFile& file =
+      files_.Open(chunk.file, chunk.offset, chunk.length + (verify ? SumsBytes(chunk) : 0), what);
+  const uint64_t seed = verify ? ChunkBindingSeed(tensor.key, tensor.dtype, chunk) : 0;
+  std::vector<uint64_t> storage;
+  const std::span<const uint64_t> sums =
+      verify ? BlockSums(file, chunk, seed, what, storage) : std::span<const uint64_t>();
+  // A range longer than what is left of the buffer is cut at a boundary of
+  // blocks and of elements, so no block is read twice and every piece holds
+  // whole elements; two such units fit in the buffer.
+  const uint64_t unit = std::lcm<uint64_t>(verify ? chunk.block_size : 1, DTypeSize(tensor.dtype));
+  const uint64_t piece = std::max(2 * unit, piece_bytes / unit * unit);
+  std::vector<std::byte> buffer(std::min(piece, covered));
+  std::vector<ReadRun> group;
+  size_t i = 0;
+  uint64_t done = 0;  // bytes of ranges[i] handed out
+  while (i < ranges.size() && !buffer.empty()) {
+    group.clear();
+    uint64_t used = 0;
+    while (i < ranges.size() && used < buffer.size()) {
+      if (ranges[i].length == 0) {  // nothing to hand out
+        ++i;
+        continue;
+      }
+      const uint64_t from = ranges[i].offset_in_chunk + done;
+      uint64_t length = std::min(ranges[i].length - done, buffer.size() - used);
+      if (done + length < ranges[i].length) {
+        const uint64_t cut = (from + length) / unit * unit;
+        if (cut <= from) break;  // its next block does not fit: the next group starts with it
+        length = cut - from;
+      }
+      group.push_back({from, length, buffer.data() + used});
+      used += length;
+      done += length;
+      if (done == ranges[i].length) ++i, done = 0;
+    }
+    if (verify) {
+      stats_.bytes_read += ReadVerifiedBlocks(file, chunk, sums, seed, group, false, what);
+    } else {
+      for (const ReadRun& run : group) {
+        file.Read(chunk.offset + run.offset_in_chunk, std::span(run.dst, run.length));
+        stats_.bytes_read += run.length;
+      }
+    }
+    for (const ReadRun& run : group) consume(run.offset_in_chunk, std::span(run.dst, run.length));
+  }
+  ++(verify ? stats_.chunks_verified : stats_.chunks_unverified);
 }
 
 std::string NativeReader::ReadObject(const StoredObject& object) {

@@ -25,6 +25,7 @@
 #define DISTCKPT_FORMAT_NATIVE_NATIVE_READER_H_
 
 #include <string>
+#include <vector>
 
 #include "format/data_files.h"
 #include "format/format.h"
@@ -40,10 +41,20 @@ class NativeReader : public CheckpointReader {
   // copies the runs out of it (bytes_read counts the whole chunk).
   void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                  std::span<const ReadRun> runs, VerifyPolicy policy) override;
+  // Versions 2 and 3 (kWhenWhole) and kNever: pieces of whole blocks, read
+  // and verified one at a time into one buffer of about `piece_bytes`;
+  // version 1 and kAlways: the default (every range at once).
+  void StreamChunk(const StoredTensor& tensor, const StoredChunk& chunk,
+                   std::span<const ReadRun> ranges, VerifyPolicy policy, uint64_t piece_bytes,
+                   const ConsumeBytes& consume) override;
   std::string ReadObject(const StoredObject& object) override;
   const ReadStats& stats() const override { return stats_; }
 
  private:
+  std::span<const uint64_t> BlockSums(const RandomAccessFile& file, const StoredChunk& chunk,
+                                      uint64_t seed, const DataFiles::Describe& what,
+                                      std::vector<uint64_t>& storage);
+
   const CheckpointMetadata metadata_;
   DataFiles files_;
   ReadStats stats_;

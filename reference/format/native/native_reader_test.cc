@@ -304,6 +304,58 @@ TEST_F(NativeReaderTest, RejectsMalformedRuns) {
   EXPECT_EQ(ReadCalls(), 0u);
 }
 
+// StreamChunk hands a chunk out in pieces of whole blocks, each verified
+// before it is handed out, reading no block twice.
+TEST_F(NativeReaderTest, StreamsVerifiedPiecesOfWholeBlocks) {
+  const std::vector<std::byte> all = ExampleChunkBytes("w", W1());
+  std::vector<std::pair<uint64_t, std::vector<std::byte>>> pieces;
+  auto keep = [&](uint64_t offset, std::span<const std::byte> bytes) {
+    pieces.emplace_back(offset, std::vector<std::byte>(bytes.begin(), bytes.end()));
+  };
+  const ReadRun whole[] = {{0, 80, nullptr}};
+  reader_->StreamChunk(Tensor("w"), W1(), whole, VerifyPolicy::kWhenWhole, 32, keep);
+  ASSERT_EQ(pieces.size(), 3u);  // [0, 32), [32, 64), [64, 80)
+  for (const auto& [offset, bytes] : pieces) {
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), all.begin() + offset)) << offset;
+  }
+  EXPECT_EQ(pieces[2].first, 64u);
+  EXPECT_EQ(reader_->stats().bytes_read, 80u);
+  EXPECT_EQ(ReadCalls(), 1u + 3u);  // the block checksums once, then each piece
+  EXPECT_EQ(reader_->stats().chunks_verified, 1u);
+
+  // Two 8-byte runs in blocks 1..3: handed out as they are.
+  pieces.clear();
+  const ReadRun runs[] = {{24, 8, nullptr}, {44, 8, nullptr}};
+  reader_->StreamChunk(Tensor("w"), W1(), runs, VerifyPolicy::kWhenWhole, 16, keep);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[1].first, 44u);
+  EXPECT_TRUE(std::equal(pieces[1].second.begin(), pieces[1].second.end(), all.begin() + 44));
+  EXPECT_EQ(reader_->stats().bytes_read, 80u + 48u);
+
+  // Unverified pieces hold whole elements (bf16: 2 bytes) and no more than asked.
+  pieces.clear();
+  const StoredChunk& b = Tensor("b").chunks[0];
+  const ReadRun b_all[] = {{0, 6, nullptr}};
+  reader_->StreamChunk(Tensor("b"), b, b_all, VerifyPolicy::kNever, 3, keep);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].second.size(), 4u);
+  EXPECT_EQ(reader_->stats().chunks_unverified, 1u);
+}
+
+TEST_F(NativeReaderTest, StreamedPiecesAfterDamageAreNotHandedOut) {
+  FlipByte(W1().file, W1().offset + 70);  // block 4, in the third piece
+  std::vector<uint64_t> offsets;
+  const ReadRun whole[] = {{0, 80, nullptr}};
+  EXPECT_THAT(
+      [&] {
+        reader_->StreamChunk(
+            Tensor("w"), W1(), whole, VerifyPolicy::kWhenWhole, 32,
+            [&](uint64_t offset, std::span<const std::byte>) { offsets.push_back(offset); });
+      },
+      ThrowsError(ErrorKind::kCorruption, "block 4 (bytes [64, 80) of the chunk"));
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 32}));
+}
+
 TEST_F(NativeReaderTest, ConcurrentReadsShareOpenFiles) {
   std::vector<std::thread> threads;
   std::atomic<int> mismatches{0};
