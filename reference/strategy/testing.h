@@ -24,7 +24,7 @@
 #include "core/error.h"
 #include "io/env.h"
 #include "mapping/dict_utils.h"
-#include "strategy/fully_parallel.h"
+#include "strategy/strategy.h"
 
 namespace distckpt {
 
