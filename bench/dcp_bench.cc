@@ -106,8 +106,8 @@ Node QuarterBlocks(int64_t bytes, int64_t count, int rank, bool by_columns) {
 void BM_DcpReshard(benchmark::State& state) {
   const int64_t bytes = state.range(0), count = state.range(1);
   ScratchDir dir("dcp-reshard");
-  for (const auto& [name, format] : {std::pair<const char*, const Format*>{"dcp", &DcpFormat()},
-                                     {"native", &NativeFormat()}}) {
+  for (const auto& [name, format] :
+       {std::pair<const char*, const Format*>{"dcp", &DcpFormat()}, {"native", &NativeFormat()}}) {
     SaveOptions options;
     options.format = format;
     RunRanks(4, [&](Communicator& comm) {

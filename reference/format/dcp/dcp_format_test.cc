@@ -150,27 +150,77 @@ TEST(DcpFormatTest, LargeContiguousItemsReadOnlyTheRunsPlusHeadAndTail) {
   ScopedTempDir tmp;
   Env* env = Env::Default();
   auto w = DcpFormat().NewWriter(env, tmp.path(), 0);
-  w->WriteTensorChunk("big", DType::kF32, {512, 512}, Box{{0, 0}, {512, 512}}, std::nullopt,
-                      Bytes(Iota(DType::kF32, 512 * 512, 0)));
+  for (const char* key : {"a", "b"}) {
+    w->WriteTensorChunk(key, DType::kF32, {512, 512}, Box{{0, 0}, {512, 512}}, std::nullopt,
+                        Bytes(Iota(DType::kF32, 512 * 512, 0)));
+  }
   CheckpointMetadata md = w->Finish();
   md.format = "dcp";
   DcpFormat().Commit(env, tmp.path(), tmp.path(), md);
   auto reader = DcpFormat().OpenReader(env, tmp.path());
-  const StoredTensor& t = reader->metadata().tensors.at("big");
+  const StoredTensor& a = reader->metadata().tensors.at("a");
   float got[4];
   ReadRun run{(300 * 512 + 7) * 4, sizeof got, reinterpret_cast<std::byte*>(got)};
-  reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kNever);
+  reader->ReadChunk(a, a.chunks[0], {&run, 1}, VerifyPolicy::kNever);
   EXPECT_EQ(got[3], 300 * 512 + 10);
-  EXPECT_EQ(reader->stats().bytes_read, 1024 + 1024 + sizeof got);  // tail, head, the run
+  // The first item of a file: a 512-byte head and tail, then the run.
+  EXPECT_EQ(reader->stats().bytes_read, 512 + 512 + sizeof got);
   EXPECT_EQ(reader->stats().chunks_unverified, 1u);
-  // Verified reads (the default kWhenWhole, and kAlways) read the record whole: CRC checked.
-  reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kWhenWhole);
-  EXPECT_EQ(reader->stats().bytes_read, 2048 + sizeof got + 512 * 512 * 4);
+
+  // The next item of the file: exactly the head and tail the first one needed.
+  const StoredTensor& b = reader->metadata().tensors.at("b");
+  const std::string item = ReadFileBytes(tmp.path() + "/" + a.chunks[0].file)
+                               .substr(0, b.chunks[0].offset);  // a's, laid out as b's
+  ZipReader zip(item, "item");
+  const uint64_t edges = zip.Get("data/0").header_offset + 30 + zip.size() - zip.directory_offset();
+  EXPECT_LT(edges, 700u);
+  reader->ReadChunk(b, b.chunks[0], {&run, 1}, VerifyPolicy::kNever);
+  EXPECT_EQ(got[3], 300 * 512 + 10);
+  EXPECT_EQ(reader->stats().bytes_read, 1024 + edges + 2 * sizeof got);
+
+  // Verified reads (the default kWhenWhole, and kAlways) read the record
+  // whole: CRC checked.
+  const uint64_t before = reader->stats().bytes_read;
+  got[3] = 0;
+  reader->ReadChunk(b, b.chunks[0], {&run, 1}, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(got[3], 300 * 512 + 10);
+  EXPECT_EQ(reader->stats().bytes_read, before + 512 * 512 * 4);
   EXPECT_EQ(reader->stats().chunks_verified, 1u);
   got[3] = 0;
-  reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kAlways);
+  reader->ReadChunk(b, b.chunks[0], {&run, 1}, VerifyPolicy::kAlways);
   EXPECT_EQ(got[3], 300 * 512 + 10);
   EXPECT_EQ(reader->stats().chunks_verified, 2u);
+
+  // Runs across the record's 256 KiB windows, one covering a whole window
+  // (read straight into it): every element lands where it belongs.
+  std::vector<float> dst(512 * 512, -1);
+  auto at = [&](uint64_t element) { return reinterpret_cast<std::byte*>(&dst[element]); };
+  const ReadRun runs[] = {{4, 100 * 4, at(1)},
+                          {200 << 10, 400 << 10, at((200 << 10) / 4)},
+                          {(900 << 10), 8, at((900 << 10) / 4)}};
+  reader->ReadChunk(b, b.chunks[0], runs, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(reader->stats().chunks_verified, 3u);
+  for (const ReadRun& r : runs) {
+    for (uint64_t e = r.offset_in_chunk / 4; e < (r.offset_in_chunk + r.length) / 4; ++e) {
+      ASSERT_EQ(dst[e], float(e)) << e;
+    }
+  }
+  EXPECT_EQ(dst[0], -1);
+  EXPECT_EQ(dst[(600 << 10) / 4 + 50], -1);
+
+  // A flipped byte outside the runs still fails the verified partial read.
+  const std::string path = tmp.path() + "/" + b.chunks[0].file;
+  std::string bytes = ReadFileBytes(path);
+  bytes[b.chunks[0].offset + zip.DataOffset(zip.Get("data/0")) + (700 << 10)] ^= 1;
+  WriteFileBytes(path, bytes);
+  auto damaged = DcpFormat().OpenReader(env, tmp.path());
+  EXPECT_THAT(
+      [&] {
+        damaged->ReadChunk(damaged->metadata().tensors.at("b"),
+                           damaged->metadata().tensors.at("b").chunks[0], runs,
+                           VerifyPolicy::kWhenWhole);
+      },
+      ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path));
 }
 
 TEST(DcpFormatTest, StridedItemsAreReadWholeAndGathered) {

@@ -83,6 +83,16 @@ class DcpReader : public CheckpointReader {
   DataFiles files_;
   std::mutex mu_;
   std::map<DcpItemKey, TensorItem> tensor_items_;  // guarded by mu_
+  // Per data file, the head and tail of its tensor items: learnt from the
+  // first one opened (a writer lays out every tensor item alike). Before
+  // that, 512 bytes each: torch 2.6's items need 372 bytes of head (data.pkl,
+  // the storage record's local header) and 420 of tail (five directory
+  // entries, zip64 end records); distckpt's 356 and 268.
+  struct Edges {
+    uint64_t head = 512;
+    uint64_t tail = 512;
+  };
+  std::map<std::string, Edges> edges_;  // guarded by mu_
   ReadStats stats_;
 };
 

@@ -199,10 +199,11 @@ void ZipReader::Parse() {
   if (size_ < kEndSize) {
     Fail(ErrorKind::kCorruption, "{}: {} bytes are too short for a zip archive", source_, size_);
   }
-  // The end record is in the last 22 bytes unless the archive has a comment.
+  // The end record is in the last 22 bytes unless the archive has a comment;
+  // the first read also covers a zip64 locator and end record before it.
   std::vector<std::byte> tail;
   size_t end_pos = std::string::npos;
-  for (uint64_t want : {uint64_t{1024}, uint64_t{kEndSize + 0xffff}}) {
+  for (uint64_t want : {uint64_t{kEndSize + 20 + 56}, uint64_t{kEndSize + 0xffff}}) {
     tail.resize(std::min(size_, want));
     Read(size_ - tail.size(), tail);
     for (size_t p = tail.size() - kEndSize + 1; p-- > 0;) {
@@ -240,6 +241,7 @@ void ZipReader::Parse() {
          "fit in the archive's {} bytes",
          source_, count, cd_size, cd_offset, size_);
   }
+  directory_offset_ = cd_offset;
   std::vector<std::byte> cd_bytes;
   std::span<const std::byte> cd;
   if (cd_offset >= tail_start) {

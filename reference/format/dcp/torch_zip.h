@@ -86,6 +86,10 @@ class ZipReader {
   const Entry& Get(std::string_view name) const;  // kCorruption when missing
   // Offset of the record's first data byte (reads its local header).
   uint64_t DataOffset(const Entry& entry) const;
+  // Where the central directory starts: the archive's last `size() -
+  // directory_offset()` bytes are the directory and the end records.
+  uint64_t directory_offset() const { return directory_offset_; }
+  uint64_t size() const { return size_; }
   // The whole record, its CRC32 checked.
   std::string ReadRecord(const Entry& entry) const;
   void Read(uint64_t offset, std::span<std::byte> dst) const;
@@ -98,6 +102,7 @@ class ZipReader {
   uint64_t size_;
   std::string source_;
   std::string prefix_;
+  uint64_t directory_offset_ = 0;
   std::vector<Entry> entries_;
 };
 
