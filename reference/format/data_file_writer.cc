@@ -119,6 +119,7 @@ CheckpointMetadata DataFileWriter::Finish() {
   CheckOpen();
   finished_ = true;
   if (file_) {
+    FinishItems(file_->size());
     file_->Sync();
     file_->Close();
   }

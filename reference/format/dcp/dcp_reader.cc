@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "format/block_reads.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
+#include "format/native/block_checksums.h"
 
 namespace distckpt {
 namespace {
@@ -142,17 +144,41 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
                    std::move(source));
 }
 
-const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const StoredChunk& chunk,
-                                             const Describe& what) {
-  const DcpItemKey key{chunk.file, chunk.offset};
+const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t item_offset,
+                                           const Describe& what) {
+  if (!layout_.metadata.writer.starts_with("distckpt")) return nullptr;  // torch wrote it
+  std::shared_ptr<const FileIndex> index;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = tensor_items_.find(key); it != tensor_items_.end()) return it->second;
+    if (auto it = indexes_.find(file); it != indexes_.end()) index = it->second;
   }
-  auto length = layout_.items.find(key);
-  if (length == layout_.items.end()) {
-    Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
+  if (!index) {
+    auto loaded = std::make_shared<FileIndex>();
+    const RandomAccessFile& f = files_.Open(file, 0, 0, what);
+    if (f.size() >= kDcpIndexTrailerBytes) {
+      std::vector<std::byte> last(kDcpIndexTrailerBytes);
+      f.Read(f.size() - last.size(), last);
+      stats_.bytes_read += last.size();
+      const std::string source = fmt::format("{} (its item index)", f.path());
+      if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source)) {
+        std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
+        f.Read(trailer->table_offset, table);
+        stats_.bytes_read += table.size();
+        for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
+          loaded->emplace(e.item_offset, e);
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    index = indexes_.emplace(file, std::move(loaded)).first->second;
   }
+  auto it = index->find(item_offset);
+  return it == index->end() ? nullptr : &it->second;
+}
+
+DcpReader::TensorItem DcpReader::ZipItem(const StoredTensor& tensor, const StoredChunk& chunk,
+                                         const Describe& what) {
+  auto length = layout_.items.find({chunk.file, chunk.offset});
   std::shared_ptr<const std::string> whole;
   ZipReader zip = OpenItem(chunk.file, chunk.offset, length->second.length, what, &whole);
   TensorItem item;
@@ -184,7 +210,60 @@ const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const S
   // directory on (a writer lays out every tensor item alike).
   edges_[chunk.file] = {record.header_offset + 30,
                         std::max<uint64_t>(zip.size() - zip.directory_offset(), 98)};
+  return item;
+}
+
+const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const StoredChunk& chunk,
+                                             const Describe& what) {
+  const DcpItemKey key{chunk.file, chunk.offset};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = tensor_items_.find(key); it != tensor_items_.end()) return it->second;
+  }
+  auto length = layout_.items.find(key);
+  if (length == layout_.items.end()) {
+    Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
+  }
+  TensorItem item;
+  if (const DcpIndexEntry* e = IndexEntry(chunk.file, chunk.offset, what)) {
+    // distckpt wrote the item: the index says where its contiguous storage
+    // record lies and what it hashes to; no zip header is read.
+    const uint64_t end = chunk.offset + length->second.length;
+    if (e->binding != ChunkBindingSeed(tensor.key, tensor.dtype, chunk) ||
+        e->data_size != chunk.length || e->data_offset > end ||
+        e->data_size > end - e->data_offset) {
+      Fail(ErrorKind::kCorruption,
+           "{}: the item index entry of the item at byte {} of {} is for another key, dtype or "
+           "box, or lies outside the item's {} bytes (.metadata or the file is damaged)",
+           what(), chunk.offset, JoinPath(dir_, chunk.file), length->second.length);
+    }
+    item.tensor.dtype = tensor.dtype;
+    item.tensor.size = {chunk.numel()};
+    item.tensor.stride = {1};
+    item.tensor.storage_bytes = e->data_size;
+    item.record_offset = e->data_offset;
+    item.record_size = e->data_size;
+    item.crc = e->crc;
+    item.index = e;
+  } else {
+    item = ZipItem(tensor, chunk, what);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   return tensor_items_.emplace(key, std::move(item)).first->second;
+}
+
+const std::vector<uint32_t>& DcpReader::BlockCrcs(const DcpIndexEntry& entry,
+                                                  const RandomAccessFile& file) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = block_crcs_.find(&entry); it != block_crcs_.end()) return *it->second;
+  }
+  std::vector<std::byte> bytes(DcpBlockCount(entry) * 4);
+  file.Read(entry.crcs_offset, bytes);
+  stats_.bytes_read += bytes.size();
+  auto crcs = std::make_unique<const std::vector<uint32_t>>(ParseDcpBlockCrcs(bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  return *block_crcs_.emplace(&entry, std::move(crcs)).first->second;
 }
 
 void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -195,6 +274,19 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const TensorItem& item = Item(tensor, chunk, what);
   const RandomAccessFile& file =
       files_.Open(chunk.file, item.record_offset, item.record_size, what);
+  if (item.index && policy == VerifyPolicy::kAlways) {
+    // Everything PyTorch would read too: the item's zip headers and data.pkl
+    // must say what the index says (the record's CRC32 is checked below).
+    const TensorItem zip = ZipItem(tensor, chunk, what);
+    if (zip.record_offset != item.record_offset || zip.record_size != item.record_size ||
+        zip.crc != item.crc || !zip.tensor.IsContiguous() || zip.tensor.storage_offset != 0) {
+      Fail(ErrorKind::kCorruption,
+           "{}: {} disagrees with its item index (storage record of {} bytes at byte {}, CRC32 "
+           "{:08x}; the index records {} bytes at byte {}, CRC32 {:08x})",
+           file.path(), what(), zip.record_size, zip.record_offset, zip.crc, item.record_size,
+           item.record_offset, item.crc);
+    }
+  }
   // Bytes [offset, offset + dst.size()) of the storage record: from memory
   // for a small item (counted when it was read), else from the data file.
   auto read_record = [&](uint64_t offset, std::span<std::byte> dst) {
@@ -242,6 +334,26 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
     } else {
       ++stats_.chunks_unverified;
     }
+    return;
+  }
+  if (item.index && item.index->block_size > 0 && policy == VerifyPolicy::kWhenWhole) {
+    // A partial read of an item distckpt wrote: the touched blocks of the
+    // record, each checked against its CRC32 in the item index.
+    const std::vector<uint32_t>& crcs = BlockCrcs(*item.index, file);
+    stats_.bytes_read += ReadCheckedBlocks(
+        file, item.record_offset, item.record_size, item.index->block_size, runs, false,
+        [&](uint64_t b, std::span<const std::byte> bytes) {
+          const uint32_t actual = Crc32(bytes);
+          if (actual != crcs[b]) {
+            const uint64_t from = b * item.index->block_size;
+            Fail(ErrorKind::kCorruption,
+                 "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
+                 "offset {}): the item index records {:08x}, the data hashes to {:08x}",
+                 file.path(), what(), b, from, from + bytes.size(), item.record_offset + from,
+                 crcs[b], actual);
+          }
+        });
+    ++stats_.chunks_verified;
     return;
   }
   if (t.IsContiguous()) {

@@ -38,9 +38,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "format/data_files.h"
 #include "format/dcp/dcp_layout.h"
+#include "format/dcp/item_index.h"
 #include "format/dcp/torch_save.h"
 #include "format/format.h"
 
@@ -64,15 +66,30 @@ class DcpReader : public CheckpointReader {
     uint32_t crc = 0;
     // A small item, whole (the record's data at record_offset - item offset).
     std::shared_ptr<const std::string> bytes;
+    // Its entry in the file's item index (distckpt wrote it), else null.
+    const DcpIndexEntry* index = nullptr;
   };
+  using FileIndex = std::map<uint64_t, DcpIndexEntry>;  // by item offset
 
   // The torch.save archive of the item at (file, offset), read through a
   // cache; a small item is read whole into `*whole` when given.
   ZipReader OpenItem(const std::string& file, uint64_t offset, uint64_t length,
                      const std::function<std::string()>& what,
                      std::shared_ptr<const std::string>* whole = nullptr);
+  // The item, from the file's item index when it has one, else from its
+  // zip headers; cached.
   const TensorItem& Item(const StoredTensor& tensor, const StoredChunk& chunk,
                          const std::function<std::string()>& what);
+  // The item from its zip headers and data.pkl (not cached).
+  TensorItem ZipItem(const StoredTensor& tensor, const StoredChunk& chunk,
+                     const std::function<std::string()>& what);
+  // The index entry of the item at `item_offset` of `file`: null when the
+  // file has no index (written by torch or an older distckpt) or it does not
+  // list the item. A file's index is read once, on first use.
+  const DcpIndexEntry* IndexEntry(const std::string& file, uint64_t item_offset,
+                                  const std::function<std::string()>& what);
+  // The block CRC32s of an indexed item, read once.
+  const std::vector<uint32_t>& BlockCrcs(const DcpIndexEntry& entry, const RandomAccessFile& file);
   nlohmann::json ReadValue(const std::string& file, uint64_t offset, uint64_t length,
                            const std::string& what);
   nlohmann::json ReadCommonState();
@@ -92,7 +109,10 @@ class DcpReader : public CheckpointReader {
     uint64_t head = 512;
     uint64_t tail = 512;
   };
-  std::map<std::string, Edges> edges_;  // guarded by mu_
+  std::map<std::string, Edges> edges_;                               // guarded by mu_
+  std::map<std::string, std::shared_ptr<const FileIndex>> indexes_;  // guarded by mu_
+  std::map<const DcpIndexEntry*, std::unique_ptr<const std::vector<uint32_t>>>
+      block_crcs_;  // guarded by mu_
   ReadStats stats_;
 };
 

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "format/dcp/torch_save.h"
 #include "format/dcp/torch_zip.h"
+#include "format/native/block_checksums.h"
 
 namespace distckpt {
 
@@ -33,15 +34,34 @@ void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
     shape.assign(chunk.box.rank(), 1);
     shape.push_back(chunk.flat->size());
   }
+  // One pass over the bytes for the record's CRC32 and its blocks' (the index).
+  const uint32_t block =
+      DcpBlockSize(shape.empty() ? bytes.size() : shape.back() * DTypeSize(tensor.dtype));
+  std::vector<uint32_t> blocks;
+  const uint32_t crc = bytes.size() > block ? DcpBlockCrcs(bytes, block, &blocks) : Crc32(bytes);
   // Streamed to the file (no copy of the chunk): the item starts at its first record.
   std::optional<uint64_t> start;
   ZipWriter zip([&](std::span<const std::byte> b) {
     const uint64_t at = Append(b);
     if (!start) start = at;
   });
-  WriteTensorRecords(zip, tensor.dtype, shape, bytes);
+  const uint64_t data_offset = WriteTensorRecords(zip, tensor.dtype, shape, bytes, crc);
   zip.Finish();
   chunk.offset = *start;
+  const uint32_t block_size = blocks.empty() ? 0 : block;
+  index_.Add({.item_offset = *start,
+              .data_offset = *start + data_offset,
+              .data_size = bytes.size(),
+              .binding = ChunkBindingSeed(tensor.key, tensor.dtype, chunk),
+              .crc = crc,
+              .block_size = block_size},
+             std::move(blocks));
+}
+
+void DcpWriter::FinishItems(uint64_t size) {
+  if (index_.empty()) return;
+  const std::string index = index_.Finish(size);
+  Append(std::as_bytes(std::span(index.data(), index.size())));
 }
 
 void DcpWriter::StoreObject(StoredObject& object, std::span<const std::byte> bytes) {

@@ -65,9 +65,12 @@ TorchTensor ReadTensorRecord(const ZipReader& zip);
 // Copies `t`'s elements, in row-major order, out of its storage bytes.
 void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, std::byte* dst);
 
-// torch.save of a contiguous tensor of `shape` whose row-major bytes are `data`.
-void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
-                        std::span<const std::byte> data);
+// torch.save of a contiguous tensor of `shape` whose row-major bytes are
+// `data` (CRC32 `crc` when the caller has it). Returns the offset of the
+// storage record's first data byte in the archive.
+uint64_t WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
+                            std::span<const std::byte> data,
+                            std::optional<uint32_t> crc = std::nullopt);
 // torch.save(value) of a JSON value.
 std::string TorchSaveJson(const nlohmann::json& value);
 // One unpickled value of `zip`'s data.pkl (its tensors read from `zip`), as JSON.

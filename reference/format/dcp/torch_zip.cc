@@ -70,9 +70,10 @@ void ZipWriter::Put(const std::string& bytes) {
   offset_ += bytes.size();
 }
 
-void ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data) {
+uint64_t ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data,
+                              std::optional<uint32_t> known_crc) {
   const std::string full = prefix_ + "/" + std::string(name);
-  const uint32_t crc = Crc32(data);
+  const uint32_t crc = known_crc ? *known_crc : Crc32(data);
   const bool zip64 = force_zip64_ || data.size() >= kMax32;
   const size_t zip64_extra = zip64 ? 20 : 0;
   const size_t pad =
@@ -98,8 +99,10 @@ void ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data
   header.append(pad, 'Z');
   central_.push_back({full, crc, data.size(), offset_});
   Put(header);
+  const uint64_t data_offset = offset_;
   sink_(data);
   offset_ += data.size();
+  return data_offset;
 }
 
 void ZipWriter::Finish() {

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,9 +38,12 @@ class ZipWriter {
   // `force_zip64` writes zip64 fields even for small archives (tests).
   explicit ZipWriter(Sink sink, std::string prefix = "archive", bool force_zip64 = false);
 
-  void AddRecord(std::string_view name, std::span<const std::byte> data);
-  void AddRecord(std::string_view name, std::string_view data) {
-    AddRecord(name, std::as_bytes(std::span(data.data(), data.size())));
+  // Returns the offset of the record's first data byte in the archive;
+  // `crc` is the data's CRC32 when the caller has it (else computed here).
+  uint64_t AddRecord(std::string_view name, std::span<const std::byte> data,
+                     std::optional<uint32_t> crc = std::nullopt);
+  uint64_t AddRecord(std::string_view name, std::string_view data) {
+    return AddRecord(name, std::as_bytes(std::span(data.data(), data.size())));
   }
   // Writes the central directory and end records; the writer is done.
   void Finish();
