@@ -59,6 +59,8 @@ class DataFileWriter : public CheckpointWriter {
 
   // Appends to the data file; returns the offset the bytes start at.
   uint64_t Append(std::span<const std::byte> bytes);
+  // Overwrites bytes already appended, at `offset` of the data file.
+  void Overwrite(uint64_t offset, std::span<const std::byte> bytes);
   int rank() const { return rank_; }
 
  private:

@@ -34,21 +34,29 @@ void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
     shape.assign(chunk.box.rank(), 1);
     shape.push_back(chunk.flat->size());
   }
-  // One pass over the bytes for the record's CRC32 and its blocks' (the index).
+  // Streamed to the file (no copy of the chunk), hashed piece by piece while
+  // cached: the record's CRC32 (patched into its local header) and its
+  // blocks' (the item index) in the one pass that writes it.
   const uint32_t block =
       DcpBlockSize(shape.empty() ? bytes.size() : shape.back() * DTypeSize(tensor.dtype));
+  const uint32_t block_size = bytes.size() > block ? block : 0;
   std::vector<uint32_t> blocks;
-  const uint32_t crc = bytes.size() > block ? DcpBlockCrcs(bytes, block, &blocks) : Crc32(bytes);
-  // Streamed to the file (no copy of the chunk): the item starts at its first record.
+  uint32_t crc = 0;
   std::optional<uint64_t> start;
-  ZipWriter zip([&](std::span<const std::byte> b) {
-    const uint64_t at = Append(b);
-    if (!start) start = at;
-  });
-  const uint64_t data_offset = WriteTensorRecords(zip, tensor.dtype, shape, bytes, crc);
+  ZipWriter zip(
+      [&](std::span<const std::byte> b) {
+        const uint64_t at = Append(b);
+        if (!start) start = at;
+      },
+      "archive", false,
+      [&](uint64_t at, std::span<const std::byte> b) { Overwrite(*start + at, b); });
+  const uint64_t data_offset =
+      WriteTensorRecords(zip, tensor.dtype, shape, bytes, [&](const ZipWriter::Sink& sink) {
+        crc = DcpBlockCrcs(bytes, block_size, &blocks, sink);
+        return crc;
+      });
   zip.Finish();
   chunk.offset = *start;
-  const uint32_t block_size = blocks.empty() ? 0 : block;
   index_.Add({.item_offset = *start,
               .data_offset = *start + data_offset,
               .data_size = bytes.size(),

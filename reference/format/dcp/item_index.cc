@@ -17,6 +17,7 @@ constexpr char kMagic[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '1'};
 constexpr uint64_t kEntryBytes = 48;
 constexpr uint32_t kMaxBlock = 4 << 10;
 constexpr uint32_t kMinBlock = 1 << 10;
+constexpr size_t kPieceBytes = 256 << 10;  // a multiple of every block size
 
 void Put(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
@@ -31,8 +32,8 @@ uint64_t Get(const std::byte* p, int bytes) {
 }  // namespace
 
 uint32_t DcpBlockSize(uint64_t row_bytes) {
-  return static_cast<uint32_t>(std::clamp<uint64_t>(std::bit_floor(std::max<uint64_t>(row_bytes / 8, 1)),
-                                                    kMinBlock, kMaxBlock));
+  return static_cast<uint32_t>(std::clamp<uint64_t>(
+      std::bit_floor(std::max<uint64_t>(row_bytes / 8, 1)), kMinBlock, kMaxBlock));
 }
 
 uint64_t DcpBlockCount(const DcpIndexEntry& entry) {
@@ -40,20 +41,29 @@ uint64_t DcpBlockCount(const DcpIndexEntry& entry) {
 }
 
 uint32_t DcpBlockCrcs(std::span<const std::byte> data, uint32_t block_size,
-                      std::vector<uint32_t>* blocks) {
+                      std::vector<uint32_t>* blocks,
+                      const std::function<void(std::span<const std::byte>)>& each_piece) {
   blocks->clear();
-  blocks->reserve((data.size() + block_size - 1) / block_size);
-  const uLong op = crc32_combine_gen64(block_size);
-  uLong crc = 0;
-  for (size_t at = 0; at < data.size(); at += block_size) {
-    const std::span<const std::byte> block = data.subspan(at, std::min<size_t>(block_size, data.size() - at));
-    const uint32_t b = Crc32(block);
-    blocks->push_back(b);
-    crc = at == 0 ? b
-                  : block.size() == block_size ? crc32_combine_op(crc, b, op)
-                                               : crc32_combine64(crc, b, block.size());
+  if (block_size > 0) blocks->reserve((data.size() + block_size - 1) / block_size);
+  const uLong op = block_size > 0 ? crc32_combine_gen64(block_size) : 0;
+  uint32_t crc = 0;
+  for (size_t at = 0; at < data.size(); at += kPieceBytes) {
+    const std::span<const std::byte> piece =
+        data.subspan(at, std::min(kPieceBytes, data.size() - at));
+    for (size_t b = 0; block_size > 0 && b < piece.size(); b += block_size) {
+      const std::span<const std::byte> block =
+          piece.subspan(b, std::min<size_t>(block_size, piece.size() - b));
+      const uint32_t c = Crc32(block);
+      blocks->push_back(c);
+      crc = at + b == 0                  ? c
+            : block.size() == block_size ? static_cast<uint32_t>(crc32_combine_op(crc, c, op))
+                                         : static_cast<uint32_t>(crc32_combine64(
+                                               crc, c, static_cast<z_off64_t>(block.size())));
+    }
+    if (block_size == 0) crc = Crc32(piece, crc);
+    if (each_piece) each_piece(piece);
   }
-  return static_cast<uint32_t>(crc);
+  return crc;
 }
 
 void DcpIndexWriter::Add(const DcpIndexEntry& entry, std::vector<uint32_t> block_crcs) {
@@ -67,10 +77,9 @@ std::string DcpIndexWriter::Finish(uint64_t items_end) {
     entries_[i].crcs_offset = block_crcs_[i].empty() ? 0 : items_end + out.size();
     for (uint32_t crc : block_crcs_[i]) Put(out, crc, 4);
   }
-  std::sort(entries_.begin(), entries_.end(),
-            [](const DcpIndexEntry& a, const DcpIndexEntry& b) {
-              return a.item_offset < b.item_offset;
-            });
+  std::sort(entries_.begin(), entries_.end(), [](const DcpIndexEntry& a, const DcpIndexEntry& b) {
+    return a.item_offset < b.item_offset;
+  });
   const uint64_t table_offset = items_end + out.size();
   std::string table;
   for (const DcpIndexEntry& e : entries_) {
@@ -114,24 +123,28 @@ std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
                                               const DcpIndexTrailer& trailer,
                                               const std::string& source) {
   if (bytes.size() != trailer.count * kEntryBytes || Checksum(bytes) != trailer.checksum) {
-    Fail(ErrorKind::kCorruption, "{}: the item index table ({} entries at byte {}) fails its checksum",
-         source, trailer.count, trailer.table_offset);
+    Fail(ErrorKind::kCorruption,
+         "{}: the item index table ({} entries at byte {}) fails its checksum", source,
+         trailer.count, trailer.table_offset);
   }
   std::vector<DcpIndexEntry> entries(trailer.count);
   for (uint64_t i = 0; i < trailer.count; ++i) {
     const std::byte* p = bytes.data() + i * kEntryBytes;
     DcpIndexEntry& e = entries[i];
-    e = {Get(p, 8),      Get(p + 8, 8),
-         Get(p + 16, 8), Get(p + 24, 8),
-         Get(p + 32, 8), static_cast<uint32_t>(Get(p + 40, 4)),
+    e = {Get(p, 8),
+         Get(p + 8, 8),
+         Get(p + 16, 8),
+         Get(p + 24, 8),
+         Get(p + 32, 8),
+         static_cast<uint32_t>(Get(p + 40, 4)),
          static_cast<uint32_t>(Get(p + 44, 4))};
     // Written by distckpt and checksummed: anything out of place is damage.
-    const bool ok = e.item_offset <= e.data_offset && e.data_offset <= trailer.items_end &&
-                    e.data_size <= trailer.items_end - e.data_offset &&
-                    (i == 0 || entries[i - 1].item_offset < e.item_offset) &&
-                    (e.block_size == 0 ||
-                     (e.crcs_offset >= trailer.items_end &&
-                      DcpBlockCount(e) <= (trailer.table_offset - e.crcs_offset) / 4));
+    const bool ok =
+        e.item_offset <= e.data_offset && e.data_offset <= trailer.items_end &&
+        e.data_size <= trailer.items_end - e.data_offset &&
+        (i == 0 || entries[i - 1].item_offset < e.item_offset) &&
+        (e.block_size == 0 || (e.crcs_offset >= trailer.items_end &&
+                               DcpBlockCount(e) <= (trailer.table_offset - e.crcs_offset) / 4));
     if (!ok) {
       Fail(ErrorKind::kCorruption, "{}: item index entry {} (item at byte {}) is inconsistent",
            source, i, e.item_offset);
@@ -142,7 +155,8 @@ std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
 
 std::vector<uint32_t> ParseDcpBlockCrcs(std::span<const std::byte> bytes) {
   std::vector<uint32_t> crcs(bytes.size() / 4);
-  for (size_t i = 0; i < crcs.size(); ++i) crcs[i] = static_cast<uint32_t>(Get(bytes.data() + 4 * i, 4));
+  for (size_t i = 0; i < crcs.size(); ++i)
+    crcs[i] = static_cast<uint32_t>(Get(bytes.data() + 4 * i, 4));
   return crcs;
 }
 

@@ -28,6 +28,7 @@
 #define DISTCKPT_FORMAT_DCP_ITEM_INDEX_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -53,10 +54,13 @@ inline constexpr uint64_t kDcpIndexTrailerBytes = 40;
 // column split of a row reads blocks no larger than it needs); the block
 // CRCs take at most 0.4% of the record. Records of one block get none.
 uint32_t DcpBlockSize(uint64_t row_bytes);
-// The CRC32 of each `block_size` bytes of `data` into `blocks`; returns the
-// CRC32 of all of `data` (combined from the blocks', one pass).
+// The CRC32 of each `block_size` bytes of `data` into `blocks` (none when
+// block_size is 0); returns the CRC32 of all of `data`, combined from the
+// blocks'. One pass: `each_piece`, when given, gets the data in order, in
+// pieces of 256 KiB, each right after it was hashed (still in the cache).
 uint32_t DcpBlockCrcs(std::span<const std::byte> data, uint32_t block_size,
-                      std::vector<uint32_t>* blocks);
+                      std::vector<uint32_t>* blocks,
+                      const std::function<void(std::span<const std::byte>)>& each_piece = nullptr);
 
 class DcpIndexWriter {
  public:

@@ -26,6 +26,23 @@ TEST(ItemIndexTest, BlockCrcsCombineToTheRecordCrc) {
   EXPECT_EQ(blocks[9], Crc32(AsBytes(data.substr(9216))));
 }
 
+TEST(ItemIndexTest, BlockCrcsHandTheDataOnInOrder) {
+  std::string data(600 << 10, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i % 251);
+  for (uint32_t block_size : {0u, 2048u}) {
+    std::vector<uint32_t> blocks;
+    std::string seen;
+    const uint32_t crc =
+        DcpBlockCrcs(AsBytes(data), block_size, &blocks, [&](std::span<const std::byte> piece) {
+          EXPECT_LE(piece.size(), 256u << 10);
+          seen.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+        });
+    EXPECT_EQ(crc, Crc32(AsBytes(data))) << block_size;
+    EXPECT_EQ(seen, data) << block_size;
+    EXPECT_EQ(blocks.size(), block_size == 0 ? 0u : 300u);
+  }
+}
+
 TEST(ItemIndexTest, BlocksAreAnEighthOfARowBetween1And4KiB) {
   EXPECT_EQ(DcpBlockSize(16 << 10), 2048u);  // f32 rows of 4096
   EXPECT_EQ(DcpBlockSize(8 << 10), 1024u);   // bf16 rows of 4096: a TP-8 column split's run
@@ -37,11 +54,14 @@ TEST(ItemIndexTest, BlocksAreAnEighthOfARowBetween1And4KiB) {
 TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
   const std::string items(5000, 'x');  // stands for the items
   DcpIndexWriter writer;
-  writer.Add({.item_offset = 2000, .data_offset = 2400, .data_size = 2500, .binding = 7, .crc = 9,
+  writer.Add({.item_offset = 2000,
+              .data_offset = 2400,
+              .data_size = 2500,
+              .binding = 7,
+              .crc = 9,
               .block_size = 1024},
              {1, 2, 3});
-  writer.Add({.item_offset = 0, .data_offset = 384, .data_size = 100, .binding = 8, .crc = 10},
-             {});
+  writer.Add({.item_offset = 0, .data_offset = 384, .data_size = 100, .binding = 8, .crc = 10}, {});
   const std::string file = items + writer.Finish(items.size());
   auto bytes = AsBytes(file);
   std::optional<DcpIndexTrailer> trailer =

@@ -306,7 +306,8 @@ void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, st
 }
 
 uint64_t WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
-                            std::span<const std::byte> data, std::optional<uint32_t> crc) {
+                            std::span<const std::byte> data,
+                            const std::function<uint32_t(const ZipWriter::Sink&)>& stream) {
   const TorchDType& info = Info(dtype);
   const bool v3 = info.storage.empty();  // float8: UntypedStorage counted in bytes
   PickleWriter w;
@@ -330,7 +331,8 @@ uint64_t WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
            });
   zip.AddRecord("data.pkl", w.Finish());
   zip.AddRecord("byteorder", "little");
-  const uint64_t data_offset = zip.AddRecord("data/0", data, crc);
+  const uint64_t data_offset =
+      stream ? zip.AddStreamedRecord("data/0", data.size(), stream) : zip.AddRecord("data/0", data);
   zip.AddRecord("version", "3\n");
   return data_offset;
 }

@@ -62,19 +62,46 @@ uint32_t Crc32(std::span<const std::byte> data, uint32_t crc) {
   return libdeflate_crc32(crc, data.data(), data.size());
 }
 
-ZipWriter::ZipWriter(Sink sink, std::string prefix, bool force_zip64)
-    : sink_(std::move(sink)), prefix_(std::move(prefix)), force_zip64_(force_zip64) {}
+ZipWriter::ZipWriter(Sink sink, std::string prefix, bool force_zip64, Patch patch)
+    : sink_(std::move(sink)),
+      patch_(std::move(patch)),
+      prefix_(std::move(prefix)),
+      force_zip64_(force_zip64) {}
 
 void ZipWriter::Put(const std::string& bytes) {
   sink_(std::as_bytes(std::span(bytes.data(), bytes.size())));
   offset_ += bytes.size();
 }
 
-uint64_t ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data,
-                              std::optional<uint32_t> known_crc) {
+uint64_t ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data) {
+  const uint64_t data_offset = PutLocalHeader(name, Crc32(data), data.size());
+  sink_(data);
+  offset_ += data.size();
+  return data_offset;
+}
+
+uint64_t ZipWriter::AddStreamedRecord(std::string_view name, uint64_t size,
+                                      const std::function<uint32_t(const Sink&)>& write) {
+  const uint64_t header_offset = offset_;
+  const uint64_t data_offset = PutLocalHeader(name, 0, size);
+  const uint32_t crc = write([&](std::span<const std::byte> piece) {
+    sink_(piece);
+    offset_ += piece.size();
+  });
+  if (offset_ != data_offset + size) {
+    Fail(ErrorKind::kInvalidArgument, "zip record '{}': {} bytes streamed, {} announced", name,
+         offset_ - data_offset, size);
+  }
+  std::string bytes;
+  PutLE(bytes, crc, 4);
+  patch_(header_offset + 14, std::as_bytes(std::span(bytes.data(), bytes.size())));
+  central_.back().crc = crc;
+  return data_offset;
+}
+
+uint64_t ZipWriter::PutLocalHeader(std::string_view name, uint32_t crc, uint64_t size) {
   const std::string full = prefix_ + "/" + std::string(name);
-  const uint32_t crc = known_crc ? *known_crc : Crc32(data);
-  const bool zip64 = force_zip64_ || data.size() >= kMax32;
+  const bool zip64 = force_zip64_ || size >= kMax32;
   const size_t zip64_extra = zip64 ? 20 : 0;
   const size_t pad =
       (kAlignment - (offset_ + 30 + full.size() + zip64_extra + 4) % kAlignment) % kAlignment;
@@ -82,27 +109,24 @@ uint64_t ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> 
   PutLE(header, kLocalSig, 4);
   PutLE(header, zip64 ? 45 : 20, 2);  // version needed
   PutLE(header, 0, 2 + 2 + 2 + 2);    // flags, method (stored), time, date
-  PutLE(header, crc, 4);
-  PutLE(header, zip64 ? kMax32 : data.size(), 4);
-  PutLE(header, zip64 ? kMax32 : data.size(), 4);
+  PutLE(header, crc, 4);              // at byte 14 (AddStreamedRecord patches it)
+  PutLE(header, zip64 ? kMax32 : size, 4);
+  PutLE(header, zip64 ? kMax32 : size, 4);
   PutLE(header, full.size(), 2);
   PutLE(header, zip64_extra + 4 + pad, 2);
   header += full;
   if (zip64) {
     PutLE(header, 0x0001, 2);
     PutLE(header, 16, 2);
-    PutLE(header, data.size(), 8);
-    PutLE(header, data.size(), 8);
+    PutLE(header, size, 8);
+    PutLE(header, size, 8);
   }
   header += "FB";
   PutLE(header, pad, 2);
   header.append(pad, 'Z');
-  central_.push_back({full, crc, data.size(), offset_});
+  central_.push_back({full, crc, size, offset_});
   Put(header);
-  const uint64_t data_offset = offset_;
-  sink_(data);
-  offset_ += data.size();
-  return data_offset;
+  return offset_;
 }
 
 void ZipWriter::Finish() {
