@@ -1,32 +1,36 @@
 // DcpReader: reads a committed DCP checkpoint through its DcpLayout
-// (dcp_layout.h). Items are opened on first use: the reader fetches the
-// item's zip directory and data.pkl (a head and a tail read), caches the
-// tensor's size, stride, storage offset and data offset, and then
+// (dcp_layout.h). A tensor item is opened on first use and its storage
+// record (data offset, size, CRC32, and the tensor's size, stride and storage
+// offset) cached:
 //
-// - for an item of at most 4 KiB: reads it whole, once (headers and data
-//   in one read), keeps it and serves every run from memory;
-// - for a tensor stored contiguously (torch.save of a contiguous chunk, as
-//   every writer we know emits), reads exactly the requested byte runs from
-//   the storage record, like the native format;
-// - for a non-contiguous one (a transposed view keeps its strides), reads
-//   the whole storage record and gathers the runs from it.
+// - from the data file's item index (item_index.h) when distckpt wrote the
+//   checkpoint: the file's index is read once (trailer and table, 48 bytes
+//   per item) and no zip header is read;
+// - else from the item's zip headers: a head (data.pkl, the storage record's
+//   local header) and a tail (zip directory) sized by what the file's first
+//   item needed; an item of at most 4 KiB is read whole, once, and kept.
 //
-// ReadStats: bytes_read counts every byte read from data files (zip
-// directories and data.pkl included; a whole small item; a whole storage
-// record for a non-contiguous tensor, so bytes_read then exceeds the bytes
-// needed). The
-// zip's CRC32 of the storage record is the chunk checksum: verified when the
-// runs cover the whole record, or when the record is read whole; partial
-// reads count as unverified.
+// Then, for a contiguous record, exactly the requested byte runs are read
+// (like the native format); a non-contiguous one (a transposed view keeps
+// its strides) is read whole and gathered. Verification (VerifyPolicy): runs
+// that cover the whole record are hashed as they are read (the zip's CRC32);
+// a partial read of an indexed item reads and checks the blocks it touches
+// (block CRC32s of the index, 1-4 KiB); a partial read of any other item
+// reads the record whole to check its one CRC32; kAlways reads every touched
+// record whole, and for an indexed item also checks its zip headers agree
+// with the index; kNever reads exactly the runs.
 //
-// The constructor also assembles the common state: common.pt (Megatron),
+// ReadStats: bytes_read counts every byte read from data files (indexes,
+// block CRCs, zip headers, whole small items, whole records read to verify
+// them), so it exceeds the bytes needed by that overhead. The
+// constructor also assembles the common state: common.pt (Megatron),
 // else a "common_state" ShardedObject (Megatron HEAD), plus every bytes item
 // that is not a ShardedObject, at its planner_data path.
 //
-// Errors: a missing or truncated data file or item, a damaged archive, a
-// CRC mismatch, or an item that disagrees with .metadata is CheckpointError
-// (kCorruption) naming the file and the key; items written with stream
-// transforms (zstd, ...) are kUnsupported.
+// Errors: a missing or truncated data file or item, a damaged archive or
+// item index, a CRC mismatch, or an item that disagrees with .metadata is
+// CheckpointError (kCorruption) naming the file and the key; items written
+// with stream transforms (zstd, ...) are kUnsupported.
 //
 // Thread-safety: ReadChunk, ReadObject and stats() may be called concurrently.
 #ifndef DISTCKPT_FORMAT_DCP_DCP_READER_H_
