@@ -56,6 +56,10 @@ uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
   return offset;
 }
 
+void DataFileWriter::Overwrite(uint64_t offset, std::span<const std::byte> bytes) {
+  file_->WriteAt(offset, bytes);
+}
+
 StoredChunk DataFileWriter::WriteTensorChunk(const std::string& key, DType dtype,
                                              const Shape& global_shape, const Box& box,
                                              const std::optional<FlatRange>& flat,
@@ -119,6 +123,7 @@ CheckpointMetadata DataFileWriter::Finish() {
   CheckOpen();
   finished_ = true;
   if (file_) {
+    FinishItems(file_->size());
     file_->Sync();
     file_->Close();
   }

@@ -18,6 +18,10 @@ class FaultWritableFile : public WritableFile {
     base_->Append(data.first(allowed));
     if (allowed < data.size()) FailIo("write", path_, ENOSPC);
   }
+  void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    env_->CheckPath(path_, "write");  // the file does not grow: no space is reserved
+    base_->WriteAt(offset, data);
+  }
   void Sync() override {
     env_->CheckPath(path_, "fdatasync");
     if (env_->fail_syncs_) FailIo("fdatasync", path_, EIO);

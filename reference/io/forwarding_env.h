@@ -84,6 +84,9 @@ class ForwardingWritableFile : public WritableFile {
       : target_(std::move(target)) {}
 
   void Append(std::span<const std::byte> data) override { target_->Append(data); }
+  void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    target_->WriteAt(offset, data);
+  }
   void Sync() override { target_->Sync(); }
   void Close() override { target_->Close(); }
   uint64_t size() const override { return target_->size(); }

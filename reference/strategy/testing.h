@@ -208,6 +208,9 @@ class GatedEnv : public ForwardingEnv {
       lock.unlock();
       base_->Append(data);
     }
+    void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+      base_->WriteAt(offset, data);
+    }
     void Sync() override { base_->Sync(); }
     void Close() override { base_->Close(); }
     uint64_t size() const override { return base_->size(); }
