@@ -24,12 +24,13 @@ namespace fs = std::filesystem;
 // Records the (file name, offset) of every read, then passes it on.
 class RecordingEnv : public ForwardingEnv {
  public:
+  RecordingEnv() : ForwardingEnv(Env::Default()) {}
   struct ReadAt {
     std::string file;
     uint64_t offset;
   };
   std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) override {
-    return std::make_unique<File>(base_->NewRandomAccessFile(path), this);
+    return std::make_unique<File>(target()->NewRandomAccessFile(path), this);
   }
   std::vector<ReadAt> reads() const {
     std::lock_guard lock(mu_);
