@@ -161,11 +161,18 @@ const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t ite
       stats_.bytes_read += last.size();
       const std::string source = fmt::format("{} (its item index)", f.path());
       if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source)) {
-        std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
-        f.Read(trailer->table_offset, table);
-        stats_.bytes_read += table.size();
-        for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
-          loaded->emplace(e.item_offset, e);
+        // An index lists non-empty tensor items, which .metadata lists too. A
+        // trailer counting more (damaged) is not followed: reading what it
+        // claims could mean the whole file; the zip headers serve instead.
+        const auto first = layout_.items.lower_bound({file, 0});
+        const auto end = layout_.items.lower_bound({file + '\0', 0});
+        if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
+          std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
+          f.Read(trailer->table_offset, table);
+          stats_.bytes_read += table.size();
+          for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
+            loaded->emplace(e.item_offset, e);
+          }
         }
       }
     }
