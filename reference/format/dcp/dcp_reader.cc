@@ -293,6 +293,15 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
            file.path(), what(), zip.record_size, zip.record_offset, zip.crc, item.record_size,
            item.record_offset, item.crc);
     }
+    // And the block CRC32s, which verify partial reads, must make up the record's.
+    if (item.index->block_size > 0 &&
+        CombineBlockCrcs(BlockCrcs(*item.index, file), item.index->block_size, item.record_size) !=
+            item.crc) {
+      Fail(ErrorKind::kCorruption,
+           "{}: the block CRC32s of {} in its item index do not combine to the record's CRC32 "
+           "{:08x}",
+           file.path(), what(), item.crc);
+    }
   }
   // Bytes [offset, offset + dst.size()) of the storage record: from memory
   // for a small item (counted when it was read), else from the data file.
