@@ -255,6 +255,26 @@ TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   EXPECT_NO_THROW(ReadAfterDamage(elsewhere, "b", VerifyPolicy::kWhenWhole));
   EXPECT_THAT([&] { ReadAfterDamage(elsewhere, "b", VerifyPolicy::kAlways); },
               ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path_));
+  // A damaged block CRC32 (b's block 700, not one the run touches): kAlways
+  // finds the block CRCs no longer make up the record's.
+  uint64_t items_end;
+  std::memcpy(&items_end, good.data() + good.size() - 40, 8);
+  const std::string bad_crc = flipped(items_end + 1024 * 4 + 700 * 4);  // after a's 1024 CRCs
+  EXPECT_NO_THROW(ReadAfterDamage(bad_crc, "b", VerifyPolicy::kWhenWhole));
+  EXPECT_THAT([&] { ReadAfterDamage(bad_crc, "b", VerifyPolicy::kAlways); },
+              ThrowsError(ErrorKind::kCorruption, "do not combine to the record's CRC32"));
+  // A trailer claiming more of the file as its table than .metadata has
+  // items is not followed: the zip headers serve.
+  std::string longer = good;
+  auto put = [&](size_t at, uint64_t v) { std::memcpy(longer.data() + at, &v, 8); };
+  uint64_t table_offset, count;
+  std::memcpy(&table_offset, good.data() + good.size() - 32, 8);
+  std::memcpy(&count, good.data() + good.size() - 24, 8);
+  put(longer.size() - 32, table_offset - 10 * 48);
+  put(longer.size() - 24, count + 10);
+  got_[3] = 0;
+  EXPECT_NO_THROW(ReadAfterDamage(longer, "a", VerifyPolicy::kWhenWhole));
+  EXPECT_EQ(got_[3], 300 * 512 + 10);
   // A damaged index table is refused, naming the file.
   EXPECT_THAT(
       [&] { ReadAfterDamage(flipped(good.size() - 40 - 48 + 3), "a", VerifyPolicy::kNever); },

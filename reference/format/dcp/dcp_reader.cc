@@ -161,11 +161,18 @@ const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t ite
       stats_.bytes_read += last.size();
       const std::string source = fmt::format("{} (its item index)", f.path());
       if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source)) {
-        std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
-        f.Read(trailer->table_offset, table);
-        stats_.bytes_read += table.size();
-        for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
-          loaded->emplace(e.item_offset, e);
+        // An index lists non-empty tensor items, which .metadata lists too. A
+        // trailer counting more (damaged) is not followed: reading what it
+        // claims could mean the whole file; the zip headers serve instead.
+        const auto first = layout_.items.lower_bound({file, 0});
+        const auto end = layout_.items.lower_bound({file + '\0', 0});
+        if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
+          std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
+          f.Read(trailer->table_offset, table);
+          stats_.bytes_read += table.size();
+          for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
+            loaded->emplace(e.item_offset, e);
+          }
         }
       }
     }
@@ -285,6 +292,15 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
            "{:08x}; the index records {} bytes at byte {}, CRC32 {:08x})",
            file.path(), what(), zip.record_size, zip.record_offset, zip.crc, item.record_size,
            item.record_offset, item.crc);
+    }
+    // And the block CRC32s, which verify partial reads, must make up the record's.
+    if (item.index->block_size > 0 &&
+        CombineBlockCrcs(BlockCrcs(*item.index, file), item.index->block_size, item.record_size) !=
+            item.crc) {
+      Fail(ErrorKind::kCorruption,
+           "{}: the block CRC32s of {} in its item index do not combine to the record's CRC32 "
+           "{:08x}",
+           file.path(), what(), item.crc);
     }
   }
   // Bytes [offset, offset + dst.size()) of the storage record: from memory

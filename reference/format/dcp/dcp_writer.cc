@@ -57,6 +57,7 @@ void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
       });
   zip.Finish();
   chunk.offset = *start;
+  if (bytes.empty()) return;  // nothing to read; Commit may drop duplicate empty chunks
   index_.Add({.item_offset = *start,
               .data_offset = *start + data_offset,
               .data_size = bytes.size(),

@@ -45,25 +45,30 @@ uint32_t DcpBlockCrcs(std::span<const std::byte> data, uint32_t block_size,
                       const std::function<void(std::span<const std::byte>)>& each_piece) {
   blocks->clear();
   if (block_size > 0) blocks->reserve((data.size() + block_size - 1) / block_size);
-  const uLong op = block_size > 0 ? crc32_combine_gen64(block_size) : 0;
   uint32_t crc = 0;
   for (size_t at = 0; at < data.size(); at += kPieceBytes) {
     const std::span<const std::byte> piece =
         data.subspan(at, std::min(kPieceBytes, data.size() - at));
-    for (size_t b = 0; block_size > 0 && b < piece.size(); b += block_size) {
-      const std::span<const std::byte> block =
-          piece.subspan(b, std::min<size_t>(block_size, piece.size() - b));
-      const uint32_t c = Crc32(block);
-      blocks->push_back(c);
-      crc = at + b == 0                  ? c
-            : block.size() == block_size ? static_cast<uint32_t>(crc32_combine_op(crc, c, op))
-                                         : static_cast<uint32_t>(crc32_combine64(
-                                               crc, c, static_cast<z_off64_t>(block.size())));
-    }
     if (block_size == 0) crc = Crc32(piece, crc);
+    for (size_t b = 0; block_size > 0 && b < piece.size(); b += block_size) {
+      blocks->push_back(Crc32(piece.subspan(b, std::min<size_t>(block_size, piece.size() - b))));
+    }
     if (each_piece) each_piece(piece);
   }
-  return crc;
+  return block_size == 0 ? crc : CombineBlockCrcs(*blocks, block_size, data.size());
+}
+
+uint32_t CombineBlockCrcs(const std::vector<uint32_t>& blocks, uint32_t block_size,
+                          uint64_t data_size) {
+  const uLong op = crc32_combine_gen64(block_size);
+  uLong crc = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const uint64_t size = std::min<uint64_t>(block_size, data_size - i * block_size);
+    crc = i == 0               ? blocks[0]
+          : size == block_size ? crc32_combine_op(crc, blocks[i], op)
+                               : crc32_combine64(crc, blocks[i], static_cast<z_off64_t>(size));
+  }
+  return static_cast<uint32_t>(crc);
 }
 
 void DcpIndexWriter::Add(const DcpIndexEntry& entry, std::vector<uint32_t> block_crcs) {

@@ -62,6 +62,10 @@ uint32_t DcpBlockCrcs(std::span<const std::byte> data, uint32_t block_size,
                       std::vector<uint32_t>* blocks,
                       const std::function<void(std::span<const std::byte>)>& each_piece = nullptr);
 
+// The CRC32 of a record of `data_size` bytes from its blocks' CRC32s.
+uint32_t CombineBlockCrcs(const std::vector<uint32_t>& blocks, uint32_t block_size,
+                          uint64_t data_size);
+
 class DcpIndexWriter {
  public:
   void Add(const DcpIndexEntry& entry, std::vector<uint32_t> block_crcs);

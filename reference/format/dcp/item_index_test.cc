@@ -22,6 +22,7 @@ TEST(ItemIndexTest, BlockCrcsCombineToTheRecordCrc) {
   std::vector<uint32_t> blocks;
   EXPECT_EQ(DcpBlockCrcs(AsBytes(data), 1024, &blocks), Crc32(AsBytes(data)));
   ASSERT_EQ(blocks.size(), 10u);  // the last block shorter (784 bytes)
+  EXPECT_EQ(CombineBlockCrcs(blocks, 1024, data.size()), Crc32(AsBytes(data)));
   EXPECT_EQ(blocks[3], Crc32(AsBytes(data.substr(3072, 1024))));
   EXPECT_EQ(blocks[9], Crc32(AsBytes(data.substr(9216))));
 }
