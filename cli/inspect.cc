@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "format/format.h"
+#include "format/native/block_checksums.h"
 #include "format/native/metadata_json.h"
 
 namespace distckpt {
@@ -27,12 +28,17 @@ void CheckDataFiles(Env* env, const std::string& dir, const CheckpointMetadata& 
   };
   for (const auto& [key, t] : md.tensors) {
     for (const StoredChunk& c : t.chunks) {
-      need(c.file, c.offset + c.length,
-           fmt::format("tensor '{}' chunk at {}", key, ShapeToString(c.box.offset)));
+      // Native version 3: the chunk's block checksums follow its payload.
+      const uint64_t sums = SumsBytes(c);
+      need(c.file, c.offset + c.length + sums,
+           fmt::format("tensor '{}' chunk at {} written by rank {}{}", key,
+                       ShapeToString(c.box.offset), c.writer_rank,
+                       sums != 0 ? " (its block checksums after it)" : ""));
     }
   }
   for (const auto& [unique_key, o] : md.objects) {
-    need(o.file, o.offset + o.length, fmt::format("object '{}'", unique_key));
+    need(o.file, o.offset + o.length,
+         fmt::format("object '{}' written by rank {}", unique_key, o.writer_rank));
   }
   for (const auto& [file, n] : files) {
     const std::string path = JoinPath(dir, file);

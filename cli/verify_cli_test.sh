@@ -85,6 +85,42 @@ print(chunk["file"])
 PY
 expect 2 "$d" verify "$w/flip" --spec "$w/spec.json" -t tp=2 --data
 grep -q "layer.weight" "$w/err" || fail "verify --data does not name the key"
+# Format v3 keeps each chunk's block checksums in the data file after its
+# payload: a flipped one is named (file, key, rank) by verify --data; without
+# them (cut off) inspect --check names the short file.
+cp -r "$w/ck" "$w/sums"
+python3 - "$w/sums" >"$w/sums.txt" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+md = json.load(open(os.path.join(d, "metadata.json")))
+assert md["format_version"] == 3, md["format_version"]
+# A chunk that is the last item of its data file (so cutting its block checksums off
+# leaves every other item whole).
+items = [(c["file"], c["byte_offset"], c) for t in md["tensors"].values() for c in t["chunks"]]
+items += [(o["file"], o["byte_offset"], None) for o in md["objects"].values()]
+ends = {}
+for f, at, c in items:
+    if f not in ends or at > ends[f][0]:
+        ends[f] = (at, c)
+chunk = next(c for at, c in ends.values() if c is not None and c["length"] > 0)
+with open(os.path.join(d, chunk["file"]), "r+b") as f:
+    at = chunk["byte_offset"] + chunk["length"] + 3  # block 0's checksum
+    f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0x01]))
+key = next(k for k, t in md["tensors"].items() if chunk in t["chunks"])
+print(chunk["file"], key, chunk["rank"], chunk["byte_offset"] + chunk["length"])
+PY
+read -r sums_file sums_key sums_rank sums_at <"$w/sums.txt"
+expect 2 "$d" verify "$w/sums" --spec "$w/spec.json" -t tp=2 --data
+grep -q "$sums_file for key '$sums_key' chunk at .* written by rank $sums_rank: its block checksums" \
+  "$w/err" || { cat "$w/err" >&2; fail "verify --data does not name a damaged block checksum"; }
+expect 0 "$d" inspect "$w/sums" --check
+cp -r "$w/ck" "$w/nosums"
+truncate -s "$sums_at" "$w/nosums/$sums_file"  # the payload stays whole
+expect 2 "$d" inspect "$w/nosums" --check
+grep -q "$sums_file is truncated.*'$sums_key' chunk at .* written by rank $sums_rank (its block checksums after it)" \
+  "$w/err" || { cat "$w/err" >&2; fail "inspect --check does not name the cut block checksums"; }
+expect 2 "$d" verify "$w/nosums" --spec "$w/spec.json" -t tp=2 --data
+grep -q "$sums_file is truncated" "$w/err" || fail "verify --data does not name the short file"
 
 # reshard: real values under tp=4 (native); to DCP under tp=2,pp=2,dp=2 and
 # back to tp=2,pp=2 natively: the round trip diffs identical.

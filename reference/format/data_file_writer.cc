@@ -60,6 +60,11 @@ void DataFileWriter::Overwrite(uint64_t offset, std::span<const std::byte> bytes
   file_->WriteAt(offset, bytes);
 }
 
+void DataFileWriter::AppendChecksums(std::span<const std::byte> bytes) {
+  Append(bytes);
+  bytes_written_ -= bytes.size();
+}
+
 StoredChunk DataFileWriter::WriteTensorChunk(const std::string& key, DType dtype,
                                              const Shape& global_shape, const Box& box,
                                              const std::optional<FlatRange>& flat,

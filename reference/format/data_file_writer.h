@@ -57,10 +57,12 @@ class DataFileWriter : public CheckpointWriter {
   // ending at byte `size`: a format may append what follows its items.
   virtual void FinishItems(uint64_t size) {}
 
-  // Appends to the data file; returns the offset the bytes start at.
+  // Appends payload bytes to the data file; returns the offset they start at.
   uint64_t Append(std::span<const std::byte> bytes);
   // Overwrites bytes already appended, at `offset` of the data file.
   void Overwrite(uint64_t offset, std::span<const std::byte> bytes);
+  // Appends bytes of the format's own (checksums), not counted in bytes_written.
+  void AppendChecksums(std::span<const std::byte> bytes);
   int rank() const { return rank_; }
 
  private:

@@ -49,6 +49,8 @@ class CheckpointWriter {
                                    std::span<const std::byte> bytes) = 0;
   // Flushes and fsyncs this rank's files; returns this rank's metadata.
   virtual CheckpointMetadata Finish() = 0;
+  // Payload bytes written so far (chunks and objects; not a format's own
+  // checksums that it stores beside them).
   virtual uint64_t bytes_written() const = 0;
 };
 
@@ -70,7 +72,10 @@ std::string_view VerifyPolicyName(VerifyPolicy policy);
 VerifyPolicy ParseVerifyPolicy(std::string_view name);
 
 struct ReadStats {
-  std::atomic<uint64_t> bytes_read{0};
+  std::atomic<uint64_t> bytes_read{0};  // payload bytes
+  // Native version 3: the block checksums read from the data files (8 bytes
+  // a block of every chunk a verified read touches), not in bytes_read.
+  std::atomic<uint64_t> checksum_bytes_read{0};
   std::atomic<uint64_t> chunks_verified{0};
   std::atomic<uint64_t> chunks_unverified{0};  // partially read, not verifiable
 };

@@ -1,6 +1,13 @@
 #include "io/checksum.h"
 
 #include <xxhash.h>
+#if defined(__x86_64__)
+// The library's run-time dispatch: the AVX2 (or AVX-512) kernel where the CPU
+// has it, SSE2 otherwise; the same hash values. The plain entry points are
+// SSE2 only: about 3x slower on data in cache (bench/README.md, "Verified
+// loads"). The header redirects XXH3_64bits* to the *_dispatch functions.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "core/error.h"
 

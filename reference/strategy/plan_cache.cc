@@ -17,16 +17,9 @@ void ForEachChecksum(CheckpointMetadata& md,
                      const std::function<void(std::optional<uint64_t>&)>& fn) {
   for (auto& [key, tensor] : md.tensors) {
     for (StoredChunk& chunk : tensor.chunks) {
-      if (chunk.block_size == 0) {
-        fn(chunk.checksum);
-        continue;
-      }
-      // Native version 2: one slot per block (a reset slot reads back as 0).
-      for (uint64_t& block : chunk.block_checksums) {
-        std::optional<uint64_t> slot = block;
-        fn(slot);
-        block = slot.value_or(0);
-      }
+      // Writers produce the current versions: one checksum per chunk (DCP),
+      // or, native, the checksum of the block checksums stored in the data file.
+      fn(chunk.block_size == 0 ? chunk.checksum : chunk.sums_checksum);
     }
   }
   for (auto& [unique_key, object] : md.objects) fn(object.checksum);

@@ -79,6 +79,7 @@ void WriteChunk(WireWriter& out, const StoredChunk& c) {
   out.I64(c.writer_rank);
   out.U64(c.block_size);
   out.U64s(c.block_checksums);
+  WriteOptionalU64(out, c.sums_checksum);
 }
 
 StoredChunk ReadChunk(WireReader& in) {
@@ -93,6 +94,7 @@ StoredChunk ReadChunk(WireReader& in) {
   c.writer_rank = static_cast<int>(in.I64());
   c.block_size = in.U64();
   c.block_checksums = in.U64s();
+  c.sums_checksum = ReadOptionalU64(in);
   return c;
 }
 

@@ -28,12 +28,14 @@ CheckpointMetadata WrittenExample() {
   a.writer_rank = 3;
   a.block_size = 16;
   a.block_checksums = {1, UINT64_MAX};
+  a.sums_checksum = 0x0123456789abcdefULL;
   StoredChunk b = a;
   b.box = {{2, 0}, {2, 6}};
   b.flat = FlatRange{2, 10};
   b.checksum.reset();
   b.block_size = 0;
   b.block_checksums.clear();
+  b.sums_checksum.reset();
   w.chunks = {a, b};
   md.tensors.emplace(w.key, w);
   md.tensors.emplace("empty", StoredTensor{"empty", DType::kI64, {0}, {}});

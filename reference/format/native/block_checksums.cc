@@ -48,6 +48,18 @@ uint64_t BlockChecksum(std::span<const std::byte> data, uint64_t seed, uint64_t 
   return Checksum(data, seed + index * 0x9E3779B97F4A7C15ull);
 }
 
+// The sums are stored as the host's uint64_t array (little-endian, like
+// every payload: FORMAT.md).
+static_assert(std::endian::native == std::endian::little);
+
+uint64_t SumsChecksum(std::span<const uint64_t> sums, uint64_t seed) {
+  return BlockChecksum(std::as_bytes(sums), seed, sums.size());
+}
+
+uint64_t SumsBytes(const StoredChunk& chunk) {
+  return chunk.sums_checksum ? 8 * BlockCount(chunk.length, chunk.block_size) : 0;
+}
+
 std::string BlockChecksumsToHex(const std::vector<uint64_t>& checksums) {
   std::string hex;
   hex.reserve(16 * checksums.size());

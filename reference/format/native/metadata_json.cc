@@ -130,8 +130,10 @@ void LocationToJson(const Stored& stored, json& j) {
   j["length"] = stored.length;
   if (stored.checksum) j["checksum"] = ChecksumToHex(*stored.checksum);
   if constexpr (std::is_same_v<Stored, StoredChunk>) {
-    if (stored.block_size != 0) {
-      j["block_size"] = stored.block_size;
+    if (stored.block_size != 0) j["block_size"] = stored.block_size;
+    if (stored.sums_checksum) {  // version 3: the block checksums are in the data file
+      j["sums_checksum"] = ChecksumToHex(*stored.sums_checksum);
+    } else if (stored.block_size != 0) {  // version 2
       j["block_checksums"] = BlockChecksumsToHex(stored.block_checksums);
     }
   }
@@ -166,7 +168,10 @@ void ParseLocation(const Field& f, Stored& stored) {
 }
 
 StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) {
-  if (version >= 2) {
+  if (version >= 3) {
+    f.OnlyMembers({"offset", "shape", "flat", "file", "byte_offset", "length", "block_size",
+                   "sums_checksum", "rank"});
+  } else if (version == 2) {
     f.OnlyMembers({"offset", "shape", "flat", "file", "byte_offset", "length", "block_size",
                    "block_checksums", "rank"});
   } else {
@@ -206,9 +211,22 @@ StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) 
     f.Member("length").Fail(fmt::format("{} bytes, but {} elements of {} take {}", chunk.length,
                                         chunk.numel(), DTypeName(tensor.dtype), expected));
   }
-  if (version >= 2) {
-    Field block_size = f.Member("block_size");
-    chunk.block_size = static_cast<uint64_t>(block_size.Int(1, int64_t{1} << 40));
+  if (version < 2) return chunk;
+  Field block_size = f.Member("block_size");
+  chunk.block_size = static_cast<uint64_t>(block_size.Int(1, int64_t{1} << 40));
+  if (version >= 3) {
+    Field sums = f.Member("sums_checksum");
+    try {
+      chunk.sums_checksum = ChecksumFromHex(sums.String());
+    } catch (const CheckpointError& e) {
+      sums.Fail(e.what());
+    }
+    // The sums follow the payload: their end must be a file offset too.
+    const uint64_t room = static_cast<uint64_t>(kInt64Max) - chunk.offset - chunk.length;
+    if (BlockCount(chunk.length, chunk.block_size) > room / 8) {
+      block_size.Fail("the payload's block checksums after it overflow a file offset");
+    }
+  } else {  // version 2
     Field checksums = f.Member("block_checksums");
     try {
       chunk.block_checksums = BlockChecksumsFromHex(checksums.String());

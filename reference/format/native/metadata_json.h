@@ -1,5 +1,5 @@
 // CheckpointMetadata <-> JSON, the contents of the native format's
-// metadata.json (format version 2, version 1 still read; FORMAT.md beside this file). Ranks
+// metadata.json (format version 3, versions 1 and 2 still read; FORMAT.md beside this file). Ranks
 // send each other their metadata in wire/messages.h's codec, never this JSON.
 //
 // Parsing is strict and never crashes on bad input: a missing or ill-typed
@@ -22,7 +22,7 @@
 namespace distckpt {
 
 inline constexpr char kMetadataFileName[] = "metadata.json";
-inline constexpr int kNativeFormatVersion = 2;  // writes 2, reads 1 and 2
+inline constexpr int kNativeFormatVersion = 3;  // writes 3, reads 1 to 3
 
 nlohmann::json MetadataToJson(const CheckpointMetadata& metadata);
 // `source` names the input in error messages (a path, "rank metadata").

@@ -104,19 +104,27 @@ TEST(MetadataJsonTest, TextIsStable) {
 )");
 }
 
-CheckpointMetadata ExampleV2() {
+// Example() as format version 2 or 3: blocks of 8 bytes, their checksums
+// (version 2) or the checksum of them (version 3).
+CheckpointMetadata ExampleWithBlocks(int version) {
   CheckpointMetadata md = Example();
-  md.format_version = 2;
+  md.format_version = version;
   for (auto& [key, tensor] : md.tensors) {
     for (StoredChunk& chunk : tensor.chunks) {
       chunk.checksum.reset();
       chunk.block_size = 8;
+      if (version >= 3) {
+        chunk.sums_checksum = chunk.length;
+        continue;
+      }
       chunk.block_checksums.assign((chunk.length + 7) / 8, 0);
       for (size_t b = 0; b < chunk.block_checksums.size(); ++b) chunk.block_checksums[b] = b + 1;
     }
   }
   return md;
 }
+CheckpointMetadata ExampleV2() { return ExampleWithBlocks(2); }
+CheckpointMetadata ExampleV3() { return ExampleWithBlocks(3); }
 
 // Recomputes metadata_checksum after an edit (as a tool rewriting the file would).
 void Reseal(json& j) {
@@ -160,18 +168,24 @@ TEST(MetadataJsonTest, Version2EditsAreCaughtByTheMetadataChecksum) {
               ThrowsError(ErrorKind::kCorruption, "checksum mismatch"));
 }
 
+// `md` as sealed JSON with field `field` of chunk 0 of "decoder.w" set to
+// `value` (or erased), resealed.
+json EditedChunk0(const CheckpointMetadata& md, const std::string& field, const json& value,
+                  bool erase) {
+  json j = MetadataToJson(md);
+  json& chunk = j["tensors"]["decoder.w"]["chunks"][0];
+  if (erase) {
+    chunk.erase(field);
+  } else {
+    chunk[field] = value;
+  }
+  Reseal(j);
+  return j;
+}
+
 TEST(MetadataJsonTest, Version2ChunksNeedTheirBlockChecksums) {
-  const std::string c0 = "/tensors/decoder.w/chunks/0";
   auto edited = [&](const std::string& field, const json& value, bool erase) {
-    json j = MetadataToJson(ExampleV2());
-    json::json_pointer ptr(c0 + "/" + field);
-    if (erase) {
-      j.at(ptr.parent_pointer()).erase(field);
-    } else {
-      j[ptr] = value;
-    }
-    Reseal(j);
-    return j;
+    return EditedChunk0(ExampleV2(), field, value, erase);
   };
   EXPECT_THAT([&] { MetadataFromJson(edited("block_checksums", "", true), "m"); },
               ThrowsError(ErrorKind::kCorruption, "chunks[0].block_checksums: missing"));
@@ -185,6 +199,46 @@ TEST(MetadataJsonTest, Version2ChunksNeedTheirBlockChecksums) {
               ThrowsError(ErrorKind::kCorruption, "malformed checksum"));
   EXPECT_THAT([&] { MetadataFromJson(edited("checksum", "0000000000000001", false), "m"); },
               ThrowsError(ErrorKind::kCorruption, "unexpected field 'checksum'"));
+}
+
+// Version 3 keeps one checksum per chunk, of the block checksums that the
+// data file holds after the payload: O(chunks), not O(bytes).
+TEST(MetadataJsonTest, Version3KeepsTheChecksumOfTheBlockChecksums) {
+  const CheckpointMetadata md = ExampleV3();
+  EXPECT_EQ(MetadataFromText(MetadataToText(md), "test"), md);
+  const json j = MetadataToJson(md);
+  const json& chunk = j.at("tensors").at("decoder.w").at("chunks")[0];
+  EXPECT_EQ(chunk.dump(),
+            R"({"block_size":8,"byte_offset":0,"file":"__0_0.bin","length":20,"offset":[0,0],)"
+            R"("rank":0,"shape":[2,5],"sums_checksum":"0000000000000014"})");
+  EXPECT_EQ(j.at("metadata_checksum").get<std::string>().size(), 16u);
+  json swapped = j;  // sealed as version 2 is
+  std::swap(swapped["tensors"]["decoder.w"]["chunks"][0]["sums_checksum"],
+            swapped["tensors"]["decoder.w"]["chunks"][1]["sums_checksum"]);
+  EXPECT_THAT([&] { MetadataFromJson(swapped, "m.json"); },
+              ThrowsError(ErrorKind::kCorruption, "m.json: metadata_checksum: checksum mismatch"));
+}
+
+TEST(MetadataJsonTest, Version3ChunksNeedTheChecksumOfTheirBlockChecksums) {
+  auto edited = [&](const std::string& field, const json& value, bool erase) {
+    return EditedChunk0(ExampleV3(), field, value, erase);
+  };
+  EXPECT_THAT([&] { MetadataFromJson(edited("sums_checksum", "", true), "m"); },
+              ThrowsError(ErrorKind::kCorruption, "chunks[0].sums_checksum: missing"));
+  EXPECT_THAT([&] { MetadataFromJson(edited("sums_checksum", "12", false), "m"); },
+              ThrowsError(ErrorKind::kCorruption, "chunks[0].sums_checksum: malformed checksum"));
+  EXPECT_THAT([&] { MetadataFromJson(edited("block_size", nullptr, true), "m"); },
+              ThrowsError(ErrorKind::kCorruption, "chunks[0].block_size: missing"));
+  EXPECT_THAT([&] { MetadataFromJson(edited("block_checksums", "0000000000000001", false), "m"); },
+              ThrowsError(ErrorKind::kCorruption, "unexpected field 'block_checksums'"));
+  // The block checksums after the payload must end at a file offset too.
+  json far = edited("block_size", 1, false);
+  // 20 bytes in blocks of 1: 160 bytes of checksums, 100 bytes left before 2^63 - 1.
+  far["tensors"]["decoder.w"]["chunks"][0]["byte_offset"] = INT64_MAX - 120;
+  Reseal(far);
+  EXPECT_THAT([&] { MetadataFromJson(far, "m"); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "chunks[0].block_size: the payload's block checksums after it overflow"));
 }
 
 struct Malformed {
@@ -287,11 +341,11 @@ TEST(MetadataJsonTest, TopLevelMustBeAnObject) {
 
 TEST(MetadataJsonTest, NewerVersionIsUnsupported) {
   json j = MetadataToJson(Example());
-  j["format_version"] = 3;
+  j["format_version"] = 4;
   j["new_field"] = true;  // versions may add fields: reported as unsupported, not corrupt
   EXPECT_THAT([&] { MetadataFromJson(j, "m.json"); },
               ThrowsError(ErrorKind::kUnsupported,
-                          "m.json: format_version 3 is newer than this distckpt reads (up to 2)"));
+                          "m.json: format_version 4 is newer than this distckpt reads (up to 3)"));
 }
 
 // Any single damaged or removed field either still parses or is a
@@ -300,7 +354,8 @@ TEST(MetadataJsonTest, NeverCrashesOnDamagedFields) {
   const std::vector<json> replacements = {
       nullptr, -1, 0, "x", 1e300, 18446744073709551615ull, json::array(), json::object(), true};
   int failures = 0;
-  for (const json& original : {MetadataToJson(Example()), MetadataToJson(ExampleV2())}) {
+  for (const json& original :
+       {MetadataToJson(Example()), MetadataToJson(ExampleV2()), MetadataToJson(ExampleV3())}) {
     auto parse = [&](const json& j) {
       try {
         MetadataFromJson(j, "m.json");
@@ -330,7 +385,7 @@ TEST(MetadataJsonTest, NeverCrashesOnDamagedFields) {
       parse(j);
     }
   }
-  EXPECT_GT(failures, 200);
+  EXPECT_GT(failures, 300);
 }
 
 }  // namespace

@@ -68,14 +68,16 @@ class NativeFormatImpl : public Format {
            metadata.format, metadata.format_version, kNativeFormatVersion);
     }
     // Merged rank metadata is written as the current version; every chunk
-    // must carry what that version stores (NativeWriter's block checksums).
+    // must carry what that version stores (NativeWriter's block checksums in
+    // the data file, and their checksum).
     CheckpointMetadata current = WithoutDuplicateEmptyChunks(metadata);
     current.format_version = kNativeFormatVersion;
     for (const auto& [key, tensor] : current.tensors) {
       for (const StoredChunk& chunk : tensor.chunks) {
-        if (chunk.block_size == 0) {
+        if (chunk.block_size == 0 || !chunk.sums_checksum) {
           Fail(ErrorKind::kInvalidArgument,
-               "cannot commit tensor '{}' as native version {}: a chunk has no block checksums",
+               "cannot commit tensor '{}' as native version {}: a chunk has no block checksums "
+               "in its data file",
                key, kNativeFormatVersion);
         }
       }

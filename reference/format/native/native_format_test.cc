@@ -47,15 +47,16 @@ TEST(NativeFormatTest, WriteCommitReadRoundTrip) {
 
   EXPECT_EQ(env->ListDir(dir),
             (std::vector<std::string>{"__0_0.bin", "__1_0.bin", "metadata.json"}));
+  // Each chunk's payload, then its block checksums (8 bytes per block of 16).
   EXPECT_EQ(env->FileSize(JoinPath(dir, "__0_0.bin")),
-            80u + 40u + 6u + ExampleObjectPayload(0).size());
+            80u + 40u + 40u + 24u + 6u + 8u + ExampleObjectPayload(0).size());
   EXPECT_EQ(&DetectFormat(env, dir), &NativeFormat());
 
   std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(env, dir);
   const CheckpointMetadata& md = reader->metadata();
   EXPECT_EQ(md, saved);
   EXPECT_EQ(md.format, "native");
-  EXPECT_EQ(md.format_version, 2);
+  EXPECT_EQ(md.format_version, 3);
   EXPECT_EQ(md.writer, "distckpt 0.1.0");
   EXPECT_EQ(md.topology, "tp=2");
   ASSERT_EQ(md.tensors.size(), 3u);
@@ -63,37 +64,41 @@ TEST(NativeFormatTest, WriteCommitReadRoundTrip) {
   ASSERT_EQ(flat.chunks.size(), 2u);
   EXPECT_EQ(flat.chunks[1].flat, (FlatRange{10, 24}));
   EXPECT_EQ(flat.chunks[1].file, "__1_0.bin");
-  EXPECT_EQ(flat.chunks[1].offset, 80u);  // after rank 1's "w" chunk
+  EXPECT_EQ(flat.chunks[1].offset, 120u);  // after rank 1's "w" chunk and its checksums
   EXPECT_EQ(flat.chunks[1].length, 56u);
   EXPECT_EQ(md.objects.size(), 2u);
   ExpectExample(env, dir, 0);
 }
 
-// Where and what the chunks are, without their checksums (which changed form in version 2).
-std::vector<std::tuple<std::string, Box, std::optional<FlatRange>, std::string, uint64_t, uint64_t>>
-Layout(const CheckpointMetadata& md) {
-  std::vector<
-      std::tuple<std::string, Box, std::optional<FlatRange>, std::string, uint64_t, uint64_t>>
-      out;
+// What the chunks are, without where (the block checksums of version 3 sit
+// between them) and without their checksums (which changed form in each version).
+std::vector<std::tuple<std::string, Box, std::optional<FlatRange>, std::string, uint64_t>> Layout(
+    const CheckpointMetadata& md) {
+  std::vector<std::tuple<std::string, Box, std::optional<FlatRange>, std::string, uint64_t>> out;
   for (const auto& [key, tensor] : md.tensors) {
-    for (const StoredChunk& c : tensor.chunks) {
-      out.emplace_back(key, c.box, c.flat, c.file, c.offset, c.length);
-    }
+    for (const StoredChunk& c : tensor.chunks)
+      out.emplace_back(key, c.box, c.flat, c.file, c.length);
   }
   return out;
 }
 
-// testdata/v1 was written by SaveExampleCheckpoint(seed 0) at format version 1;
-// it must stay readable, bit for bit, by every later version.
-TEST(NativeFormatTest, ReadsTheVersion1GoldenCheckpoint) {
+// Opens testdata/v<version>, written by SaveExampleCheckpoint(seed 0) at that
+// format version, and checks that it holds the example's chunks and values.
+std::unique_ptr<CheckpointReader> OpenOldGolden(int version) {
   ScopedTempDir tmp;
-  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v1";
+  const std::string golden = fmt::format("{}/v{}", DISTCKPT_NATIVE_TESTDATA, version);
   const CheckpointMetadata fresh = SaveExampleCheckpoint(Env::Default(), JoinPath(tmp.path(), "c"));
   std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(Env::Default(), golden);
-  EXPECT_EQ(reader->metadata().format_version, 1);
+  EXPECT_EQ(reader->metadata().format_version, version);
   EXPECT_EQ(Layout(reader->metadata()), Layout(fresh));
-  EXPECT_EQ(reader->metadata().tensors.at("w").chunks[0].block_size, 0u);
   ExpectExample(Env::Default(), golden, 0);
+  return NativeFormat().OpenReader(Env::Default(), golden);  // fresh read statistics
+}
+
+// Version 1 must stay readable, bit for bit, by every later version.
+TEST(NativeFormatTest, ReadsTheVersion1GoldenCheckpoint) {
+  std::unique_ptr<CheckpointReader> reader = OpenOldGolden(1);
+  EXPECT_EQ(reader->metadata().tensors.at("w").chunks[0].block_size, 0u);
   // Version 1 partial reads read exactly their bytes, unverified.
   const StoredTensor& w = reader->metadata().tensors.at("w");
   std::vector<std::byte> got(8);
@@ -102,12 +107,27 @@ TEST(NativeFormatTest, ReadsTheVersion1GoldenCheckpoint) {
   EXPECT_EQ(reader->stats().chunks_unverified, 1u);
 }
 
-// testdata/v2 is what SaveExampleCheckpoint(seed 0) writes today, byte for
+// Version 2 (block checksums in metadata.json) stays readable, verified per block.
+TEST(NativeFormatTest, ReadsTheVersion2GoldenCheckpoint) {
+  std::unique_ptr<CheckpointReader> reader = OpenOldGolden(2);
+  const StoredTensor& w = reader->metadata().tensors.at("w");
+  EXPECT_EQ(w.chunks[1].block_checksums.size(), 5u);
+  EXPECT_FALSE(w.chunks[1].sums_checksum.has_value());
+  // A partial read verifies the blocks it touches (bytes [16, 32) here).
+  std::vector<std::byte> got(8);
+  ReadRun run{20, 8, got.data()};
+  reader->ReadChunk(w, w.chunks[1], {&run, 1}, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(reader->stats().chunks_verified, 1u);
+  EXPECT_EQ(reader->stats().bytes_read, 16u);
+  EXPECT_EQ(reader->stats().checksum_bytes_read, 0u);
+}
+
+// testdata/v3 is what SaveExampleCheckpoint(seed 0) writes today, byte for
 // byte (a change needs a version bump and a new golden directory).
 // DISTCKPT_WRITE_GOLDEN=1 rewrites it.
-TEST(NativeFormatTest, WritesAndReadsTheVersion2GoldenCheckpoint) {
+TEST(NativeFormatTest, WritesAndReadsTheVersion3GoldenCheckpoint) {
   ScopedTempDir tmp;
-  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v2";
+  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v3";
   const std::string dir = JoinPath(tmp.path(), "c");
   const CheckpointMetadata fresh = SaveExampleCheckpoint(Env::Default(), dir);
   if (std::getenv("DISTCKPT_WRITE_GOLDEN") != nullptr) {
@@ -124,7 +144,7 @@ TEST(NativeFormatTest, WritesAndReadsTheVersion2GoldenCheckpoint) {
         << name;
   }
   std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(Env::Default(), golden);
-  EXPECT_EQ(reader->metadata().format_version, 2);
+  EXPECT_EQ(reader->metadata().format_version, 3);
   EXPECT_EQ(reader->metadata().tensors, fresh.tensors);
   EXPECT_EQ(reader->metadata().objects, fresh.objects);
   ExpectExample(Env::Default(), golden, 0);
@@ -183,7 +203,7 @@ TEST(NativeFormatTest, WriterRejectsInconsistentChunks) {
         writer->WriteTensorChunk("w", DType::kI32, {4}, {{0}, {4}}, std::nullopt, bytes);
       },
       ThrowsError(ErrorKind::kShapeMismatch, "tensor 'w' written as dtype f32"));
-  EXPECT_EQ(writer->bytes_written(), 16u);
+  EXPECT_EQ(writer->bytes_written(), 16u);  // not the block's checksum after it
   writer->Finish();
   EXPECT_THAT([&] { writer->WriteObject("o", "o/shard_0_1", {1}, {0}, bytes); },
               ThrowsError(ErrorKind::kInvalidArgument, "already finished"));

@@ -22,7 +22,7 @@ std::string ChunkName(const StoredTensor& tensor, const StoredChunk& chunk) {
   std::string name = fmt::format("key '{}' chunk at global offset {}", tensor.key,
                                  ShapeToString(chunk.box.offset));
   if (chunk.flat) name += fmt::format(" (flat [{}, {}))", chunk.flat->start, chunk.flat->stop);
-  return name;
+  return name + fmt::format(" written by rank {}", chunk.writer_rank);
 }
 
 void VerifyChecksum(uint64_t actual, uint64_t expected, const RandomAccessFile& file,
@@ -31,6 +31,24 @@ void VerifyChecksum(uint64_t actual, uint64_t expected, const RandomAccessFile& 
     Fail(ErrorKind::kCorruption, "checksum mismatch in {} for {}: expected {}, got {}", file.path(),
          what(), ChecksumToHex(expected), ChecksumToHex(actual));
   }
+}
+
+// Version 3: the chunk's block checksums, read from after its payload and
+// checked against the checksum metadata.json keeps of them.
+std::vector<uint64_t> ReadSums(const RandomAccessFile& file, const StoredChunk& chunk,
+                               uint64_t seed, const Describe& what) {
+  std::vector<uint64_t> sums(BlockCount(chunk.length, chunk.block_size));
+  const uint64_t at = chunk.offset + chunk.length;
+  file.Read(at, std::as_writable_bytes(std::span(sums)));
+  const uint64_t actual = SumsChecksum(sums, seed);
+  if (actual != *chunk.sums_checksum) {
+    Fail(ErrorKind::kCorruption,
+         "checksum mismatch in {} for {}: its block checksums (the {} bytes at file offset {}, "
+         "after the payload) hash to {}, metadata.json records {}",
+         file.path(), what(), 8 * sums.size(), at, ChecksumToHex(actual),
+         ChecksumToHex(*chunk.sums_checksum));
+  }
+  return sums;
 }
 
 }  // namespace
@@ -54,21 +72,32 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
     covered += run.length;
   }
   if (covered == 0 && chunk.length > 0) return;
-  const RandomAccessFile& file = files_.Open(chunk.file, chunk.offset, chunk.length, what);
+  const bool blocks = policy != VerifyPolicy::kNever && chunk.block_size != 0;  // versions 2, 3
+  // Version 3: the file must also hold the block checksums after the payload.
+  const RandomAccessFile& file =
+      files_.Open(chunk.file, chunk.offset, chunk.length + (blocks ? SumsBytes(chunk) : 0), what);
   const bool whole = covered == chunk.length;  // sorted and disjoint: they tile the chunk
-  if (policy != VerifyPolicy::kNever && chunk.block_size != 0) {  // version 2
+  if (blocks) {
     const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
+    std::vector<uint64_t> read_sums;
+    if (chunk.sums_checksum) {  // version 3
+      read_sums = ReadSums(file, chunk, seed, what);
+      stats_.checksum_bytes_read += SumsBytes(chunk);
+    }
+    const std::span<const uint64_t> sums = chunk.sums_checksum
+                                               ? std::span<const uint64_t>(read_sums)
+                                               : std::span<const uint64_t>(chunk.block_checksums);
     stats_.bytes_read += ReadCheckedBlocks(
         file, chunk.offset, chunk.length, chunk.block_size, runs, policy == VerifyPolicy::kAlways,
         [&](uint64_t b, std::span<const std::byte> bytes) {
           const uint64_t actual = BlockChecksum(bytes, seed, b);
-          if (actual != chunk.block_checksums[b]) {
+          if (actual != sums[b]) {
             const uint64_t from = b * chunk.block_size;
             Fail(ErrorKind::kCorruption,
                  "checksum mismatch in {} for {}: block {} (bytes [{}, {}) of the chunk, file "
                  "offset {}): expected {}, got {}",
                  file.path(), what(), b, from, from + bytes.size(), chunk.offset + from,
-                 ChecksumToHex(chunk.block_checksums[b]), ChecksumToHex(actual));
+                 ChecksumToHex(sums[b]), ChecksumToHex(actual));
           }
         });
     ++stats_.chunks_verified;

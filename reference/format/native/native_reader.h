@@ -1,18 +1,23 @@
 // NativeReader: reads a committed native checkpoint (FORMAT.md). Data files
-// are opened on first use and kept open. Version 2 chunks (per-block
+// are opened on first use and kept open. Version 2 and 3 chunks (per-block
 // checksums): ReadChunk reads every block the runs touch, whole, and verifies
 // each before handing any of its bytes out (kAlways: every block of the
-// chunk; kNever: exactly the runs, unverified). Version 1 chunks: exactly the
-// requested byte runs (runs adjacent both in the file and in memory become
-// one read), the chunk's checksum verified when they cover it whole.
+// chunk; kNever: exactly the runs, unverified); version 3 first reads the
+// chunk's block checksums from after its payload and checks them against
+// their checksum in metadata.json. Version 1 chunks: exactly the requested
+// byte runs (runs adjacent both in the file and in memory become one read),
+// the chunk's checksum verified when they cover it whole.
 //
-// ReadStats: bytes_read counts bytes requested from data files; a chunk read
-// without verification (v1 partial runs, kNever, no checksum) counts as
-// unverified. Objects add to bytes_read only.
+// ReadStats: bytes_read counts payload bytes requested from data files,
+// checksum_bytes_read the version 3 block checksums; a chunk read without
+// verification (v1 partial runs, kNever, no checksum) counts as unverified.
+// Objects add to bytes_read only.
 //
-// Errors: a data file that is missing or shorter than an item's byte range,
-// or a checksum mismatch, is CheckpointError(kCorruption) naming the file
-// and the key; malformed read runs are kInvalidArgument.
+// Errors: a data file that is missing or shorter than an item's byte range
+// (version 3: its block checksums included), or a checksum mismatch (of a
+// block, or of a chunk's block checksums), is CheckpointError(kCorruption)
+// naming the file, the key and the rank that wrote it; malformed read runs
+// are kInvalidArgument.
 //
 // Thread-safety: ReadChunk, ReadObject and stats() may be called
 // concurrently.

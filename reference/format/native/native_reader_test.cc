@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "format/native/block_checksums.h"
 #include "format/native/example_checkpoint.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
@@ -68,14 +70,28 @@ TEST_F(NativeReaderTest, WholeReadsAreVerified) {
   EXPECT_EQ(reader_->stats().chunks_verified, chunks);
   EXPECT_EQ(reader_->stats().chunks_unverified, 0u);
   EXPECT_EQ(reader_->stats().bytes_read, bytes);
-  EXPECT_EQ(ReadCalls(), chunks);
+  // Per chunk: its block checksums (8 bytes per block of 16), then its payload.
+  EXPECT_EQ(reader_->stats().checksum_bytes_read, 8 * (5 + 5 + 3 + 4 + 1));
+  EXPECT_EQ(ReadCalls(), 2 * chunks);
+  EXPECT_EQ(BytesRead(), bytes + reader_->stats().checksum_bytes_read);
 }
 
-// W1 is 80 bytes in version 2 blocks of 16.
+// W1 is 80 bytes in blocks of 16; version 3 stores their 5 checksums after
+// the payload, and metadata.json their checksum.
 TEST_F(NativeReaderTest, ExampleChunksHaveBlocks) {
   EXPECT_EQ(W1().block_size, 16u);
-  EXPECT_EQ(W1().block_checksums.size(), 5u);
+  EXPECT_TRUE(W1().block_checksums.empty());
   EXPECT_FALSE(W1().checksum.has_value());
+  const std::string data = ReadFileToString(Env::Default(), JoinPath(dir_, W1().file));
+  ASSERT_GE(data.size(), W1().offset + 80 + 40);
+  const std::vector<std::byte> payload = ExampleChunkBytes("w", W1());
+  const uint64_t seed = ChunkBindingSeed("w", DType::kF32, W1());
+  std::vector<uint64_t> sums(5);
+  std::memcpy(sums.data(), data.data() + W1().offset + 80, 40);
+  for (uint64_t b = 0; b < 5; ++b) {
+    EXPECT_EQ(sums[b], BlockChecksum(std::span(payload).subspan(16 * b, 16), seed, b)) << b;
+  }
+  EXPECT_EQ(W1().sums_checksum, SumsChecksum(sums, seed));
 }
 
 // Rows 1..2, columns 1..2 of W1: two 8-byte runs, 12 bytes apart in the
@@ -88,8 +104,8 @@ TEST_F(NativeReaderTest, PartialReadsVerifyTheBlocksTheyTouch) {
   EXPECT_TRUE(std::equal(got.begin(), got.begin() + 8, all.begin() + 24));
   EXPECT_TRUE(std::equal(got.begin() + 8, got.end(), all.begin() + 44));
   EXPECT_EQ(reader_->stats().bytes_read, 48u);
-  EXPECT_EQ(BytesRead(), 48u);
-  EXPECT_EQ(ReadCalls(), 1u);
+  EXPECT_EQ(BytesRead(), 40u + 48u);  // the chunk's block checksums, then the blocks
+  EXPECT_EQ(ReadCalls(), 2u);
   EXPECT_EQ(reader_->stats().chunks_verified, 1u);
   EXPECT_EQ(reader_->stats().chunks_unverified, 0u);
 
@@ -97,7 +113,7 @@ TEST_F(NativeReaderTest, PartialReadsVerifyTheBlocksTheyTouch) {
   const ReadRun across[] = {{60, 8, got.data()}};
   reader_->ReadChunk(Tensor("w"), W1(), across, VerifyPolicy::kWhenWhole);
   EXPECT_TRUE(std::equal(got.begin(), got.begin() + 8, all.begin() + 60));
-  EXPECT_EQ(BytesRead(), 48u + 32u);
+  EXPECT_EQ(BytesRead(), 40u + 48u + 40u + 32u);
   EXPECT_EQ(reader_->stats().chunks_verified, 2u);
 }
 
@@ -118,21 +134,21 @@ TEST_F(NativeReaderTest, RunsAdjacentInFileAndMemoryBecomeOneRead) {
   reader_->ReadChunk(Tensor("w"), W1(), contiguous, VerifyPolicy::kNever);
   EXPECT_EQ(ReadCalls(), 1u);
   EXPECT_EQ(got, ExampleChunkBytes("w", W1()));
-  // Verified reads read the touched blocks in one window.
+  // Verified reads read the block checksums, then the touched blocks in one window.
   std::vector<std::byte> again(80);
   const ReadRun contiguous2[] = {
       {0, 20, again.data()}, {20, 40, again.data() + 20}, {60, 20, again.data() + 60}};
   reader_->ReadChunk(Tensor("w"), W1(), contiguous2, VerifyPolicy::kWhenWhole);
-  EXPECT_EQ(ReadCalls(), 2u);
+  EXPECT_EQ(ReadCalls(), 3u);
   EXPECT_EQ(again, ExampleChunkBytes("w", W1()));
   EXPECT_EQ(reader_->stats().chunks_verified, 1u);
 
   std::vector<std::byte> scattered(80);  // adjacent in the file, not in memory
   const ReadRun swapped[] = {{0, 40, scattered.data() + 40}, {40, 40, scattered.data()}};
   reader_->ReadChunk(Tensor("w"), W1(), swapped, VerifyPolicy::kNever);
-  EXPECT_EQ(ReadCalls(), 4u);
-  reader_->ReadChunk(Tensor("w"), W1(), swapped, VerifyPolicy::kWhenWhole);
   EXPECT_EQ(ReadCalls(), 5u);
+  reader_->ReadChunk(Tensor("w"), W1(), swapped, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(ReadCalls(), 7u);
   const std::vector<std::byte> all = ExampleChunkBytes("w", W1());
   EXPECT_TRUE(std::equal(all.begin(), all.begin() + 40, scattered.begin() + 40));
   EXPECT_TRUE(std::equal(all.begin() + 40, all.end(), scattered.begin()));
@@ -146,8 +162,8 @@ TEST_F(NativeReaderTest, FlippedByteIsCaughtByEveryReadTouchingItsBlock) {
   std::vector<std::byte> got(80);
   ReadRun whole{0, 80, got.data()};
   const std::string mismatch = "checksum mismatch in " + JoinPath(dir_, "__1_0.bin") +
-                               " for key 'w' chunk at global offset (4, 0): block 4 (bytes [64, "
-                               "80) of the chunk";
+                               " for key 'w' chunk at global offset (4, 0) written by rank 1: "
+                               "block 4 (bytes [64, 80) of the chunk";
   EXPECT_THAT(
       [&] {
         reader_->ReadChunk(Tensor("w"), W1(), {&whole, 1}, VerifyPolicy::kWhenWhole);
@@ -179,7 +195,28 @@ TEST_F(NativeReaderTest, AlwaysVerifiesPartialReadsOfIntactChunks) {
   const std::vector<std::byte> all = ExampleChunkBytes("w", W1());
   EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + 44));
   EXPECT_EQ(reader_->stats().chunks_verified, 1u);
-  EXPECT_EQ(BytesRead(), 80u);
+  EXPECT_EQ(BytesRead(), 40u + 80u);
+}
+
+// A damaged block checksum is told apart from damaged data: it fails the
+// checksum metadata.json keeps of the chunk's block checksums, and names the
+// file, the key and the rank. Reads that verify nothing do not need them.
+TEST_F(NativeReaderTest, FlippedBlockChecksumIsCaught) {
+  FlipByte(W1().file, W1().offset + 80 + 8 * 2 + 3);  // block 2's checksum
+  std::vector<std::byte> got(80);
+  ReadRun head{0, 8, got.data()};  // block 0 only: the chunk's block checksums are checked whole
+  EXPECT_THAT(
+      [&] {
+        reader_->ReadChunk(Tensor("w"), W1(), {&head, 1}, VerifyPolicy::kWhenWhole);
+      },
+      ThrowsError(ErrorKind::kCorruption,
+                  "checksum mismatch in " + JoinPath(dir_, "__1_0.bin") +
+                      " for key 'w' chunk at global offset (4, 0) written by rank 1: its block "
+                      "checksums (the 40 bytes at file offset 80, after the payload) hash to"));
+  ReadRun whole{0, 80, got.data()};
+  reader_->ReadChunk(Tensor("w"), W1(), {&whole, 1}, VerifyPolicy::kNever);
+  EXPECT_EQ(got, ExampleChunkBytes("w", W1()));
+  EXPECT_EQ(reader_->stats().chunks_verified, 0u);
 }
 
 // Checksums are bound to the chunk: the bytes of W1 checked against another
@@ -224,18 +261,28 @@ TEST_F(NativeReaderTest, ObjectsAreVerified) {
 
 TEST_F(NativeReaderTest, TruncatedOrMissingDataFileIsCorruption) {
   const std::string path = JoinPath(dir_, "__1_0.bin");
-  std::filesystem::resize_file(path, W1().offset + 50);
+  // Only the block checksums after the payload cut off: a verified read
+  // needs them, one that verifies nothing does not.
+  std::filesystem::resize_file(path, W1().offset + 80 + 36);
   std::vector<std::byte> got(80);
   ReadRun run{0, 8, got.data()};
+  const std::string truncated = "data file " + path +
+                                " is truncated: key 'w' chunk at global offset (4, 0) written by "
+                                "rank 1 needs bytes [0, 120), as " +
+                                JoinPath(dir_, "metadata.json") + " records, the file has ";
   EXPECT_THAT(
       [&] {
         reader_->ReadChunk(Tensor("w"), W1(), {&run, 1}, VerifyPolicy::kWhenWhole);
       },
-      ThrowsError(ErrorKind::kCorruption, "data file " + path +
-                                              " is truncated: key 'w' chunk at global offset "
-                                              "(4, 0) needs bytes [0, 80), as " +
-                                              JoinPath(dir_, "metadata.json") +
-                                              " records, the file has 50"));
+      ThrowsError(ErrorKind::kCorruption, truncated + "116"));
+  reader_->ReadChunk(Tensor("w"), W1(), {&run, 1}, VerifyPolicy::kNever);
+  std::filesystem::resize_file(path, W1().offset + 50);
+  std::unique_ptr<CheckpointReader> reopened = NativeFormat().OpenReader(&env_, dir_);
+  EXPECT_THAT(
+      [&] {
+        reopened->ReadChunk(Tensor("w"), W1(), {&run, 1}, VerifyPolicy::kWhenWhole);
+      },
+      ThrowsError(ErrorKind::kCorruption, truncated + "50"));
   Env::Default()->RemoveFile(JoinPath(dir_, "__0_0.bin"));
   const StoredChunk& b = Tensor("b").chunks[0];
   ReadRun run_b{0, b.length, got.data()};

@@ -29,30 +29,33 @@ CheckpointMetadata NativeHeader() {
 NativeWriter::NativeWriter(Env* env, std::string dir, int rank, int stream)
     : DataFileWriter(env, std::move(dir), rank, DataFileName(rank, stream), NativeHeader()) {}
 
-// Version 2 chunks: one bound checksum per block (block_checksums.h),
+// Version 3 chunks: one bound checksum per block (block_checksums.h),
 // computed piece by piece right before the write copies the piece, while it
-// is in the cache: one pass over memory instead of two.
+// is in the cache (one pass over memory instead of two), then written after
+// the payload; the chunk keeps their checksum.
 void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                               std::span<const std::byte> bytes) {
   chunk.offset = Append({});
   chunk.checksum.reset();
+  chunk.block_checksums.clear();
   chunk.block_size = ChooseBlockSize(bytes.size());
   const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
-  const uint64_t blocks = BlockCount(bytes.size(), chunk.block_size);
-  chunk.block_checksums.clear();
-  chunk.block_checksums.reserve(blocks);
+  sums_.clear();
+  sums_.reserve(BlockCount(bytes.size(), chunk.block_size));
   // Pieces of whole blocks (the block size divides kPieceBytes or exceeds it).
   const size_t piece_bytes = std::max<size_t>(kPieceBytes, chunk.block_size);
   for (size_t done = 0; done < bytes.size(); done += piece_bytes) {
     std::span<const std::byte> piece =
         bytes.subspan(done, std::min(piece_bytes, bytes.size() - done));
     for (size_t b = 0; b < piece.size(); b += chunk.block_size) {
-      chunk.block_checksums.push_back(
+      sums_.push_back(
           BlockChecksum(piece.subspan(b, std::min<size_t>(chunk.block_size, piece.size() - b)),
-                        seed, chunk.block_checksums.size()));
+                        seed, sums_.size()));
     }
     Append(piece);
   }
+  AppendChecksums(std::as_bytes(std::span(sums_)));
+  chunk.sums_checksum = SumsChecksum(sums_, seed);
 }
 
 void NativeWriter::StoreObject(StoredObject& object, std::span<const std::byte> bytes) {

@@ -1,10 +1,11 @@
 // NativeWriter: writes one rank's data files of a native checkpoint (format
-// version 2, FORMAT.md): every tensor chunk and object payload is appended,
+// version 3, FORMAT.md): every tensor chunk and object payload is appended,
 // as raw bytes with no header, to a data file `__<rank>_<i>.bin` that the
 // writer chooses (i = its stream: 0 unless several writers share the rank's
-// data, as async save's do); a chunk's per-block checksums and an object's
-// checksum (block_checksums.h) are recorded. Checks and
-// bookkeeping: data_file_writer.h.
+// data, as async save's do). A chunk's payload is followed by its per-block
+// checksums (block_checksums.h; 8 bytes a block), and the chunk records
+// their checksum; an object records its checksum. Checks and bookkeeping:
+// data_file_writer.h.
 //
 // Thread-safety: a writer belongs to one rank and is used by one thread.
 #ifndef DISTCKPT_FORMAT_NATIVE_NATIVE_WRITER_H_
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "format/data_file_writer.h"
 
@@ -31,6 +33,8 @@ class NativeWriter : public DataFileWriter {
   void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                   std::span<const std::byte> bytes) override;
   void StoreObject(StoredObject& object, std::span<const std::byte> bytes) override;
+
+  std::vector<uint64_t> sums_;  // the current chunk's block checksums
 };
 
 }  // namespace distckpt
