@@ -150,7 +150,7 @@ int Main(int argc, char** argv) {
       SaveSummary summary;
       RunRanks(1, [&](Communicator& comm) {
         SaveOptions options;
-        options.staging = &pool;
+        options.strategy.staging = &pool;
         options.overwrite = true;
         AsyncSave save = SaveAsync(state, scratch.Sub("async"), comm, options);
         summary.blocking_seconds = save.summary->blocking_seconds;

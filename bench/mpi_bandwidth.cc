@@ -150,11 +150,11 @@ int Main(int argc, char** argv) {
       const std::string raw = fmt::format("{}/raw_{}_{}", root, l.name, rank);
       const std::string dir = fmt::format("{}/ckpt_{}_{}", root, l.name, round);
       SaveOptions save;
-      save.fully_parallel = l.dp > 1;
-      save.parallelization_group = l.dp > 1 ? dp_group.get() : nullptr;
       LoadOptions load;
-      load.fully_parallel = l.dp > 1;
-      load.parallelization_group = l.dp > 1 ? dp_group.get() : nullptr;
+      if (l.dp > 1) {
+        save.strategy = SaveStrategy::FullyParallel(dp_group.get());
+        load.strategy = LoadStrategy::FullyParallel(dp_group.get());
+      }
       double raw_save = 0, ours_save = 0;
       auto run_raw_save = [&] {
         raw_save = Timed(*comm, [&] { RawWrite(raw, raw_buffer.data(), raw_buffer.size()); });

@@ -35,7 +35,7 @@ void BM_SaveAsyncBlocking(benchmark::State& state) {
   std::vector<const Tensor*> tensors = Tensors(s);
   StagingPool pool;
   SaveOptions options;
-  options.staging = &pool;
+  options.strategy.staging = &pool;
   int i = 0;
   auto save = [&] {
     std::string target = dir.Sub("ckpt" + std::to_string(i++));
@@ -96,7 +96,7 @@ void BM_ParallelSave(benchmark::State& state) {
   int i = 0;
   auto save = [&](bool fully_parallel) {
     SaveOptions options;
-    options.fully_parallel = fully_parallel;
+    if (fully_parallel) options.strategy = SaveStrategy::FullyParallel();
     std::string target = dir.Sub("ckpt" + std::to_string(i++));
     auto start = Clock::now();
     RunRanks(kRanks, [&](Communicator& comm) {

@@ -85,29 +85,18 @@ void CheckDeviceStrategy(const StepStrategy& strategy) {
   if (strategy.device == "cpu") {
     Fail(ErrorKind::kInvalidArgument, "--comm nccl needs --device cuda");
   }
-  if (!strategy.fully_parallel && !strategy.two_stage) {
+  if (strategy.load.kind == LoadStrategy::Kind::kPlain) {
     Fail(ErrorKind::kInvalidArgument,
          "--comm nccl carries the exchange of --fully-parallel or --two-stage loads");
   }
 }
 
-StepStrategy StrategyOf(const StepArgs& args) {
-  StepStrategy strategy;
-  strategy.fully_parallel = args.fully_parallel;
-  strategy.async = args.async;
-  strategy.writers = args.writers;
-  strategy.exchange = ParseExchangeAlgorithm(args.exchange);
-  strategy.two_stage = args.two_stage;
-  strategy.local_dir = args.local_dir;
-  strategy.replication = ParseReplicationParams(args.replication);
-  strategy.resave_dir = args.resave_dir;
-  strategy.device = args.device;
-  strategy.nccl = args.comm == "nccl";
-  CheckDeviceStrategy(strategy);
-  if (args.dir.empty() && args.local_dir.empty()) {
+// What the flags alone cannot check: the device, and a directory to use.
+void CheckStepArgs(const StepArgs& args) {
+  CheckDeviceStrategy(args.strategy);
+  if (args.dir.empty() && args.strategy.local_dir.empty()) {
     Fail(ErrorKind::kInvalidArgument, "--dir is required (or --local DIR for a local checkpoint)");
   }
-  return strategy;
 }
 
 // Per-rank bytes of a fully parallel or async save, and how even they are.
@@ -133,7 +122,8 @@ Scenario LoadScenario(const std::string& path) {
 }
 
 int SaveCommand(const StepArgs& args) {
-  const StepStrategy strategy = StrategyOf(args);
+  CheckStepArgs(args);
+  const StepStrategy& strategy = args.strategy;
   Scenario s = LoadScenario(args.scenario);
   const PairSpec* pair = PairAt(s, args.pair);
   int world = Topology::Parse(args.topology).world_size();
@@ -146,21 +136,23 @@ int SaveCommand(const StepArgs& args) {
     if (!report.ok)
       std::cerr << "distckpt save: " << report.error << "\n";
     else
-      std::cout << fmt::format("saved {} under {} to {}: {} bytes written in {:.3f} s\n", s.name,
-                               args.topology,
-                               args.local_dir.empty() ? args.dir : args.local_dir + " (local)",
-                               report.bytes_written, report.seconds);
-    if (report.ok && (args.fully_parallel || args.async)) PrintRankBytesWritten(report, args.async);
+      std::cout << fmt::format(
+          "saved {} under {} to {}: {} bytes written in {:.3f} s\n", s.name, args.topology,
+          strategy.local_dir.empty() ? args.dir : strategy.local_dir + " (local)",
+          report.bytes_written, report.seconds);
+    if (report.ok && (strategy.save.kind != SaveStrategy::Kind::kPlain || strategy.async))
+      PrintRankBytesWritten(report, strategy.async);
   }
   return report.ok ? kExitOk : kExitInputError;
 }
 
 int LoadCommand(const StepArgs& args) {
-  const StepStrategy strategy = StrategyOf(args);
+  CheckStepArgs(args);
+  const StepStrategy& strategy = args.strategy;
   Scenario s = LoadScenario(args.scenario);
   const PairSpec* pair = PairAt(s, args.pair);
   std::string saved = args.saved_topology;
-  if (saved.empty() && !args.local_dir.empty()) saved = args.topology;  // local: saved as loaded
+  if (saved.empty() && !strategy.local_dir.empty()) saved = args.topology;  // local: as loaded
   if (saved.empty()) {
     Env* env = Env::Default();
     saved = DetectFormat(env, args.dir).OpenReader(env, args.dir)->metadata().topology;
@@ -218,9 +210,7 @@ int RunCommand(const RunArgs& args) {
   options.keep = args.keep;
   options.self_exe = SelfExe();
   options.progress = [](const std::string& line) { std::cerr << line << std::endl; };
-  options.strategy.device = args.device;
-  options.strategy.fully_parallel = args.fully_parallel;
-  options.strategy.nccl = args.comm == "nccl";
+  options.strategy = args.strategy;
   CheckDeviceStrategy(options.strategy);
   std::string embedded_copy;
   if (args.backend == "mpi") {
@@ -243,10 +233,12 @@ int RunCommand(const RunArgs& args) {
   bool matrix = args.matrix || s.pairs.empty();
   size_t passed = 0;
   for (const PairResult& r : results) passed += r.ok;
+  const std::string& device = args.strategy.device;
+  const bool fully_parallel = args.strategy.load.kind == LoadStrategy::Kind::kFullyParallel;
+  const bool nccl = args.strategy.nccl;
   std::cout << fmt::format("scenario {} ({} backend{}{}{})\n", s.name, args.backend,
-                           args.device == "cpu" ? "" : ", device " + args.device,
-                           args.fully_parallel ? ", fully parallel" : "",
-                           args.comm == "nccl" ? ", NCCL exchange" : "");
+                           device == "cpu" ? "" : ", device " + device,
+                           fully_parallel ? ", fully parallel" : "", nccl ? ", NCCL exchange" : "");
   if (matrix) {
     std::cout << FormatMatrix(s.topologies, results);
   } else {
@@ -269,9 +261,12 @@ int RunCommand(const RunArgs& args) {
   report.title = fmt::format("scenario {} ({} backend, {} format{})", s.name, args.backend,
                              args.format, matrix ? ", matrix" : "");
   // The JSON report keeps its fields (scenario, backend, pairs) and gains the cases.
-  report.extra = {{"scenario", s.name},    {"backend", args.backend},
-                  {"device", args.device}, {"fully_parallel", args.fully_parallel},
-                  {"comm", args.comm},     {"pairs", ResultsToJson(results)}};
+  report.extra = {{"scenario", s.name},
+                  {"backend", args.backend},
+                  {"device", device},
+                  {"fully_parallel", fully_parallel},
+                  {"comm", nccl ? "nccl" : "default"},
+                  {"pairs", ResultsToJson(results)}};
   for (const PairResult& r : results) {
     report.cases.push_back({"distckpt.run." + s.name, r.save + " -> " + r.load, r.ok, r.reason,
                             r.save_report.seconds + r.load_report.seconds, nullptr});

@@ -28,17 +28,9 @@ struct StepArgs {
   std::string verify;             // load: whole | always | never (default: the pair's, else whole)
   std::string report_json;
   int pair = -1;  // scenario pair whose extras apply
-  // Strategies (see StepStrategy in harness/runner.h).
-  bool fully_parallel = false;
-  bool async = false;                  // save
-  int writers = 1;                     // save (async)
-  std::string exchange = "broadcast";  // load: broadcast | gather_rounds
-  bool two_stage = false;              // load
-  std::string local_dir;               // a local checkpoint under this root (instead of --dir)
-  std::string replication = "1,1";     // with local_dir: J,F
-  std::string resave_dir;              // load: save the loaded state again here (a pair's "resave")
-  std::string device = "cpu";          // cpu | cuda | cuda:N (StepStrategy::device)
-  std::string comm = "default";        // load: default | nccl (the exchange's communicator)
+  // The step's strategies and what the harness does around them
+  // (harness/runner.h: --fully-parallel, --async, --local, --device, ...).
+  StepStrategy strategy;
 };
 
 struct RunArgs {
@@ -49,10 +41,9 @@ struct RunArgs {
   std::string report;
   std::string work_dir;
   bool keep = false;
-  std::string junit, markdown;   // CI reports (cli/report.h); `report` is the JSON one
-  std::string device = "cpu";    // every step's ranks' tensors (StepStrategy::device)
-  bool fully_parallel = false;   // every save and load
-  std::string comm = "default";  // loads: default | nccl
+  std::string junit, markdown;  // CI reports (cli/report.h); `report` is the JSON one
+  // Every step's: --device, --fully-parallel (saves and loads), --comm (loads).
+  StepStrategy strategy;
 };
 
 struct VerifyArgs {

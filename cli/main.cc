@@ -15,7 +15,20 @@
 
 namespace {
 
+using distckpt::LoadStrategy;
+using distckpt::SaveStrategy;
+using distckpt::StepStrategy;
+
+// --comm: which communicator carries a load's exchange.
+void AddCommOption(CLI::App* cmd, StepStrategy& strategy, const char* help) {
+  cmd->add_option_function<std::string>(
+         "--comm", [&strategy](const std::string& comm) { strategy.nccl = comm == "nccl"; }, help)
+      ->check(CLI::IsMember({"default", "nccl"}));
+}
+
+// The step's flags, parsed straight into its StepStrategy (harness/runner.h).
 void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
+  StepStrategy& strategy = a.strategy;
   cmd->add_option("scenario", a.scenario, "scenario file (default: the embedded default scenario)");
   cmd->add_option("--topology,-t", a.topology, "topology, e.g. tp=2,pp=2,dp=2")->required();
   cmd->add_option("--dir,-d", a.dir, "checkpoint directory (required unless --local)");
@@ -27,46 +40,61 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
     cmd->add_option("--format", a.format,
                     "checkpoint format: native or dcp (also dcp-1.13, dcp-common-pt: Megatron's "
                     "common.pt layout before Megatron-Core 0.20, fsdp-dtensor)");
-  cmd->add_option("--local", a.local_dir,
+  cmd->add_option("--local", strategy.local_dir,
                   "a local checkpoint: rank r uses DIR/r (node-local storage), instead of --dir");
-  cmd->add_option(
-      "--replication", a.replication,
-      "local: J,F = cliques {n, n+J, ..., n+(F-1)J}, each rank's files copied to its clique");
-  cmd->add_option("--device", a.device,
+  cmd->add_option_function<std::string>(
+      "--replication",
+      [&strategy](const std::string& text) {
+        try {
+          strategy.replication = distckpt::ParseReplicationParams(text);
+        } catch (const distckpt::CheckpointError& e) {
+          throw CLI::ValidationError("--replication", e.what());
+        }
+      },
+      "local: J,F = cliques {n, n+J, ..., n+(F-1)J}, each rank's files copied to its clique "
+      "(default 1,1: no copies)");
+  cmd->add_option("--device", strategy.device,
                   "where the ranks' tensors live: cpu, cuda (rank r on device r mod the "
                   "devices) or cuda:N");
-  if (load) {
-    cmd->add_option("--comm", a.comm,
-                    "the exchange of --fully-parallel / --two-stage loads: default (the ranks' "
-                    "communicator) or nccl (--device cuda, --backend mpi)")
-        ->check(CLI::IsMember({"default", "nccl"}));
-  }
-  cmd->add_flag("--fully-parallel", a.fully_parallel,
-                load ? "read each shard once per DP group and exchange it between the ranks"
-                     : "spread the writing of replicated shards over each DP group");
   if (!load) {
-    cmd->add_flag("--async", a.async, "stage, write in background threads, then finalize (commit)");
-    cmd->add_option("--writers", a.writers, "async: writer threads per rank, one data file each")
+    cmd->add_flag_callback(
+        "--fully-parallel",
+        [&strategy] { strategy.save.kind = SaveStrategy::Kind::kFullyParallel; },
+        "spread the writing of replicated shards over each DP group");
+    cmd->add_flag("--async", strategy.async,
+                  "stage, write in background threads, then finalize (commit)");
+    cmd->add_option("--writers", strategy.save.writers,
+                    "async: writer threads per rank, one data file each")
         ->check(CLI::PositiveNumber);
+    return;
   }
-  if (load) {
-    cmd->add_option("--exchange", a.exchange, "fully parallel exchange: broadcast or gather_rounds")
-        ->check(CLI::IsMember({"broadcast", "gather_rounds"}));
-    cmd->add_flag(
-        "--two-stage", a.two_stage,
-        "the lowest DP rank holding a shard reads it and broadcasts it, one shard at a time");
-    cmd->add_option("--saved-topology", a.saved_topology,
-                    "topology the checkpoint was saved under (default: recorded in it)");
-    cmd->add_option("--strict", a.strict, "strict handling mode (default: the scenario's)");
-    cmd->add_option(
-        "--resave-dir", a.resave_dir,
-        "after a good load, save the loaded state again under --topology into this directory");
-    cmd->add_option(
-           "--verify", a.verify,
-           "checksums: whole = chunks read in full (default), always = read every touched "
-           "chunk in full to verify it, never (default: the pair's \"verify\", else whole)")
-        ->check(CLI::IsMember({"whole", "always", "never"}));
-  }
+  AddCommOption(cmd, strategy,
+                "the exchange of --fully-parallel / --two-stage loads: default (the ranks' "
+                "communicator) or nccl (--device cuda, --backend mpi)");
+  CLI::Option* fully_parallel = cmd->add_flag_callback(
+      "--fully-parallel", [&strategy] { strategy.load.kind = LoadStrategy::Kind::kFullyParallel; },
+      "read each shard once per DP group and exchange it between the ranks");
+  cmd->add_option_function<std::string>(
+         "--exchange",
+         [&strategy](const std::string& name) {
+           strategy.load.exchange = distckpt::ParseExchangeAlgorithm(name);
+         },
+         "fully parallel exchange: broadcast (default) or gather_rounds")
+      ->check(CLI::IsMember({"broadcast", "gather_rounds"}));
+  cmd->add_flag_callback(
+         "--two-stage", [&strategy] { strategy.load.kind = LoadStrategy::Kind::kTwoStage; },
+         "the lowest DP rank holding a shard reads it and broadcasts it, one shard at a time")
+      ->excludes(fully_parallel);
+  cmd->add_option("--saved-topology", a.saved_topology,
+                  "topology the checkpoint was saved under (default: recorded in it)");
+  cmd->add_option("--strict", a.strict, "strict handling mode (default: the scenario's)");
+  cmd->add_option("--resave-dir", strategy.resave_dir,
+                  "after a good load, save the loaded state again under --topology into this "
+                  "directory");
+  cmd->add_option("--verify", a.verify,
+                  "checksums: whole = chunks read in full (default), always = read every touched "
+                  "chunk in full to verify it, never (default: the pair's \"verify\", else whole)")
+      ->check(CLI::IsMember({"whole", "always", "never"}));
 }
 
 void AddReportOptions(CLI::App* cmd, distckpt::ReportPaths& paths, const char* per) {
@@ -106,15 +134,19 @@ int main(int argc, char** argv) {
   run->add_option("--work-dir", run_args.work_dir,
                   "where checkpoints are written (default: a temp dir)");
   run->add_flag("--keep", run_args.keep, "keep the checkpoints");
-  run->add_option("--device", run_args.device,
+  run->add_option("--device", run_args.strategy.device,
                   "where the ranks' tensors live: cpu, cuda (rank r on device r mod the "
                   "devices) or cuda:N");
-  run->add_flag("--fully-parallel", run_args.fully_parallel,
-                "every save and load fully parallel within the DP groups");
-  run->add_option("--comm", run_args.comm,
-                  "the loads' exchange: default or nccl (--device cuda --fully-parallel, "
-                  "--backend mpi)")
-      ->check(CLI::IsMember({"default", "nccl"}));
+  run->add_flag_callback(
+      "--fully-parallel",
+      [&run_args] {
+        run_args.strategy.save.kind = SaveStrategy::Kind::kFullyParallel;
+        run_args.strategy.load.kind = LoadStrategy::Kind::kFullyParallel;
+      },
+      "every save and load fully parallel within the DP groups");
+  AddCommOption(run, run_args.strategy,
+                "the loads' exchange: default or nccl (--device cuda --fully-parallel, "
+                "--backend mpi)");
   run->add_option("--junit", run_args.junit, "write a JUnit XML report (one testcase per pair)");
   run->add_option("--markdown", run_args.markdown, "write a Markdown report (a table per pair)");
   CLI::App* save = app.add_subcommand("save", "save a scenario's state under a topology");

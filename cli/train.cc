@@ -93,7 +93,7 @@ int TrainCommand(const TrainArgs& args) {
   m.async = args.async;
   m.topology = Topology::Parse(args.topology).ToString();
   m.save.format = &FormatByName(args.format);
-  m.save.writers = args.writers;
+  m.save.strategy.writers = args.writers;
   options.steps = args.steps;
   options.save_interval = args.save_interval;
   options.resume = args.resume;

@@ -32,6 +32,13 @@ function(distckpt_test name)
   endif()
   add_executable(${name} ${ARG_SRCS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  # CMake 3.25's gtest_discover_tests flattens PROPERTIES into one list, so
+  # "scenario;slow" would become LABELS scenario plus a property named slow:
+  # discovered tests take one label.
+  list(LENGTH ARG_LABELS n_labels)
+  if(n_labels GREATER 1)
+    message(FATAL_ERROR "distckpt_test(${name}): one label (got ${ARG_LABELS})")
+  endif()
   gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                        DISCOVERY_TIMEOUT 60 DISCOVERY_MODE PRE_TEST)
 endfunction()

@@ -47,14 +47,16 @@
 #include "format/dcp/dcp_format.h"
 #include "format/format.h"
 
-// Strategies: fully parallel save/load and exchange, plan reuse, async
-// staging and finalization, local-checkpoint replication cliques.
+// Strategies: the save / load strategy description (plain, fully parallel,
+// two-stage) and its pieces: exchange, the plan cache, async staging and
+// finalization, local-checkpoint replication cliques.
 #include "strategy/async_queue.h"
 #include "strategy/exchange.h"
 #include "strategy/fully_parallel.h"
 #include "strategy/plan_cache.h"
 #include "strategy/replication.h"
 #include "strategy/staging.h"
+#include "strategy/strategy.h"
 
 // Entry points: save, async save, load, the metadata API (inspection and
 // verification without a sharded request), global-space diff, local

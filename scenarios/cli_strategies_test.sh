@@ -2,8 +2,9 @@
 # The save/load strategies through the distckpt CLI (threads backend), on
 # scenarios/dp4-replicated.json: async + fully parallel saves equal a plain
 # synchronous one (`distckpt diff`), fully parallel and two-stage loads
-# check every element, and a replicated local checkpoint survives the loss
-# of one rank's files but not of a whole clique; the same with FSDP's empty
+# check every element (one load strategy at a time), `run --fully-parallel`
+# passes its pairs, and a replicated local checkpoint survives the loss of
+# one rank's files but not of a whole clique; the same with FSDP's empty
 # shards (scenarios/fsdp2-n-to-m.json); the FP8 scenario under the fully
 # parallel strategies.
 # Usage: cli_strategies_test.sh DISTCKPT SCENARIO_DIR
@@ -18,6 +19,18 @@ trap 'rm -rf "$work"' EXIT
 "$distckpt" diff "$work/sync" "$work/async"
 "$distckpt" load "$scenario" -t tp=4,dp=2 --saved-topology tp=2,dp=4 -d "$work/async" --fully-parallel --exchange gather_rounds
 "$distckpt" load "$scenario" -t tp=1,dp=8 --saved-topology tp=2,dp=4 -d "$work/async" --two-stage
+# One load strategy at a time: both together are a usage error.
+status=0
+"$distckpt" load "$scenario" -t tp=1,dp=8 --saved-topology tp=2,dp=4 -d "$work/async" \
+  --fully-parallel --two-stage 2> "$work/err" || status=$?
+if [ "$status" -ne 2 ] || ! grep -q "excludes" "$work/err"; then
+  echo "FAIL: --fully-parallel --two-stage was not refused as a usage error (exit $status)" >&2
+  exit 1
+fi
+# `run --fully-parallel`: the scenario's pairs, every save and load fully parallel.
+"$distckpt" run "$scenario" --fully-parallel --work-dir "$work/run" > "$work/out"
+grep -q "fully parallel" "$work/out"
+grep -q "pairs: 2 passed, 0 failed" "$work/out"
 
 "$distckpt" save "$scenario" -t tp=2,dp=4 --local "$work/local" --replication 2,2
 rm -rf "$work/local/3"

@@ -92,9 +92,12 @@ class FaultCampaignTest : public testing::TestWithParam<Config> {
   StepStrategy Strategy(Env* env) const {
     StepStrategy s;
     s.env = env;
-    s.fully_parallel = config().fully_parallel;
+    if (config().fully_parallel) {
+      s.save.kind = SaveStrategy::Kind::kFullyParallel;
+      s.load.kind = LoadStrategy::Kind::kFullyParallel;
+    }
     s.async = config().async;
-    s.writers = 2;
+    s.save.writers = 2;
     s.overwrite = config().mode == Mode::kOverwrite;
     if (config().mode == Mode::kLocal) {
       s.local_dir = target_;

@@ -63,12 +63,12 @@ TEST(FullyParallelMpiTest, DpReplicatedModelIsWrittenOnceAndEvenly) {
 
   StepReport plain = SaveStep(s, nullptr, kTopology, tmp.path() + "/plain", world);
   StepStrategy fully_parallel;
-  fully_parallel.fully_parallel = true;
+  fully_parallel.save.kind = SaveStrategy::Kind::kFullyParallel;
   StepReport fp =
       SaveStep(s, nullptr, kTopology, tmp.path() + "/fp", world, nullptr, fully_parallel);
   StepStrategy async = fully_parallel;
   async.async = true;
-  async.writers = 2;
+  async.save.writers = 2;
   StepReport fp_async =
       SaveStep(s, nullptr, kTopology, tmp.path() + "/fp-async", world, nullptr, async);
   ASSERT_TRUE(plain.ok) << plain.error;
@@ -130,7 +130,7 @@ TEST(FullyParallelMpiTest, DpReplicatedModelIsWrittenOnceAndEvenly) {
   }
 
   StepStrategy load_fp;
-  load_fp.fully_parallel = true;
+  load_fp.load.kind = LoadStrategy::Kind::kFullyParallel;
   StepReport loaded = LoadStep(s, nullptr, kTopology, "tp=4,dp=2", tmp.path() + "/fp", world,
                                s.strict, VerifyPolicy::kWhenWhole, load_fp);
   EXPECT_TRUE(loaded.ok) << loaded.error;

@@ -3,7 +3,9 @@
 same states checkpoint_bench uses (COUNT float32 tensors of BYTES bytes, one
 process), times save / cold load / warm load (median of --reps), and prints
 them next to distckpt's figures from a checkpoint_bench JSON file, as ratios
-distckpt / DCP (below 1 = distckpt faster).
+distckpt / DCP (below 1 = distckpt faster): distckpt's native format
+(BM_Save, BM_LoadCold, BM_LoadWarm) and distckpt writing and reading the DCP
+format itself (BM_DcpSave, BM_DcpLoadWarm: the same files torch reads).
 
   dcp_peer.py --distckpt-json bench.json [--sizes 65536x256,1048576x64] [--dir D] [--reps 3]
 
@@ -17,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 
 
 def allow_unhashable_dataclass_defaults():
@@ -30,6 +33,8 @@ def allow_unhashable_dataclass_defaults():
 
 def import_dcp():
     allow_unhashable_dataclass_defaults()
+    # torch 2.x warns that a save without a process group runs in one process.
+    warnings.filterwarnings("ignore", category=UserWarning)
     import torch  # noqa: F401
     try:
         import torch.distributed.checkpoint as dcp
@@ -59,8 +64,8 @@ def time_dcp(torch, dcp, new_api, nbytes, count, workdir, reps):
         shutil.rmtree(ckpt, ignore_errors=True)
         start = time.perf_counter()
         writer = dcp.FileSystemWriter(ckpt)
-        if new_api:
-            dcp.save(state, storage_writer=writer, no_dist=True)
+        if new_api:  # torch 2.x: no process group means one process (no_dist)
+            dcp.save(state, storage_writer=writer)
         else:
             dcp.save_state_dict(state, writer, no_dist=True)
         times["save"].append(time.perf_counter() - start)
@@ -70,7 +75,7 @@ def time_dcp(torch, dcp, new_api, nbytes, count, workdir, reps):
             start = time.perf_counter()
             reader = dcp.FileSystemReader(ckpt)
             if new_api:
-                dcp.load(dest, storage_reader=reader, no_dist=True)
+                dcp.load(dest, storage_reader=reader)
             else:
                 dcp.load_state_dict(dest, reader, no_dist=True)
             times[mode].append(time.perf_counter() - start)
@@ -82,7 +87,8 @@ def time_dcp(torch, dcp, new_api, nbytes, count, workdir, reps):
 def distckpt_times(path):
     """checkpoint_bench JSON -> {(bytes, count): {save, load_cold, load_warm}} in seconds."""
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-    names = {"BM_Save": "save", "BM_LoadCold": "load_cold", "BM_LoadWarm": "load_warm"}
+    names = {"BM_Save": "save", "BM_LoadCold": "load_cold", "BM_LoadWarm": "load_warm",
+             "BM_DcpSave": "dcp_save", "BM_DcpLoadWarm": "dcp_load_warm"}
     out = {}
     for b in json.load(open(path))["benchmarks"]:
         if b.get("aggregate_name", "median") != "median":
@@ -107,8 +113,10 @@ def main():
         print(f"dcp_peer: no PyTorch peer ({type(e).__name__}: {e}); install one with ci/setup-peers")
         return 0
     ours = distckpt_times(args.distckpt_json)
-    print(f"PyTorch {torch.__version__} DCP vs distckpt, one process, median of {args.reps}")
-    print(f"{'state':<14} {'op':<10} {'DCP s':>9} {'distckpt s':>11} {'distckpt/DCP':>13}")
+    print(f"PyTorch {torch.__version__} DCP vs distckpt (native format, and DCP format), one "
+          f"process, median of {args.reps}")
+    print(f"{'state':<14} {'op':<10} {'torch s':>9} {'native s':>9} {'native/torch':>13} "
+          f"{'dcp s':>9} {'dcp/torch':>10}")
     for size in args.sizes.split(","):
         nbytes, count = (int(x) for x in size.split("x"))
         work = tempfile.mkdtemp(prefix="distckpt-dcp-peer-", dir=args.dir)
@@ -118,10 +126,13 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
         mine = ours.get((nbytes, count), {})
         for op in ("save", "load_cold", "load_warm"):
-            if op in mine:
-                print(f"{size:<14} {op:<10} {peer[op]:>9.4f} {mine[op]:>11.4f} {mine[op] / peer[op]:>13.3f}")
-            else:
-                print(f"{size:<14} {op:<10} {peer[op]:>9.4f} {'-':>11} {'-':>13}")
+            cells = []
+            for name, width in ((op, 13), ("dcp_" + op, 10)):
+                if name in mine:
+                    cells.append(f"{mine[name]:>9.4f} {mine[name] / peer[op]:>{width}.3f}")
+                else:
+                    cells.append(f"{'-':>9} {'-':>{width}}")
+            print(f"{size:<14} {op:<10} {peer[op]:>9.4f} {cells[0]} {cells[1]}")
     return 0
 
 

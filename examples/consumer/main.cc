@@ -110,7 +110,9 @@ int64_t LoadUnder(const std::string& layout, const std::string& dir, bool fully_
   distckpt::RunRanks(topology.world_size(), [&](Communicator& comm) {
     distckpt::LoadOptions options;
     options.strict = distckpt::StrictHandling::kRaiseAll;  // keys must match exactly
-    options.fully_parallel = fully_parallel;  // each shard read once per parallel group
+    if (fully_parallel) {  // each shard read once per parallel group (here: every rank)
+      options.strategy = distckpt::LoadStrategy::FullyParallel();
+    }
     const Node request = State(topology, comm.rank(), /*fill=*/false);
     distckpt::LoadResult loaded = distckpt::Load(request, dir, comm, options);
     for (size_t p = 0; p < Model().size(); ++p) {

@@ -7,8 +7,7 @@
 #include "engine/global_validation.h"
 #include "engine/read_state.h"
 #include "mapping/dict_utils.h"
-#include "strategy/fully_parallel.h"
-#include "strategy/two_stage.h"
+#include "strategy/strategy.h"
 
 namespace distckpt {
 namespace {
@@ -69,16 +68,7 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
-  Communicator& group = options.parallelization_group ? *options.parallelization_group : comm;
-  Node loaded;
-  if (options.two_stage) {
-    loaded = TwoStageLoad(pieces.sharded, read, comm, group, &result.summary.exchange);
-  } else if (options.fully_parallel) {
-    FullyParallelLoadOptions fp{options.exchange, options.distribution_cache};
-    loaded = FullyParallelLoad(pieces.sharded, read, comm, group, fp, &result.summary.exchange);
-  } else {
-    AgreeOnOutcome(comm, [&] { loaded = read(pieces.sharded); });
-  }
+  Node loaded = LoadSharded(options.strategy, pieces.sharded, read, comm, &result.summary.exchange);
 
   AgreeOnOutcome(comm, [&] {
     result.state_dict = AssembleLoadResult(reader->metadata().common, pieces, loaded);

@@ -13,10 +13,10 @@
 // common state and the request's nonpersistent values; apply factory merges.
 // Any failure on any rank makes Load throw on every rank.
 //
-// options.fully_parallel / two_stage change who reads which shard from
-// storage (each is read once per parallelization group) and exchange the
-// rest between ranks (strategy/fully_parallel.h, strategy/two_stage.h); the
-// result is the same.
+// options.strategy (strategy/strategy.h) changes who reads which shard from
+// storage: fully parallel and two-stage loads read each shard once per
+// parallelization group and exchange the rest between ranks; the result is
+// the same.
 //
 // Thread-safety: one call per rank; ranks run concurrently.
 #ifndef DISTCKPT_ENGINE_LOAD_H_

@@ -9,17 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
 #include "format/format.h"
 #include "io/env.h"
 #include "mapping/strict.h"
 #include "strategy/exchange.h"
-#include "strategy/fully_parallel.h"
-#include "strategy/plan_cache.h"
+#include "strategy/strategy.h"
 
 namespace distckpt {
-
-class StagingPool;
 
 struct SaveOptions {
   const Format* format = nullptr;  // nullptr = NativeFormat()
@@ -30,26 +26,9 @@ struct SaveOptions {
   nlohmann::json content_metadata =
       nullptr;  // Megatron's content_metadata (common['content_metadata'])
 
-  // Fully parallel save (strategy/fully_parallel.h): each shard whose main
-  // replica lives in `parallelization_group` (nullptr = the save's
-  // communicator, Megatron's WORLD; Megatron training passes DP with CP) is
-  // written by one group rank, balancing bytes. `distribution_cache` keeps
-  // the distribution while no rank's layout changes (Megatron's
-  // do_cache_distribution, checked with one all-reduce).
-  bool fully_parallel = false;
-  Communicator* parallelization_group = nullptr;
-  DistributionCache* distribution_cache = nullptr;
-
-  // Plan and metadata reuse (strategy/plan_cache.h): while one all-reduce
-  // finds every rank's structure unchanged since the cached save, skip the
-  // validation, common-state and distribution collectives, and gather only
-  // checksums for the commit. Takes the place of distribution_cache.
-  SavePlanCache* plan_cache = nullptr;
-
-  // Asynchronous save (engine/save_async.h): background writer threads, one
-  // data file each; staging buffers from `staging` (nullptr = fresh ones).
-  int writers = 1;
-  StagingPool* staging = nullptr;
+  // How the writing is spread (plain or fully parallel over a group), the
+  // plan cache, and SaveAsync's writers (strategy/strategy.h).
+  SaveStrategy strategy;
 };
 
 struct SaveSummary {
@@ -67,23 +46,15 @@ struct LoadOptions {
   bool validate_access_integrity = true;
   VerifyPolicy verify = VerifyPolicy::kWhenWhole;
 
-  // Fully parallel load (strategy/fully_parallel.h): every shard is read
-  // from storage once within `parallelization_group` (nullptr = the load's
-  // communicator) and exchanged with `exchange`.
-  bool fully_parallel = false;
-  Communicator* parallelization_group = nullptr;
-  ExchangeAlgorithm exchange = ExchangeAlgorithm::kBroadcast;
-  DistributionCache* distribution_cache = nullptr;
+  // How the reading is spread: plain, fully parallel with an exchange, or
+  // two-stage, over a group (strategy/strategy.h).
+  LoadStrategy strategy;
   // Plan only (`distckpt verify`): everything a load decides — strict
   // handling, access validation, the plan of every requested shard (coverage,
   // global shape, key lookup) — with the same rules and messages, but no data
   // file is opened and nothing is read: the result's state_dict is empty and
   // summary.bytes_needed counts the stored bytes a load would read.
   bool plan_only = false;
-  // Two-stage load (strategy/two_stage.h): within `parallelization_group`
-  // (the DP group), the lowest rank holding a shard reads it and broadcasts
-  // it, one shard at a time. Takes precedence over fully_parallel.
-  bool two_stage = false;
 };
 
 struct LoadSummary {

@@ -1,4 +1,4 @@
-// Plan and metadata reuse (SaveOptions.plan_cache; Megatron's
+// Plan and metadata reuse (SaveOptions::strategy.cache; Megatron's
 // test_global_metadata_reuse / TestCachedMetadata, docs/megatron-semantics.md §9.2 rows 20-21, 77):
 // counted collectives show what a reused plan skips, a layout change on any
 // rank is planned afresh, and every checkpoint loads back right.
@@ -61,10 +61,10 @@ TEST(PlanReuseTest, CountedCollectivesShowTheReusedPlan) {
   for (bool fully_parallel : {false, true}) {
     RunRanks(4, [&](Communicator& comm) {
       CountingCommunicator counting(comm);
-      SavePlanCache cache;
+      PlanCache cache;
       SaveOptions options;
-      options.plan_cache = &cache;
-      options.fully_parallel = fully_parallel;
+      options.strategy.cache = &cache;
+      if (fully_parallel) options.strategy.kind = SaveStrategy::Kind::kFullyParallel;
       std::vector<std::map<std::string, int>> calls;
       std::vector<uint64_t> bytes;
       for (int step = 0; step < 3; ++step) {
@@ -75,7 +75,7 @@ TEST(PlanReuseTest, CountedCollectivesShowTheReusedPlan) {
         calls.push_back(counting.calls);
         bytes.push_back(counting.bytes_moved);
       }
-      EXPECT_EQ(cache.reuses, 2u);
+      EXPECT_EQ(cache.hits, 2u);
       // Save 1 plans: validation gather, common-state broadcast (and the
       // distribution all-gather); saves 2 and 3 only check the fingerprint.
       EXPECT_EQ(calls[0]["Gather"], 2);
@@ -105,9 +105,9 @@ TEST(PlanReuseTest, CountedCollectivesShowTheReusedPlan) {
 TEST(PlanReuseTest, ALayoutChangeOnOneRankIsPlannedAfreshOnEveryRank) {
   ScopedTempDir tmp;
   auto errors = ErrorMessagesOnRanks(4, [&](Communicator& comm) {
-    SavePlanCache cache;
+    PlanCache cache;
     SaveOptions options;
-    options.plan_cache = &cache;
+    options.strategy.cache = &cache;
     Save(State(comm, 0), tmp.path() + "/a", comm, options);
     Node broken = State(comm, 1);
     if (comm.rank() == 2) {  // rank 2 now claims rank 3's rows: validation must see it
@@ -119,25 +119,28 @@ TEST(PlanReuseTest, ALayoutChangeOnOneRankIsPlannedAfreshOnEveryRank) {
 }
 
 TEST(PlanReuseTest, AConsistentLayoutChangeIsSavedRight) {
-  ScopedTempDir tmp;
-  RunRanks(2, [&](Communicator& comm) {
-    SavePlanCache cache;
-    SaveOptions options;
-    options.plan_cache = &cache;
-    Save(State(comm, 0, 0), tmp.path() + "/rows", comm, options);
-    Save(State(comm, 0, 1), tmp.path() + "/cols", comm, options);
-    EXPECT_EQ(cache.reuses, 0u);
-  });
-  EXPECT_TRUE(DiffCheckpoints(tmp.path() + "/rows", tmp.path() + "/cols").identical());
+  for (SaveStrategy::Kind kind : {SaveStrategy::Kind::kPlain, SaveStrategy::Kind::kFullyParallel}) {
+    ScopedTempDir tmp;
+    RunRanks(2, [&](Communicator& comm) {
+      PlanCache cache;
+      SaveOptions options;
+      options.strategy.kind = kind;
+      options.strategy.cache = &cache;
+      Save(State(comm, 0, 0), tmp.path() + "/rows", comm, options);
+      Save(State(comm, 0, 1), tmp.path() + "/cols", comm, options);
+      EXPECT_EQ(cache.hits, 0u);
+    });
+    EXPECT_TRUE(DiffCheckpoints(tmp.path() + "/rows", tmp.path() + "/cols").identical());
+  }
 }
 
 TEST(PlanReuseTest, AsyncSavesReuseThePlanToo) {
   ScopedTempDir tmp;
   RunRanks(4, [&](Communicator& comm) {
-    SavePlanCache cache;
+    PlanCache cache;
     SaveOptions options;
-    options.plan_cache = &cache;
-    options.writers = 2;
+    options.strategy.cache = &cache;
+    options.strategy.writers = 2;
     AsyncCallsQueue queue(comm);
     for (int step = 0; step < 3; ++step) {
       AsyncSave save =
@@ -145,7 +148,7 @@ TEST(PlanReuseTest, AsyncSavesReuseThePlanToo) {
       queue.Schedule(save.request);
       queue.MaybeFinalize(true);
     }
-    EXPECT_EQ(cache.reuses, 2u);
+    EXPECT_EQ(cache.hits, 2u);
     EXPECT_EQ(LoadedW(tmp.path() + "/2", comm, 0, 2), 200 + comm.rank() * 12);
   });
 }

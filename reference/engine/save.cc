@@ -6,10 +6,10 @@
 #include "engine/common_state.h"
 #include "engine/global_validation.h"
 #include "engine/save_steps.h"
-#include "io/checksum.h"
 #include "mapping/dict_utils.h"
 #include "mapping/validation.h"
 #include "strategy/device_staging.h"
+#include "strategy/strategy.h"
 #include "wire/messages.h"
 
 namespace distckpt {
@@ -83,14 +83,12 @@ CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, Sav
   return local;
 }
 
-// What a save plan depends on: this rank's shard metadata and the options
-// that shape what it writes.
-uint64_t PlanFingerprint(const Node& sharded, const Format& format, const SaveOptions& options,
-                         const Communicator& group) {
-  std::string text = EncodeShardedMetadata(CollectLocalMetadata(sharded));
-  text += fmt::format("|{}|{}|{}|{}|{}", format.name(), options.validate_access_integrity,
-                      options.fully_parallel, group.rank(), group.size());
-  return Checksum(std::as_bytes(std::span(text)));
+// What a save plan depends on besides this rank's shard metadata: the
+// options that shape what it writes and the rank's place in its group.
+std::string SavePlanContext(const Format& format, const SaveOptions& options, Communicator& comm) {
+  const Communicator& group = options.strategy.group ? *options.strategy.group : comm;
+  return fmt::format("save|{}|{}|{}|{}|{}", format.name(), options.validate_access_integrity,
+                     static_cast<int>(options.strategy.kind), group.rank(), group.size());
 }
 
 }  // namespace
@@ -116,32 +114,21 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
           Node(ShardedObject{kCommonStateKey, prepared.common, {1}, {0}});
     }
   });
-  Communicator& group = options.parallelization_group ? *options.parallelization_group : comm;
-  if (options.plan_cache) {
-    prepared.fingerprint = PlanFingerprint(prepared.sharded, *prepared.format, options, group);
-    const SavePlanCache& cache = *options.plan_cache;
-    const bool mine = cache.filled && cache.fingerprint == prepared.fingerprint;
-    prepared.reused_plan = comm.AllReduceOne(mine ? 1 : 0, ReduceOp::kMin) == 1;
+  PlanCache* cache = options.strategy.cache;
+  if (cache) {
+    prepared.fingerprint =
+        PlanFingerprint(prepared.sharded, SavePlanContext(*prepared.format, options, comm));
+    prepared.reused_plan = PlanReusable(*cache, prepared.fingerprint, comm);
   }
   if (options.validate_access_integrity && !prepared.reused_plan) {
     ValidateGlobalSharding(prepared.sharded, comm);
     CompareCommonState(prepared.common, comm, summary);
   }
-  if (options.fully_parallel) {
-    bool rewritten;
-    if (options.plan_cache) {
-      prepared.distribution = prepared.reused_plan ? options.plan_cache->distribution
-                                                   : DetermineMainReplicaUniformDistribution(
-                                                         prepared.sharded, group, false);
-      if ((rewritten = prepared.distribution.has_value())) {
-        DistributeMainReplicas(prepared.sharded, group.rank(), *prepared.distribution);
-      }
-    } else {
-      rewritten = ApplySavingParallelization(prepared.sharded, group, options.distribution_cache);
-    }
-    // A rank may now write a replica it holds without data.
-    if (rewritten) AgreeOnOutcome(comm, [&] { CheckLocalShards(prepared.sharded); });
-  }
+  const ShardDistribution* reused =
+      prepared.reused_plan && cache->distribution ? &*cache->distribution : nullptr;
+  prepared.distribution = AssignWriters(options.strategy, prepared.sharded, comm, reused);
+  // A rank may now write a replica it holds without data.
+  if (prepared.distribution) AgreeOnOutcome(comm, [&] { CheckLocalShards(prepared.sharded); });
   AgreeOnOutcome(comm, [&] {
     if (comm.rank() == kCoordinator) {
       // Two saves into one directory would commit a mix: the second is
@@ -181,7 +168,7 @@ void ForEachItemToWrite(
 
 void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
                 const std::string& dir, Communicator& comm, const SaveOptions& options) {
-  SavePlanCache* cache = options.plan_cache;
+  PlanCache* cache = options.strategy.cache;
   // Only the checksums when this rank's written layout is the cached one, else
   // all it wrote; the coordinator sends nothing and takes its own as it is.
   const bool coordinator = comm.rank() == kCoordinator;
@@ -225,7 +212,7 @@ void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
   cache->distribution = prepared.distribution;
   cache->written = local;
   cache->ranks_written = std::move(written);
-  if (prepared.reused_plan) ++cache->reuses;
+  if (prepared.reused_plan) ++cache->hits;
 }
 
 SaveSummary Save(const Node& state_dict, const std::string& dir, Communicator& comm,

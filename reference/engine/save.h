@@ -10,9 +10,11 @@
 // atomically). Any failure on any rank makes Save throw on every rank, with
 // the failing ranks named, and leaves no committed checkpoint.
 //
-// options.fully_parallel: after validation, replica ids are rewritten so
-// that each shard is written by one rank of the parallelization group
-// (strategy/fully_parallel.h); the checkpoint is the same in global space.
+// options.strategy (strategy/strategy.h): fully parallel, after validation,
+// rewrites replica ids so that each shard is written by one rank of the
+// parallelization group; the checkpoint is the same in global space. With a
+// plan cache, a save of an unchanged structure reuses the last one's plan
+// (strategy/plan_cache.h).
 //
 // Thread-safety: one call per rank; ranks run concurrently.
 #ifndef DISTCKPT_ENGINE_SAVE_H_

@@ -57,8 +57,9 @@ std::shared_ptr<WriterJob> StageAndStartWriters(const PreparedSave& prepared, in
                                          : 0;
     total += p.item.length;
   }
-  std::shared_ptr<StagingBuffer> staged =
-      options.staging ? options.staging->Acquire(total) : StagingPool::Unpooled(total);
+  std::shared_ptr<StagingBuffer> staged = options.strategy.staging
+                                              ? options.strategy.staging->Acquire(total)
+                                              : StagingPool::Unpooled(total);
   // Device tensors' copies are queued on a side stream per device and run
   // while the host ones are copied; the save returns once all are done.
   std::map<int, std::unique_ptr<AsyncCopy>> copies;
@@ -83,7 +84,7 @@ std::shared_ptr<WriterJob> StageAndStartWriters(const PreparedSave& prepared, in
   for (auto& [device, copy] : copies) copy->Wait(last_ticket[device]);
   summary.bytes_staged = total;
   return std::make_shared<WriterJob>(*prepared.format, prepared.env, prepared.write_dir, rank,
-                                     std::move(items), std::move(staged), options.writers);
+                                     std::move(items), std::move(staged), options.strategy.writers);
 }
 
 }  // namespace
@@ -92,9 +93,9 @@ AsyncSave SaveAsync(const Node& state_dict, const std::string& dir, Communicator
                     const SaveOptions& options) {
   const Clock::time_point start = Clock::now();
   auto summary = std::make_shared<SaveSummary>();
-  if (options.writers < 1) {
+  if (options.strategy.writers < 1) {
     Fail(ErrorKind::kInvalidArgument, "an async save needs at least one writer, got {}",
-         options.writers);
+         options.strategy.writers);
   }
   PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, *summary);
   std::shared_ptr<WriterJob> job;

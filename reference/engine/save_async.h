@@ -5,7 +5,7 @@
 // validation, the fully parallel distribution and the directory. Then every
 // byte this rank writes is copied into one host staging buffer (so the
 // caller may change its state as soon as SaveAsync returns, and what is
-// written is what the state held at the call), and `options.writers`
+// written is what the state held at the call), and `options.strategy.writers`
 // background threads start writing it, one data file each, and fsync.
 //
 // Schedule the returned request on an AsyncCallsQueue over the same
@@ -16,8 +16,8 @@
 // previous checkpoint is untouched. The checkpoint equals a synchronous
 // Save's in global space (data files may be split differently).
 //
-// Thread-safety: one call per rank; `comm`, `options.env` and the caches
-// must outlive the request.
+// Thread-safety: one call per rank; `comm`, `options.env` and the strategy's
+// group, cache and staging pool must outlive the request.
 #ifndef DISTCKPT_ENGINE_SAVE_ASYNC_H_
 #define DISTCKPT_ENGINE_SAVE_ASYNC_H_
 

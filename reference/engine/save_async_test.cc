@@ -70,7 +70,7 @@ TEST(SaveAsyncTest, AsyncIsEquivalentToSync) {
   const std::string sync_dir = tmp.path() + "/sync", async_dir = tmp.path() + "/async";
   RunRanks(8, [&](Communicator& comm) {
     SaveOptions options;
-    options.writers = 3;
+    options.strategy.writers = 3;
     auto summary = SaveThroughQueue(AsyncState(comm), async_dir, comm, options);
     Save(AsyncState(comm), sync_dir, comm);
     EXPECT_EQ(summary->bytes_written, summary->bytes_staged);
@@ -94,7 +94,7 @@ TEST(SaveAsyncTest, WriterFailureOnOneRankFailsEveryRankAndCommitsNothing) {
   auto errors = ErrorMessagesOnRanks(8, [&](Communicator& comm) {
     SaveOptions options;
     options.overwrite = true;
-    options.writers = 8;
+    options.strategy.writers = 8;
     if (comm.rank() == 2) options.env = &failing;
     SaveThroughQueue(AsyncState(comm, 0.5f), dir, comm, options);
   });
@@ -117,7 +117,7 @@ TEST(SaveAsyncTest, DcpWithSeveralWritersOverwritesAtomically) {
   const std::string dir = tmp.path() + "/ckpt";
   SaveOptions options;
   options.format = &DcpFormat();
-  options.writers = 3;
+  options.strategy.writers = 3;
   RunRanks(4, [&](Communicator& comm) { SaveThroughQueue(AsyncState(comm), dir, comm, options); });
   int streams = 0;  // data files beyond each rank's first: the writer threads' own
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -205,7 +205,7 @@ TEST(SaveAsyncTest, RepeatedSavesReuseTheStagingBuffer) {
   RunRanks(4, [&](Communicator& comm) {
     StagingPool pool;
     SaveOptions options;
-    options.staging = &pool;
+    options.strategy.staging = &pool;
     AsyncCallsQueue queue(comm);
     for (int step = 0; step < 3; ++step) {
       AsyncSave save =
@@ -245,8 +245,8 @@ TEST(SaveAsyncTest, FullyParallelAsyncSaveMatchesAPlainOne) {
   ScopedTempDir tmp;
   RunRanks(8, [&](Communicator& comm) {
     SaveOptions options;
-    options.fully_parallel = true;
-    options.writers = 2;
+    options.strategy = SaveStrategy::FullyParallel();
+    options.strategy.writers = 2;
     auto summary = SaveThroughQueue(AsyncState(comm), tmp.path() + "/fp", comm, options);
     Save(AsyncState(comm), tmp.path() + "/plain", comm);
     // Every rank writes its keyC slice (8 B) and object (10 B); then the
@@ -262,7 +262,7 @@ TEST(SaveAsyncTest, FullyParallelAsyncSaveMatchesAPlainOne) {
 TEST(SaveAsyncTest, ZeroWritersIsRefused) {
   RunRanks(1, [&](Communicator& comm) {
     SaveOptions options;
-    options.writers = 0;
+    options.strategy.writers = 0;
     EXPECT_THAT([&] { SaveAsync(AsyncState(comm), "/nonexistent", comm, options); },
                 ThrowsError(ErrorKind::kInvalidArgument, "at least one writer"));
   });

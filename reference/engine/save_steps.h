@@ -32,7 +32,7 @@ struct PreparedSave {
   // Coordinator, POSIX Env: the save's exclusive lock on `<dir>.lock`
   // (io/file_lock.h), held from PrepareDirectory until the save ends.
   std::shared_ptr<FileLock> lock;
-  // options.plan_cache: this save's plan, stored in the cache on commit.
+  // options.strategy.cache: this save's plan, stored in the cache on commit.
   bool reused_plan = false;
   uint64_t fingerprint = 0;
   std::optional<ShardDistribution> distribution;
@@ -54,7 +54,7 @@ void ForEachItemToWrite(
 
 // Gathers `local` (what this rank wrote, fsync'd) from every rank; the
 // coordinator merges and commits. Throws on every rank if it fails. With
-// options.plan_cache, ranks whose written layout is unchanged send only
+// options.strategy.cache, ranks whose written layout is unchanged send only
 // their checksums, and a successful commit refills the cache.
 void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
                 const std::string& dir, Communicator& comm, const SaveOptions& options);

@@ -24,12 +24,13 @@ namespace fs = std::filesystem;
 // Records the (file name, offset) of every read, then passes it on.
 class RecordingEnv : public ForwardingEnv {
  public:
+  RecordingEnv() : ForwardingEnv(Env::Default()) {}
   struct ReadAt {
     std::string file;
     uint64_t offset;
   };
   std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) override {
-    return std::make_unique<File>(base_->NewRandomAccessFile(path), this);
+    return std::make_unique<File>(target()->NewRandomAccessFile(path), this);
   }
   std::vector<ReadAt> reads() const {
     std::lock_guard lock(mu_);
@@ -132,8 +133,7 @@ TEST(FullyParallelSaveTest, WritesEachShardOnceSpreadOverTheDpGroup) {
     RunRanks(kWorld, [&](Communicator& comm) {
       auto dp = DpGroup(comm, kTp);
       SaveOptions options;
-      options.fully_parallel = fully_parallel;
-      options.parallelization_group = dp.get();
+      if (fully_parallel) options.strategy = SaveStrategy::FullyParallel(dp.get());
       written[comm.rank()] =
           Save(AsDict(ReplicatedModel(comm.rank(), kTp, true)), dir, comm, options).bytes_written;
     });
@@ -179,7 +179,7 @@ LoadRun LoadModel(const std::string& dir, int world, int tp_size, const LoadOpti
   RunRanks(world, [&](Communicator& comm) {
     auto dp = DpGroup(comm, tp_size);
     LoadOptions options = base;
-    options.parallelization_group = dp.get();
+    options.strategy.group = dp.get();
     std::vector<ShardedTensor> want = ReplicatedModel(comm.rank(), tp_size, false);
     LoadResult r = Load(AsDict(want), dir, comm, options);
     for (size_t i = 0; i < want.size(); ++i) {
@@ -207,8 +207,7 @@ TEST(FullyParallelLoadTest, ReadsEachShardOncePerGroupWithEitherExchange) {
   for (ExchangeAlgorithm algorithm :
        {ExchangeAlgorithm::kBroadcast, ExchangeAlgorithm::kGatherRounds}) {
     LoadOptions options;
-    options.fully_parallel = true;
-    options.exchange = algorithm;
+    options.strategy = LoadStrategy::FullyParallel(nullptr, algorithm);  // group: LoadModel's
     LoadRun fp = LoadModel(tmp.path(), 8, 2, options);
     uint64_t total = 0, largest_shard = 4096 * 4;
     for (int r = 0; r < 8; ++r) {
@@ -228,7 +227,7 @@ TEST(TwoStageLoadTest, LowestDpRankReadsAndBroadcastsOneShardAtATime) {
     Save(AsDict(ReplicatedModel(comm.rank(), 2, true)), tmp.path(), comm);
   });
   LoadOptions options;
-  options.two_stage = true;
+  options.strategy = LoadStrategy::TwoStage();  // group: LoadModel's
   LoadRun run = LoadModel(tmp.path(), 8, 2, options);
   for (int r = 0; r < 8; ++r) {
     if (r >= 2) {
@@ -263,12 +262,10 @@ void CrossRankReads(int tp_size, const Placement& placement, ReadsByRank* same,
   RunRanks(kWorld, [&](Communicator& comm) {
     auto dp = DpGroup(comm, tp_size);
     SaveOptions save;
-    save.fully_parallel = true;
-    save.parallelization_group = dp.get();
+    save.strategy = SaveStrategy::FullyParallel(dp.get());
     Save(state(comm.rank()), tmp.path(), comm, save);
     LoadOptions load;
-    load.fully_parallel = true;
-    load.parallelization_group = dp.get();
+    load.strategy = LoadStrategy::FullyParallel(dp.get());
     load.env = &envs[comm.rank()];
     LoadResult r = Load(state(comm.rank()), tmp.path(), comm, load);
     for (const auto& [name, _] : r.state_dict.as<Dict>()) {

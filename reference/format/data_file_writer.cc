@@ -56,6 +56,10 @@ uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
   return offset;
 }
 
+void DataFileWriter::Overwrite(uint64_t offset, std::span<const std::byte> bytes) {
+  file_->WriteAt(offset, bytes);
+}
+
 void DataFileWriter::AppendChecksums(std::span<const std::byte> bytes) {
   Append(bytes);
   bytes_written_ -= bytes.size();
@@ -124,6 +128,7 @@ CheckpointMetadata DataFileWriter::Finish() {
   CheckOpen();
   finished_ = true;
   if (file_) {
+    FinishItems(file_->size());
     file_->Sync();
     file_->Close();
   }

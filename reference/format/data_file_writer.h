@@ -53,9 +53,14 @@ class DataFileWriter : public CheckpointWriter {
                           std::span<const std::byte> bytes) = 0;
   // Appends the object's payload and sets object.offset and length (and checksum).
   virtual void StoreObject(StoredObject& object, std::span<const std::byte> bytes) = 0;
+  // Called by Finish, before the data file is synced, when it holds items
+  // ending at byte `size`: a format may append what follows its items.
+  virtual void FinishItems(uint64_t size) {}
 
   // Appends payload bytes to the data file; returns the offset they start at.
   uint64_t Append(std::span<const std::byte> bytes);
+  // Overwrites bytes already appended, at `offset` of the data file.
+  void Overwrite(uint64_t offset, std::span<const std::byte> bytes);
   // Appends bytes of the format's own (checksums), not counted in bytes_written.
   void AppendChecksums(std::span<const std::byte> bytes);
   int rank() const { return rank_; }

@@ -46,6 +46,14 @@ class CrashWritableFile : public ForwardingWritableFile {
     }
     target()->Append(data);
   }
+  void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    std::unique_lock lock(env_->mu_);
+    if (env_->BeginOperation("write", path_, lock)) {
+      target()->WriteAt(offset, data.first(data.size() / 2));  // a torn write
+      env_->ThrowCrashed(path_);
+    }
+    target()->WriteAt(offset, data);
+  }
   void Sync() override {
     std::unique_lock lock(env_->mu_);
     env_->BeginOperation("fsync", path_, lock);

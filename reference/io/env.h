@@ -24,6 +24,9 @@ class WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual void Append(std::span<const std::byte> data) = 0;
+  // Overwrites bytes already appended: [offset, offset + data.size()) must
+  // lie below size() (a format patching a header once it knows the data).
+  virtual void WriteAt(uint64_t offset, std::span<const std::byte> data) = 0;
   virtual void Sync() = 0;            // fdatasync
   virtual void Close() = 0;           // idempotent
   virtual uint64_t size() const = 0;  // bytes appended so far

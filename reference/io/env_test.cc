@@ -53,6 +53,18 @@ TEST(PosixEnvTest, AppendsAndReadsBack) {
   EXPECT_EQ(ReadFileToString(env, path), "hello world");
 }
 
+TEST(PosixEnvTest, WriteAtOverwritesAppendedBytes) {
+  ScopedTempDir tmp;
+  const std::string path = JoinPath(tmp.path(), "f");
+  std::unique_ptr<WritableFile> file = Env::Default()->NewWritableFile(path);
+  file->Append(Bytes("hello "));
+  file->WriteAt(1, Bytes("EL"));
+  file->Append(Bytes("world"));
+  EXPECT_EQ(file->size(), 11u);
+  file->Close();
+  EXPECT_EQ(ReadFileToString(Env::Default(), path), "hELlo world");
+}
+
 TEST(PosixEnvTest, ConcurrentReadsShareOneFile) {
   ScopedTempDir tmp;
   Env* env = Env::Default();

@@ -18,6 +18,10 @@ class FaultWritableFile : public WritableFile {
     base_->Append(data.first(allowed));
     if (allowed < data.size()) FailIo("write", path_, ENOSPC);
   }
+  void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    env_->CheckPath(path_, "write");  // the file does not grow: no space is reserved
+    base_->WriteAt(offset, data);
+  }
   void Sync() override {
     env_->CheckPath(path_, "fdatasync");
     if (env_->fail_syncs_) FailIo("fdatasync", path_, EIO);
@@ -67,60 +71,25 @@ uint64_t FaultInjectionEnv::ReserveWrite(uint64_t want) {
 
 std::unique_ptr<WritableFile> FaultInjectionEnv::NewWritableFile(const std::string& path) {
   CheckPath(path, "open");
-  return std::make_unique<FaultWritableFile>(this, path, base_->NewWritableFile(path));
+  return std::make_unique<FaultWritableFile>(this, path, target()->NewWritableFile(path));
 }
 
 std::unique_ptr<RandomAccessFile> FaultInjectionEnv::NewRandomAccessFile(const std::string& path) {
   CheckPath(path, "open");
-  return std::make_unique<FaultRandomAccessFile>(this, base_->NewRandomAccessFile(path));
-}
-
-bool FaultInjectionEnv::FileExists(const std::string& path) {
-  CheckPath(path, "stat");
-  return base_->FileExists(path);
-}
-
-bool FaultInjectionEnv::IsDirectory(const std::string& path) {
-  CheckPath(path, "stat");
-  return base_->IsDirectory(path);
-}
-
-uint64_t FaultInjectionEnv::FileSize(const std::string& path) {
-  CheckPath(path, "stat");
-  return base_->FileSize(path);
-}
-
-std::vector<std::string> FaultInjectionEnv::ListDir(const std::string& dir) {
-  CheckPath(dir, "list directory");
-  return base_->ListDir(dir);
-}
-
-void FaultInjectionEnv::CreateDirs(const std::string& dir) {
-  CheckPath(dir, "create directory");
-  base_->CreateDirs(dir);
-}
-
-void FaultInjectionEnv::RemoveFile(const std::string& path) {
-  CheckPath(path, "remove");
-  base_->RemoveFile(path);
-}
-
-void FaultInjectionEnv::RemoveAll(const std::string& path) {
-  CheckPath(path, "remove");
-  base_->RemoveAll(path);
+  return std::make_unique<FaultRandomAccessFile>(this, target()->NewRandomAccessFile(path));
 }
 
 void FaultInjectionEnv::RenameFile(const std::string& from, const std::string& to) {
   CheckPath(from, "rename");
   CheckPath(to, "rename");
   if (fail_renames_) FailIo("rename", from + " to " + to, EIO);
-  base_->RenameFile(from, to);
+  target()->RenameFile(from, to);
 }
 
 void FaultInjectionEnv::SyncDir(const std::string& dir) {
   CheckPath(dir, "fsync directory");
   if (fail_syncs_) FailIo("fsync directory", dir, EIO);
-  base_->SyncDir(dir);
+  target()->SyncDir(dir);
 }
 
 }  // namespace distckpt

@@ -11,13 +11,13 @@
 #include <optional>
 #include <string>
 
-#include "io/env.h"
+#include "io/forwarding_env.h"
 
 namespace distckpt {
 
-class FaultInjectionEnv : public Env {
+class FaultInjectionEnv : public ForwardingEnv {
  public:
-  explicit FaultInjectionEnv(Env* base) : base_(base) {}
+  explicit FaultInjectionEnv(Env* base) : ForwardingEnv(base) {}
 
   // After `bytes` more bytes appended in total, appends fail with ENOSPC
   // (the append that crosses the limit writes the bytes that still fit).
@@ -32,15 +32,12 @@ class FaultInjectionEnv : public Env {
 
   std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override;
   std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) override;
-  bool FileExists(const std::string& path) override;
-  bool IsDirectory(const std::string& path) override;
-  uint64_t FileSize(const std::string& path) override;
-  std::vector<std::string> ListDir(const std::string& dir) override;
-  void CreateDirs(const std::string& dir) override;
-  void RemoveFile(const std::string& path) override;
-  void RemoveAll(const std::string& path) override;
   void RenameFile(const std::string& from, const std::string& to) override;
   void SyncDir(const std::string& dir) override;
+
+ protected:
+  // Every other operation: EIO on a path matching FailPathsContaining.
+  void OnAccess(const char* op, const std::string& path) override { CheckPath(path, op); }
 
  private:
   friend class FaultWritableFile;
@@ -49,7 +46,6 @@ class FaultInjectionEnv : public Env {
   // How many of `want` bytes may still be appended; reserves them.
   uint64_t ReserveWrite(uint64_t want);
 
-  Env* base_;
   std::optional<uint64_t> write_limit_;  // on bytes_written_
   std::optional<std::string> fail_substring_;
   bool fail_renames_ = false;

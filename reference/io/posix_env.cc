@@ -48,6 +48,19 @@ class PosixWritableFile : public WritableFile {
     }
   }
 
+  void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t n =
+          ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        FailIo("write", path_, errno);
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+
   void Sync() override {
     if (::fdatasync(fd_) != 0) FailIo("fdatasync", path_, errno);
   }

@@ -70,7 +70,7 @@ struct ManagerOptions {
   bool clean_incomplete = true;  // retention also removes older incomplete directories
   bool async = false;
   std::string topology;  // recorded in the manifest and the checkpoints
-  SaveOptions save;      // format, env, writers, fully_parallel... (dir-independent)
+  SaveOptions save;      // format, env, strategy... (dir-independent)
   std::chrono::milliseconds async_timeout = std::chrono::minutes(10);
   // Called at each step of a save, for logs and crash tests: "save" and
   // "written" (every rank: before the components are saved / after they

@@ -6,21 +6,11 @@
 #include <exception>
 
 #include "core/error.h"
-#include "io/checksum.h"
 #include "mapping/dict_utils.h"
 #include "mapping/py_format.h"
-#include "mapping/validation.h"
-#include "wire/messages.h"
 
 namespace distckpt {
 namespace {
-
-uint64_t Fingerprint(const Node& sharded, bool ignore_groups, const Communicator& group) {
-  std::vector<ShardedTensor> shards = LocalShards(sharded);
-  std::string text = EncodeShardedMetadata(LocalMetadata(shards.begin(), shards.end())) +
-                     fmt::format("|{}|{}|{}", ignore_groups, group.rank(), group.size());
-  return Checksum(std::as_bytes(std::span(text)));
-}
 
 // The parts of a request: what this rank reads, and what it waits for.
 struct LoadSplit {
@@ -47,36 +37,45 @@ LoadSplit SplitRequest(const Node& sharded, const ShardDistribution& dist, int g
   return split;
 }
 
-}  // namespace
-
-std::optional<ShardDistribution> CachedDistribution(const Node& sharded, Communicator& group,
-                                                    bool ignore_groups, DistributionCache* cache) {
+// A load's distribution over `group` (nullopt for a group of one rank): the
+// cached one when every group rank's plan is current (one all-reduce), else
+// computed (one all-gather) and cached.
+std::optional<ShardDistribution> LoadDistribution(const Node& sharded, Communicator& group,
+                                                  PlanCache* cache) {
   if (group.size() <= 1) return std::nullopt;
-  if (cache == nullptr)
-    return DetermineMainReplicaUniformDistribution(sharded, group, ignore_groups);
-  const uint64_t fingerprint = Fingerprint(sharded, ignore_groups, group);
-  const bool mine = cache->filled && cache->fingerprint == fingerprint;
-  if (group.AllReduceOne(mine ? 1 : 0, ReduceOp::kMin) == 1) {
+  if (cache == nullptr) return DetermineMainReplicaUniformDistribution(sharded, group, true);
+  const uint64_t fingerprint = PlanFingerprint(
+      sharded, fmt::format("fully parallel load|{}|{}", group.rank(), group.size()));
+  if (PlanReusable(*cache, fingerprint, group)) {
     ++cache->hits;
     return cache->distribution;
   }
-  cache->distribution = DetermineMainReplicaUniformDistribution(sharded, group, ignore_groups);
-  cache->fingerprint = fingerprint;
-  cache->filled = true;
+  PlanCache fresh;  // nothing of an earlier save's plan stays
+  fresh.filled = true;
+  fresh.fingerprint = fingerprint;
+  fresh.distribution = DetermineMainReplicaUniformDistribution(sharded, group, true);
+  fresh.hits = cache->hits;
+  *cache = std::move(fresh);
   return cache->distribution;
 }
 
-bool ApplySavingParallelization(Node& sharded, Communicator& group, DistributionCache* cache) {
-  std::optional<ShardDistribution> dist = CachedDistribution(sharded, group, false, cache);
-  if (!dist) return false;
-  DistributeMainReplicas(sharded, group.rank(), *dist);
-  return true;
+}  // namespace
+
+std::optional<ShardDistribution> ApplySavingParallelization(Node& sharded, Communicator& group,
+                                                            const ShardDistribution* reused) {
+  std::optional<ShardDistribution> dist;
+  if (reused)
+    dist = *reused;
+  else if (group.size() > 1)
+    dist = DetermineMainReplicaUniformDistribution(sharded, group, /*ignore_groups=*/false);
+  if (dist) DistributeMainReplicas(sharded, group.rank(), *dist);
+  return dist;
 }
 
 Node FullyParallelLoad(const Node& sharded, const ReadShardsFn& read, Communicator& comm,
-                       Communicator& group, const FullyParallelLoadOptions& options,
+                       Communicator& group, ExchangeAlgorithm exchange, PlanCache* cache,
                        ExchangeStats* stats) {
-  std::optional<ShardDistribution> dist = CachedDistribution(sharded, group, true, options.cache);
+  std::optional<ShardDistribution> dist = LoadDistribution(sharded, group, cache);
   if (!dist) {  // a group of one: plain load
     Node loaded;
     AgreeOnOutcome(comm, [&] { loaded = read(sharded); });
@@ -103,7 +102,7 @@ Node FullyParallelLoad(const Node& sharded, const ReadShardsFn& read, Communicat
   std::map<std::string, nlohmann::json> objects;
   try {
     std::vector<ShardRoute> routes = RoutesOf(*dist);
-    if (options.exchange == ExchangeAlgorithm::kBroadcast) {
+    if (exchange == ExchangeAlgorithm::kBroadcast) {
       auto provide = [&](const ShardId& id) -> Tensor {
         auto it = loaded.find(id);
         if (it == loaded.end())

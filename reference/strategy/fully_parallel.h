@@ -12,54 +12,34 @@
 // exchanges them (strategy/exchange.h); objects are read by the ranks that
 // hold their main replica and all-gathered over the whole communicator.
 //
-// A DistributionCache (Megatron's do_cache_distribution) skips the metadata
-// all-gather while every group rank's shard metadata is unchanged; unlike
-// Megatron's cache it checks that with one all-reduce, so a changed layout
-// is never distributed with a stale plan.
+// With a PlanCache (Megatron's do_cache_distribution), a load reuses the
+// distribution while every group rank's shard metadata is unchanged; unlike
+// Megatron's cache it checks that with one all-reduce (strategy/plan_cache.h).
+// A save's plan, distribution included, is reused by the engine.
 //
 // Thread-safety: collective; one call per rank. A cache belongs to one rank.
 #ifndef DISTCKPT_STRATEGY_FULLY_PARALLEL_H_
 #define DISTCKPT_STRATEGY_FULLY_PARALLEL_H_
 
-#include <cstdint>
-#include <functional>
 #include <optional>
 
 #include "comm/communicator.h"
 #include "mapping/state_dict.h"
 #include "strategy/distribution.h"
 #include "strategy/exchange.h"
+#include "strategy/plan_cache.h"
+#include "strategy/strategy.h"
 
 namespace distckpt {
 
-struct DistributionCache {
-  std::optional<ShardDistribution> distribution;  // nullopt: group of one rank
-  uint64_t fingerprint = 0;                       // this rank's shard metadata
-  bool filled = false;
-  uint64_t hits = 0;  // calls that reused the distribution
-};
-
-// The distribution for `sharded` over `group`, from `cache` when every group
-// rank's metadata matches it (one all-reduce), else computed (one
-// all-gather) and stored in `cache`. Collective over `group`; a group of one
-// rank issues no collective and yields nullopt.
-std::optional<ShardDistribution> CachedDistribution(const Node& sharded, Communicator& group,
-                                                    bool ignore_groups, DistributionCache* cache);
-
-// apply_saving_parallelization: rewrites replica ids of `sharded` (a
-// preprocessed sharded tree) to 0 / 1. Returns false (and changes nothing)
-// for a group of one rank. Collective over `group`.
-bool ApplySavingParallelization(Node& sharded, Communicator& group, DistributionCache* cache);
-
-// Rank-local reading of a sharded tree: returns it with every ShardedTensor
-// replaced by its loaded Tensor and every ShardedObject by its value (the
-// engine passes its storage reader).
-using ReadShardsFn = std::function<Node(const Node& sharded)>;
-
-struct FullyParallelLoadOptions {
-  ExchangeAlgorithm exchange = ExchangeAlgorithm::kBroadcast;
-  DistributionCache* cache = nullptr;
-};
+// apply_saving_parallelization: rewrites the replica ids of `sharded` (a
+// preprocessed sharded tree) to 0 / 1 so that each shard whose main replica
+// lives in `group` is written by one group rank, with `*reused` (a cached
+// plan's, no collective) or the distribution computed over `group` (one
+// all-gather). Returns the distribution applied; nullopt (and changes
+// nothing) for a group of one rank. Collective over `group` unless reused.
+std::optional<ShardDistribution> ApplySavingParallelization(
+    Node& sharded, Communicator& group, const ShardDistribution* reused = nullptr);
 
 // FullyParallelLoadStrategyWrapper.load: returns `sharded` loaded, like
 // `read` would, reading each shard once within `group` (a sub-communicator
@@ -67,10 +47,13 @@ struct FullyParallelLoadOptions {
 // Failures are agreed over `comm`: every rank throws. A shard or object that
 // nobody read is CheckpointError(kIncomplete) "Missing shards after fully
 // parallel loading: ..." / "Missing object shards after fully parallel
-// loading: ...". Collective over `comm`.
+// loading: ...". `exchange` moves the shards read to the ranks that wait for
+// them; `cache`, when given, keeps the distribution (reused only after one
+// all-reduce over `group` finds it current). Collective over `comm`.
 Node FullyParallelLoad(const Node& sharded, const ReadShardsFn& read, Communicator& comm,
-                       Communicator& group, const FullyParallelLoadOptions& options,
-                       ExchangeStats* stats = nullptr);
+                       Communicator& group,
+                       ExchangeAlgorithm exchange = ExchangeAlgorithm::kBroadcast,
+                       PlanCache* cache = nullptr, ExchangeStats* stats = nullptr);
 
 }  // namespace distckpt
 

@@ -1,7 +1,7 @@
 // Fully parallel save and load over 8 thread ranks with a fake storage read
 // (Megatron's test_fully_parallel.py with MockLoadStrategy, docs/megatron-semantics.md §9.2
 // rows 11-15): who reads what, what each rank ends up with, how many exchanges run, the
-// extra memory they take, objects, failures and the distribution cache.
+// extra memory they take, objects, failures and the cached distribution.
 #include "strategy/fully_parallel.h"
 
 #include <gmock/gmock.h>
@@ -58,7 +58,7 @@ TEST_P(MegatronLoadTest, ReadsItsShareAndReceivesTheRest) {
     Communicator& group = along_dp ? *dp : comm;
     std::set<std::string> read_keys;
     Node out = FullyParallelLoad(AsDict(MegatronFullyParallelShards(comm.rank())),
-                                 FillingRead(comm.rank(), &read_keys), comm, group, {algorithm});
+                                 FillingRead(comm.rank(), &read_keys), comm, group, algorithm);
     std::set<std::string> expected_reads;
     for (const ShardedTensor& t : MegatronFullyParallelShards(comm.rank())) {
       const int loader = Loader(t.key, comm.rank(), along_dp);
@@ -93,7 +93,8 @@ TEST(FullyParallelLoadTest, BroadcastsOnlyShardsSeveralRanksNeed) {
         {{Replicated("needed_by_all", 4, r), unique}, 1}};
     for (const auto& [shards, broadcasts] : cases) {
       ExchangeStats stats;
-      FullyParallelLoad(AsDict(shards), FillingRead(r, nullptr), comm, comm, {}, &stats);
+      FullyParallelLoad(AsDict(shards), FillingRead(r, nullptr), comm, comm,
+                        ExchangeAlgorithm::kBroadcast, nullptr, &stats);
       EXPECT_EQ(stats.collectives, broadcasts) << shards.size() << " tensors";
     }
   });
@@ -112,7 +113,7 @@ TEST(FullyParallelLoadTest, BroadcastNeedsOneShardOfExtraMemory) {
         shards.push_back(Replicated("ten_" + std::to_string(i), kElements, comm.rank()));
       ExchangeStats stats;
       Node out = FullyParallelLoad(AsDict(shards), FillingRead(comm.rank(), nullptr), comm, comm,
-                                   {algorithm}, &stats);
+                                   algorithm, nullptr, &stats);
       // Ranks 0 and 1 read two shards, the others one.
       EXPECT_EQ(stats.bytes_received, (comm.rank() <= 1 ? 8 : 9) * kShardBytes);
       if (algorithm == ExchangeAlgorithm::kBroadcast) {
@@ -139,8 +140,7 @@ TEST(FullyParallelLoadTest, ObjectsAreReadByTheirMainReplicaAndShared) {
       request["Obj_" + std::to_string(i)] =
           Node(Object("Obj_" + std::to_string(i), std::abs(comm.rank() - i)));
     std::set<std::string> read_keys;
-    Node out =
-        FullyParallelLoad(Node(request), FillingRead(comm.rank(), &read_keys), comm, comm, {});
+    Node out = FullyParallelLoad(Node(request), FillingRead(comm.rank(), &read_keys), comm, comm);
     EXPECT_EQ(read_keys, std::set<std::string>{"Obj_" + std::to_string(comm.rank())});
     for (int i = 0; i < kWorld; ++i) {
       EXPECT_EQ(out.at("Obj_" + std::to_string(i)).as<nlohmann::json>(),
@@ -152,7 +152,7 @@ TEST(FullyParallelLoadTest, ObjectsAreReadByTheirMainReplicaAndShared) {
 TEST(FullyParallelLoadTest, ObjectWithoutMainReplicaIsMissingOnEveryRank) {
   auto errors = ErrorMessagesOnRanks(kWorld, [](Communicator& comm) {
     Dict request{{"obj", Node(Object("obj", 1))}, {"t", Node(Replicated("t", 4, comm.rank()))}};
-    FullyParallelLoad(Node(request), FillingRead(0, nullptr), comm, comm, {});
+    FullyParallelLoad(Node(request), FillingRead(0, nullptr), comm, comm);
   });
   EXPECT_THAT(
       errors,
@@ -162,7 +162,7 @@ TEST(FullyParallelLoadTest, ObjectWithoutMainReplicaIsMissingOnEveryRank) {
 TEST(FullyParallelLoadTest, ObjectReadByTwoRanksIsADuplicate) {
   auto errors = ErrorMessagesOnRanks(kWorld, [](Communicator& comm) {
     Dict request{{"obj", Node(Object("obj", comm.rank() <= 1 ? 0 : 1))}};
-    FullyParallelLoad(Node(request), FillingRead(0, nullptr), comm, comm, {});
+    FullyParallelLoad(Node(request), FillingRead(0, nullptr), comm, comm);
   });
   EXPECT_THAT(errors,
               Each(HasSubstr("Duplicate shard ids loaded by different ranks: {'obj/shard_0_1'}")));
@@ -175,7 +175,7 @@ TEST(FullyParallelLoadTest, ReadFailureOnOneRankFailsEveryRank) {
       if (comm.rank() == 3) Fail(ErrorKind::kCorruption, "checksum mismatch in __3_0.bin");
       return fill(sharded);
     };
-    FullyParallelLoad(AsDict(MegatronFullyParallelShards(comm.rank())), read, comm, comm, {});
+    FullyParallelLoad(AsDict(MegatronFullyParallelShards(comm.rank())), read, comm, comm);
   });
   EXPECT_THAT(errors, Each(HasSubstr("rank 3: checksum mismatch in __3_0.bin")));
 }
@@ -183,13 +183,12 @@ TEST(FullyParallelLoadTest, ReadFailureOnOneRankFailsEveryRank) {
 TEST(FullyParallelLoadTest, CachedDistributionSkipsTheMetadataExchangeUntilALayoutChanges) {
   RunRanks(kWorld, [&](Communicator& comm) {
     CountingCommunicator counting(comm);
-    DistributionCache cache;
-    FullyParallelLoadOptions options{ExchangeAlgorithm::kBroadcast, &cache};
+    PlanCache cache;
     std::vector<ShardedTensor> shards = MegatronFullyParallelShards(comm.rank());
     auto load = [&](const std::vector<ShardedTensor>& request) {
       counting.Reset();
       Node out = FullyParallelLoad(AsDict(request), FillingRead(comm.rank(), nullptr), counting,
-                                   counting, options);
+                                   counting, ExchangeAlgorithm::kBroadcast, &cache);
       return out.at("sd_keyD").as<Tensor>().At(0);
     };
     EXPECT_EQ(load(shards), 4);
@@ -197,6 +196,7 @@ TEST(FullyParallelLoadTest, CachedDistributionSkipsTheMetadataExchangeUntilALayo
     EXPECT_EQ(load(shards), 4);
     EXPECT_EQ(cache.hits, 1u);
     EXPECT_EQ(counting.count("AllGather"), first - 1);                  // no metadata all-gather
+    EXPECT_EQ(counting.count("AllReduce"), 1);                          // the one fingerprint check
     if (comm.rank() == 5) shards.push_back(Replicated("extra", 4, 1));  // one rank changes
     load(shards);
     EXPECT_EQ(cache.hits, 1u) << "a changed layout on one rank must recompute on all";
@@ -205,14 +205,25 @@ TEST(FullyParallelLoadTest, CachedDistributionSkipsTheMetadataExchangeUntilALayo
 }
 
 // test_save_distribution[parallelization_along_dp=True] through the
-// collective path, and the cache on save.
+// collective path, then with the distribution of a reused plan: the same
+// writers, and no collective.
 TEST(FullyParallelSaveTest, RewritesReplicaIdsAlongDp) {
   RunRanks(kWorld, [&](Communicator& comm) {
     auto dp = DpGroup(comm);
-    DistributionCache cache;
+    CountingCommunicator counting(*dp);
+    std::optional<ShardDistribution> computed;
     for (int save = 0; save < 2; ++save) {
       Node sharded = AsDict(MegatronFullyParallelShards(comm.rank()));
-      ASSERT_TRUE(ApplySavingParallelization(sharded, *dp, &cache));
+      counting.Reset();
+      std::optional<ShardDistribution> applied =
+          ApplySavingParallelization(sharded, counting, save == 0 ? nullptr : &*computed);
+      ASSERT_TRUE(applied.has_value());
+      if (save == 0) {
+        EXPECT_EQ(counting.count("AllGather"), 1);  // the group's shard metadata
+        computed = applied;
+      } else {
+        EXPECT_TRUE(counting.calls.empty()) << "a reused distribution needs no collective";
+      }
       std::set<std::string> saved;
       for (const ShardedTensor& t : LocalShards(sharded)) {
         if (IsMainReplica(t.replica_id)) saved.insert(t.key);
@@ -227,7 +238,6 @@ TEST(FullyParallelSaveTest, RewritesReplicaIdsAlongDp) {
                                                     {7, {"keyB"}}};
       EXPECT_EQ(saved, expected[comm.rank()]) << "rank " << comm.rank() << " save " << save;
     }
-    EXPECT_EQ(cache.hits, 1u);
   });
 }
 
@@ -235,7 +245,7 @@ TEST(FullyParallelSaveTest, GroupOfOneRankLeavesReplicaIdsAlone) {
   RunRanks(2, [&](Communicator& comm) {
     auto alone = comm.Split(comm.rank(), 0);
     Node sharded = AsDict({Replicated("t", 4, comm.rank())});
-    EXPECT_FALSE(ApplySavingParallelization(sharded, *alone, nullptr));
+    EXPECT_FALSE(ApplySavingParallelization(sharded, *alone).has_value());
     EXPECT_EQ(LocalShards(sharded)[0].replica_id, ReplicaId{comm.rank()});
   });
 }

@@ -1,8 +1,13 @@
 #include "strategy/plan_cache.h"
 
 #include <functional>
+#include <span>
+#include <string>
 
 #include "core/error.h"
+#include "io/checksum.h"
+#include "mapping/validation.h"
+#include "wire/messages.h"
 
 namespace distckpt {
 namespace {
@@ -21,6 +26,18 @@ void ForEachChecksum(CheckpointMetadata& md,
 }
 
 }  // namespace
+
+uint64_t PlanFingerprint(const Node& sharded, std::string_view context) {
+  std::string text = EncodeShardedMetadata(CollectLocalMetadata(sharded));
+  text += '|';
+  text += context;
+  return Checksum(std::as_bytes(std::span(text)));
+}
+
+bool PlanReusable(const PlanCache& cache, uint64_t fingerprint, Communicator& comm) {
+  const bool mine = cache.filled && cache.fingerprint == fingerprint;
+  return comm.AllReduceOne(mine ? 1 : 0, ReduceOp::kMin) == 1;
+}
 
 std::optional<std::vector<uint64_t>> ChecksumsIfSameLayout(const CheckpointMetadata& local,
                                                            const CheckpointMetadata& cached) {

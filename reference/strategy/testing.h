@@ -23,8 +23,9 @@
 #include "comm/thread_world.h"
 #include "core/error.h"
 #include "io/env.h"
+#include "io/forwarding_env.h"
 #include "mapping/dict_utils.h"
-#include "strategy/fully_parallel.h"
+#include "strategy/strategy.h"
 
 namespace distckpt {
 
@@ -142,36 +143,14 @@ inline std::vector<std::string> ErrorMessagesOnRanks(int world,
   return messages;
 }
 
-// An Env that passes everything to Env::Default(); override what to observe.
-class ForwardingEnv : public Env {
- public:
-  std::unique_ptr<WritableFile> NewWritableFile(const std::string& p) override {
-    return base_->NewWritableFile(p);
-  }
-  std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& p) override {
-    return base_->NewRandomAccessFile(p);
-  }
-  bool FileExists(const std::string& p) override { return base_->FileExists(p); }
-  bool IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
-  uint64_t FileSize(const std::string& p) override { return base_->FileSize(p); }
-  std::vector<std::string> ListDir(const std::string& d) override { return base_->ListDir(d); }
-  void CreateDirs(const std::string& d) override { base_->CreateDirs(d); }
-  void RemoveFile(const std::string& p) override { base_->RemoveFile(p); }
-  void RemoveAll(const std::string& p) override { base_->RemoveAll(p); }
-  void RenameFile(const std::string& f, const std::string& t) override { base_->RenameFile(f, t); }
-  void SyncDir(const std::string& d) override { base_->SyncDir(d); }
-
- protected:
-  Env* base_ = Env::Default();
-};
-
 // Appends to files written through it wait while the gate is closed (a hung
 // writer); Open() lets them through. Open it, and wait until no file is
 // open, before it goes.
 class GatedEnv : public ForwardingEnv {
  public:
+  GatedEnv() : ForwardingEnv(Env::Default()) {}
   std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override {
-    return std::make_unique<File>(base_->NewWritableFile(path), this);
+    return std::make_unique<File>(target()->NewWritableFile(path), this);
   }
   void Open() {
     std::lock_guard lock(mu_);
@@ -207,6 +186,9 @@ class GatedEnv : public ForwardingEnv {
       --env_->waiting_;
       lock.unlock();
       base_->Append(data);
+    }
+    void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+      base_->WriteAt(offset, data);
     }
     void Sync() override { base_->Sync(); }
     void Close() override { base_->Close(); }

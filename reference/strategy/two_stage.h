@@ -16,7 +16,7 @@
 #include "mapping/state_dict.h"
 #include "strategy/distribution.h"
 #include "strategy/exchange.h"
-#include "strategy/fully_parallel.h"
+#include "strategy/strategy.h"
 
 namespace distckpt {
 

@@ -82,7 +82,10 @@ MeshDim ParseMeshDim(std::string_view name) {
        "unknown mesh dimension '{}' (expected tp, cp, dp, pp, ep or edp)", name);
 }
 
-int RankCoords::Get(MeshDim dim) const {
+namespace {
+
+// The one of six per-dimension values that belongs to `dim`.
+int ByDim(MeshDim dim, int tp, int cp, int dp, int pp, int ep, int edp) {
   switch (dim) {
     case MeshDim::kTp:
       return tp;
@@ -97,8 +100,12 @@ int RankCoords::Get(MeshDim dim) const {
     case MeshDim::kEdp:
       return edp;
   }
-  return 0;
+  Fail(ErrorKind::kInvalidArgument, "invalid mesh dimension {}", static_cast<int>(dim));
 }
+
+}  // namespace
+
+int RankCoords::Get(MeshDim dim) const { return ByDim(dim, tp, cp, dp, pp, ep, edp); }
 
 Topology Topology::Parse(std::string_view text) {
   Topology t;
@@ -178,23 +185,7 @@ Topology Topology::Parse(std::string_view text) {
   return t;
 }
 
-int Topology::Size(MeshDim dim) const {
-  switch (dim) {
-    case MeshDim::kTp:
-      return tp;
-    case MeshDim::kCp:
-      return cp;
-    case MeshDim::kDp:
-      return dp;
-    case MeshDim::kPp:
-      return pp;
-    case MeshDim::kEp:
-      return ep;
-    case MeshDim::kEdp:
-      return edp();
-  }
-  return 1;
-}
+int Topology::Size(MeshDim dim) const { return ByDim(dim, tp, cp, dp, pp, ep, edp()); }
 
 RankCoords Topology::Coords(int rank) const {
   if (rank < 0 || rank >= world_size()) {

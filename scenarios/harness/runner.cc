@@ -128,24 +128,48 @@ StepReport OnMpi(const RunOptions& options, int world, std::vector<std::string> 
   return StepReport::FromJson(nlohmann::json::parse(in));
 }
 
+// The distckpt flags (cli/main.cc) that give an MPI job's save or load
+// step `strategy`: the CLI parses them back into a StepStrategy.
+std::vector<std::string> StrategyFlags(const StepStrategy& strategy, bool load) {
+  std::vector<std::string> flags{"--device", strategy.device};
+  if (!load) {
+    if (strategy.save.kind == SaveStrategy::Kind::kFullyParallel)
+      flags.push_back("--fully-parallel");
+    if (strategy.async) {
+      flags.insert(flags.end(), {"--async", "--writers", std::to_string(strategy.save.writers)});
+    }
+    return flags;
+  }
+  switch (strategy.load.kind) {
+    case LoadStrategy::Kind::kPlain:
+      break;
+    case LoadStrategy::Kind::kFullyParallel:
+      flags.insert(flags.end(), {"--fully-parallel", "--exchange",
+                                 std::string(ExchangeAlgorithmName(strategy.load.exchange))});
+      break;
+    case LoadStrategy::Kind::kTwoStage:
+      flags.push_back("--two-stage");
+      break;
+  }
+  if (strategy.nccl) flags.insert(flags.end(), {"--comm", "nccl"});
+  if (!strategy.resave_dir.empty())
+    flags.insert(flags.end(), {"--resave-dir", strategy.resave_dir});
+  return flags;
+}
+
 StepReport RunSave(const Scenario& s, const PairSpec* pair, int pair_index, const std::string& topo,
                    const std::string& dir, const RunOptions& options) {
   int world = Topology::Parse(topo).world_size();
   if (options.backend == Backend::kThreads) {
     const Format& format = FormatByName(options.format);
-    StepStrategy strategy;
-    strategy.device = options.strategy.device;
-    strategy.fully_parallel = options.strategy.fully_parallel;
     return OnThreads(world, [&](Communicator& comm) {
-      return SaveStep(s, pair, topo, dir, comm, &format, strategy);
+      return SaveStep(s, pair, topo, dir, comm, &format, options.strategy);
     });
   }
-  std::vector<std::string> args{"save",       options.scenario_path,
-                                "--topology", topo,
-                                "--dir",      dir,
-                                "--format",   options.format,
-                                "--device",   options.strategy.device};
-  if (options.strategy.fully_parallel) args.push_back("--fully-parallel");
+  std::vector<std::string> args{"save",     options.scenario_path, "--topology", topo, "--dir", dir,
+                                "--format", options.format};
+  std::vector<std::string> flags = StrategyFlags(options.strategy, /*load=*/false);
+  args.insert(args.end(), flags.begin(), flags.end());
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".save.json");
 }
@@ -156,11 +180,8 @@ StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index,
                    const std::string& resave_dir = "") {
   int world = Topology::Parse(topo).world_size();
   const VerifyPolicy verify = pair ? pair->verify : VerifyPolicy::kWhenWhole;
-  StepStrategy strategy;
+  StepStrategy strategy = options.strategy;
   strategy.resave_dir = resave_dir;
-  strategy.device = options.strategy.device;
-  strategy.fully_parallel = options.strategy.fully_parallel;
-  strategy.nccl = options.strategy.nccl;
   if (options.backend == Backend::kThreads) {
     return OnThreads(world, [&](Communicator& comm) {
       return LoadStep(s, pair, saved, topo, dir, comm, strict, verify, strategy);
@@ -178,10 +199,8 @@ StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index,
                                 std::string(StrictHandlingName(strict)),
                                 "--verify",
                                 std::string(VerifyPolicyName(verify))};
-  if (!resave_dir.empty()) args.insert(args.end(), {"--resave-dir", resave_dir});
-  args.insert(args.end(), {"--device", strategy.device});
-  if (strategy.fully_parallel) args.push_back("--fully-parallel");
-  if (strategy.nccl) args.insert(args.end(), {"--comm", "nccl"});
+  std::vector<std::string> flags = StrategyFlags(strategy, /*load=*/true);
+  args.insert(args.end(), flags.begin(), flags.end());
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".load.json");
 }

@@ -50,15 +50,18 @@ struct StepReport {
   static StepReport FromJson(const nlohmann::json& j);
 };
 
-// The save / load strategies of a step (strategy/; the CLI's
-// --fully-parallel, --async, --writers, --exchange, --two-stage). Fully
-// parallel and two-stage work within the DP-with-CP group of the topology.
+// The strategies of a step (strategy/strategy.h) and what the harness does
+// around them. The CLI parses its step flags straight into it (cli/main.cc:
+// --fully-parallel, --two-stage, --exchange, --async, --writers, --local,
+// --replication, --resave-dir, --device, --comm).
 struct StepStrategy {
-  bool fully_parallel = false;
-  bool async = false;  // save: SaveAsync through a queue, finalized at once
-  int writers = 1;     // save (async)
-  ExchangeAlgorithm exchange = ExchangeAlgorithm::kBroadcast;  // load (fully parallel)
-  bool two_stage = false;                                      // load
+  // How the save and the load spread their work. Fully parallel and
+  // two-stage strategies run within the DP-with-CP group of the topology:
+  // the step sets their `group` on each rank. Leave `cache` null (a cache
+  // belongs to one rank; a step saves or loads once).
+  SaveStrategy save;
+  LoadStrategy load;
+  bool async = false;  // save: SaveAsync through a queue (save.writers), finalized at once
   // A local checkpoint (engine/local_checkpoint.h, iteration 1) under this
   // root instead of the step's directory, replicated in cliques of
   // `replication` (jump J, factor F; F = 1: no copies).
@@ -110,8 +113,9 @@ struct RunOptions {
   std::string scenario_path;             // passed to the MPI jobs
   std::vector<std::string> mpirun_args;  // extra flags, e.g. --oversubscribe
   std::function<void(const std::string&)> progress;  // one line per step
-  // Strategies of every step (the CLI's run --device / --fully-parallel /
-  // --comm): saves take device, fully_parallel; loads all of them.
+  // Every step's strategy (the CLI's run --device / --fully-parallel /
+  // --comm): saves take `save`, `async` and `device`; loads `load`,
+  // `device` and `nccl`, and a pair's resave directory.
   StepStrategy strategy;
 };
 

@@ -110,14 +110,13 @@ SaveSummary SaveWithStrategy(const Node& state, const std::string& dir, Communic
   if (!strategy.local_dir.empty()) {
     return SaveLocal(state, kNextLocalIteration, comm, LocalOptionsOf(strategy, comm.size()));
   }
+  options.strategy = strategy.save;
   std::unique_ptr<Communicator> dp;
-  if (strategy.fully_parallel) {
+  if (strategy.save.kind != SaveStrategy::Kind::kPlain) {
     dp = DataParallelGroup(topo, comm);
-    options.fully_parallel = true;
-    options.parallelization_group = dp.get();
+    options.strategy.group = dp.get();
   }
   if (!strategy.async) return Save(state, dir, comm, options);
-  options.writers = strategy.writers;
   AsyncCallsQueue queue(comm);
   AsyncSave save = SaveAsync(state, dir, comm, options);
   queue.Schedule(save.request);
@@ -228,17 +227,15 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
     options.strict = strict;
     options.verify = verify;
     options.env = strategy.env;
+    options.strategy = strategy.load;
     std::unique_ptr<Communicator> dp;
-    if (strategy.fully_parallel || strategy.two_stage) {
+    if (strategy.load.kind != LoadStrategy::Kind::kPlain) {
       dp = DataParallelGroup(topo, comm);
       if (strategy.nccl) {
         dp = CreateNcclCommunicator(std::shared_ptr<Communicator>(std::move(dp)),
                                     RankDevice(strategy.device, comm.rank()));
       }
-      options.parallelization_group = dp.get();
-      options.fully_parallel = strategy.fully_parallel;
-      options.two_stage = strategy.two_stage;
-      options.exchange = strategy.exchange;
+      options.strategy.group = dp.get();
     }
     if (strategy.local_dir.empty()) {
       result = Load(destinations, dir, comm, options);

@@ -31,10 +31,11 @@ using ::testing::Not;
 // metadata (metadata.json, .metadata).
 class CountingEnv : public ForwardingEnv {
  public:
+  CountingEnv() : ForwardingEnv(Env::Default()) {}
   std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& p) override {
     std::string name = fs::path(p).filename().string();
     if (name != "metadata.json" && name != ".metadata") ++data_opens;
-    return base_->NewRandomAccessFile(p);
+    return target()->NewRandomAccessFile(p);
   }
   std::atomic<int> data_opens{0};
 };

@@ -10,6 +10,7 @@
 #include "format/dcp/dcp_layout.h"
 #include "format/dcp/dcp_reader.h"
 #include "format/dcp/dcp_writer.h"
+#include "format/dcp/item_index.h"
 #include "format/dcp/megatron_files.h"
 #include "format/dcp/torch_save.h"
 #include "format/staged_overwrite.h"
@@ -17,8 +18,19 @@
 namespace distckpt {
 namespace {
 
+// Where the items of data file `path` end: at distckpt's item index
+// (item_index.h), or at the end of a file without one.
+uint64_t ItemsEnd(Env* env, const std::string& path) {
+  const uint64_t size = env->FileSize(path);
+  if (size < kDcpIndexTrailerBytes) return size;
+  std::vector<std::byte> last(kDcpIndexTrailerBytes);
+  env->NewRandomAccessFile(path)->Read(size - last.size(), last);
+  const std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, size, path);
+  return trailer ? trailer->items_end : size;
+}
+
 // Item lengths of a rank's data files: items are contiguous, so an item
-// ends where the next one starts, or at the end of its file.
+// ends where the next one starts, or where its file's items end.
 class ItemLengths {
  public:
   ItemLengths(Env* env, const std::string& dir, const CheckpointMetadata& md,
@@ -33,7 +45,7 @@ class ItemLengths {
       starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
       const std::string path = JoinPath(dir, file);
       if (!env->FileExists(path)) Fail(ErrorKind::kIncomplete, "data file {} is missing", path);
-      sizes_[file] = env->FileSize(path);
+      sizes_[file] = ItemsEnd(env, path);
       if (starts.back() >= sizes_[file]) {
         Fail(ErrorKind::kCorruption, "data file {} ends at byte {}, before its item at {}", path,
              sizes_[file], starts.back());

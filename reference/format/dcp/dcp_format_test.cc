@@ -146,31 +146,175 @@ TEST(DcpFormatTest, MegatronHeadKeepsCommonStateAsAnObject) {
   EXPECT_TRUE(reader->metadata().objects.empty());  // the common dict is not a sharded object
 }
 
-TEST(DcpFormatTest, LargeContiguousItemsReadOnlyTheRunsPlusHeadAndTail) {
-  ScopedTempDir tmp;
-  Env* env = Env::Default();
-  auto w = DcpFormat().NewWriter(env, tmp.path(), 0);
-  w->WriteTensorChunk("big", DType::kF32, {512, 512}, Box{{0, 0}, {512, 512}}, std::nullopt,
-                      Bytes(Iota(DType::kF32, 512 * 512, 0)));
-  CheckpointMetadata md = w->Finish();
-  md.format = "dcp";
-  DcpFormat().Commit(env, tmp.path(), tmp.path(), md);
-  auto reader = DcpFormat().OpenReader(env, tmp.path());
-  const StoredTensor& t = reader->metadata().tensors.at("big");
-  float got[4];
-  ReadRun run{(300 * 512 + 7) * 4, sizeof got, reinterpret_cast<std::byte*>(got)};
-  reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kNever);
-  EXPECT_EQ(got[3], 300 * 512 + 10);
-  EXPECT_EQ(reader->stats().bytes_read, 1024 + 1024 + sizeof got);  // tail, head, the run
-  EXPECT_EQ(reader->stats().chunks_unverified, 1u);
-  // Verified reads (the default kWhenWhole, and kAlways) read the record whole: CRC checked.
-  reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kWhenWhole);
-  EXPECT_EQ(reader->stats().bytes_read, 2048 + sizeof got + 512 * 512 * 4);
-  EXPECT_EQ(reader->stats().chunks_verified, 1u);
-  got[3] = 0;
-  reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kAlways);
-  EXPECT_EQ(got[3], 300 * 512 + 10);
-  EXPECT_EQ(reader->stats().chunks_verified, 2u);
+// Two f32 (512, 512) chunks "a" and "b" (iota) in one data file, committed
+// (Save); without `index`, the file is cut where its items end, as torch
+// writes it. ReadElements reads elements (300, 7) to (300, 10) of one.
+class LargeChunksTest : public testing::Test {
+ protected:
+  void Save(bool index) {
+    Env* env = Env::Default();
+    auto w = DcpFormat().NewWriter(env, tmp_.path(), 0);
+    for (const char* key : {"a", "b"}) {
+      w->WriteTensorChunk(key, DType::kF32, {512, 512}, Box{{0, 0}, {512, 512}}, std::nullopt,
+                          Bytes(Iota(DType::kF32, 512 * 512, 0)));
+    }
+    CheckpointMetadata md = w->Finish();
+    md.format = "dcp";
+    DcpFormat().Commit(env, tmp_.path(), tmp_.path(), md);
+    path_ = tmp_.path() + "/" + md.tensors.at("a").chunks[0].file;
+    if (!index) {
+      const std::string file = ReadFileBytes(path_);
+      WriteFileBytes(path_, file.substr(0, file.size() - 40 - 2 * 48));  // trailer, two entries
+    }
+    reader_ = DcpFormat().OpenReader(env, tmp_.path());
+  }
+  const StoredTensor& Stored(const char* key) const { return reader_->metadata().tensors.at(key); }
+  uint64_t BytesRead() const { return reader_->stats().bytes_read; }
+  void ReadElements(const char* key, VerifyPolicy policy) {
+    got_[3] = 0;
+    reader_->ReadChunk(Stored(key), Stored(key).chunks[0], {&run_, 1}, policy);
+    EXPECT_EQ(got_[3], 300 * 512 + 10);
+  }
+  // Runs across 256 KiB and 1 MiB windows, one covering a whole window (read
+  // straight into it); every element must land where it belongs.
+  void ReadWindowedRuns(const char* key, VerifyPolicy policy) {
+    std::vector<float> dst(512 * 512, -1);
+    auto at = [&](uint64_t element) { return reinterpret_cast<std::byte*>(&dst[element]); };
+    const ReadRun runs[] = {{4, 100 * 4, at(1)},
+                            {200 << 10, 400 << 10, at((200 << 10) / 4)},
+                            {900 << 10, 8, at((900 << 10) / 4)}};
+    reader_->ReadChunk(Stored(key), Stored(key).chunks[0], runs, policy);
+    for (const ReadRun& r : runs) {
+      for (uint64_t e = r.offset_in_chunk / 4; e < (r.offset_in_chunk + r.length) / 4; ++e) {
+        ASSERT_EQ(dst[e], float(e)) << e;
+      }
+    }
+    EXPECT_EQ(dst[0], -1);
+    EXPECT_EQ(dst[(600 << 10) / 4 + 50], -1);
+  }
+  // Writes `bytes` over the data file, then reads the elements of `key` with
+  // `policy` through a fresh reader.
+  void ReadAfterDamage(const std::string& bytes, const char* key, VerifyPolicy policy) {
+    WriteFileBytes(path_, bytes);
+    auto reader = DcpFormat().OpenReader(Env::Default(), tmp_.path());
+    const StoredTensor& t = reader->metadata().tensors.at(key);
+    reader->ReadChunk(t, t.chunks[0], {&run_, 1}, policy);
+  }
+  // Where the storage record of `key` starts in the data file `bytes`.
+  uint64_t RecordOffset(const std::string& bytes, const char* key) const {
+    const uint64_t item = Stored(key).chunks[0].offset;
+    ZipReader zip(std::string_view(bytes).substr(item), "item");
+    return item + zip.DataOffset(zip.Get("data/0"));
+  }
+
+  ScopedTempDir tmp_;
+  std::string path_;
+  std::unique_ptr<CheckpointReader> reader_;
+  float got_[4];
+  ReadRun run_{(300 * 512 + 7) * 4, sizeof got_, reinterpret_cast<std::byte*>(got_)};
+};
+
+TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
+  Save(true);
+  ReadElements("a", VerifyPolicy::kNever);
+  // The file's item index once (trailer, two 48-byte entries), then the run:
+  // no zip header is read.
+  EXPECT_EQ(BytesRead(), 40 + 2 * 48 + sizeof got_);
+  ReadElements("b", VerifyPolicy::kNever);
+  EXPECT_EQ(BytesRead(), 40 + 2 * 48 + 2 * sizeof got_);
+  EXPECT_EQ(reader_->stats().chunks_unverified, 2u);
+
+  // Verified partial reads: the touched 1 KiB block (rows of 2 KiB hold two)
+  // and, once, the record's block CRC32s (4 bytes per block).
+  uint64_t before = BytesRead();
+  ReadElements("b", VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(BytesRead(), before + 1024 + 1024 * 4);
+  EXPECT_EQ(reader_->stats().chunks_verified, 1u);
+  before = BytesRead();
+  ReadWindowedRuns("b", VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(BytesRead(), before + 1024 + (400 << 10) + 1024);
+  // kAlways reads the record whole, and the zip headers, which must agree.
+  ReadWindowedRuns("b", VerifyPolicy::kAlways);
+  EXPECT_EQ(reader_->stats().chunks_verified, 3u);
+
+  // A flipped byte in a touched block fails the read; outside any touched
+  // block it is not read (kWhenWhole) but kAlways finds it.
+  const std::string good = ReadFileBytes(path_);
+  auto flipped = [&](uint64_t at) {
+    std::string bad = good;
+    bad[at] ^= 1;
+    return bad;
+  };
+  const uint64_t record = RecordOffset(good, "b");
+  EXPECT_THAT(
+      [&] {
+        ReadAfterDamage(flipped(record + run_.offset_in_chunk + 20), "b", VerifyPolicy::kWhenWhole);
+      },
+      ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path_ + " for key 'b'"));
+  const std::string elsewhere = flipped(record + (700 << 10));
+  EXPECT_NO_THROW(ReadAfterDamage(elsewhere, "b", VerifyPolicy::kWhenWhole));
+  EXPECT_THAT([&] { ReadAfterDamage(elsewhere, "b", VerifyPolicy::kAlways); },
+              ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path_));
+  // A damaged block CRC32 (b's block 700, not one the run touches): kAlways
+  // finds the block CRCs no longer make up the record's.
+  uint64_t items_end;
+  std::memcpy(&items_end, good.data() + good.size() - 40, 8);
+  const std::string bad_crc = flipped(items_end + 1024 * 4 + 700 * 4);  // after a's 1024 CRCs
+  EXPECT_NO_THROW(ReadAfterDamage(bad_crc, "b", VerifyPolicy::kWhenWhole));
+  EXPECT_THAT([&] { ReadAfterDamage(bad_crc, "b", VerifyPolicy::kAlways); },
+              ThrowsError(ErrorKind::kCorruption, "do not combine to the record's CRC32"));
+  // A trailer claiming more of the file as its table than .metadata has
+  // items is not followed: the zip headers serve.
+  std::string longer = good;
+  auto put = [&](size_t at, uint64_t v) { std::memcpy(longer.data() + at, &v, 8); };
+  uint64_t table_offset, count;
+  std::memcpy(&table_offset, good.data() + good.size() - 32, 8);
+  std::memcpy(&count, good.data() + good.size() - 24, 8);
+  put(longer.size() - 32, table_offset - 10 * 48);
+  put(longer.size() - 24, count + 10);
+  got_[3] = 0;
+  EXPECT_NO_THROW(ReadAfterDamage(longer, "a", VerifyPolicy::kWhenWhole));
+  EXPECT_EQ(got_[3], 300 * 512 + 10);
+  // A damaged index table is refused, naming the file.
+  EXPECT_THAT(
+      [&] { ReadAfterDamage(flipped(good.size() - 40 - 48 + 3), "a", VerifyPolicy::kNever); },
+      ThrowsError(ErrorKind::kCorruption, path_ + " (its item index): the item index table"));
+}
+
+// A data file without an item index (written by torch, or by distckpt
+// before it had one): its items' zip headers say where the data lies.
+TEST_F(LargeChunksTest, ZipItemsReadOnlyTheRunsPlusHeadAndTail) {
+  Save(false);
+  ReadElements("a", VerifyPolicy::kNever);
+  // A look for an index (40 bytes), then the first item of the file: a
+  // 512-byte head and tail, then the run.
+  EXPECT_EQ(BytesRead(), 40 + 512 + 512 + sizeof got_);
+  EXPECT_EQ(reader_->stats().chunks_unverified, 1u);
+
+  // The next item of the file: exactly the head and tail the first one needed.
+  const std::string items = ReadFileBytes(path_);
+  ZipReader zip(std::string_view(items).substr(0, Stored("b").chunks[0].offset),
+                "a's item, laid out as b's");
+  const uint64_t edges = zip.Get("data/0").header_offset + 30 + zip.size() - zip.directory_offset();
+  EXPECT_LT(edges, 700u);
+  ReadElements("b", VerifyPolicy::kNever);
+  EXPECT_EQ(BytesRead(), 40 + 1024 + edges + 2 * sizeof got_);
+
+  // Verified reads (the default kWhenWhole, and kAlways) read the record
+  // whole: CRC checked.
+  const uint64_t before = BytesRead();
+  ReadElements("b", VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(BytesRead(), before + 512 * 512 * 4);
+  EXPECT_EQ(reader_->stats().chunks_verified, 1u);
+  ReadWindowedRuns("b", VerifyPolicy::kWhenWhole);
+  ReadWindowedRuns("b", VerifyPolicy::kAlways);
+  EXPECT_EQ(reader_->stats().chunks_verified, 3u);
+
+  // A flipped byte outside the runs still fails the verified partial read.
+  std::string bad = items;
+  bad[RecordOffset(items, "b") + (700 << 10)] ^= 1;
+  EXPECT_THAT([&] { ReadAfterDamage(bad, "b", VerifyPolicy::kWhenWhole); },
+              ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path_));
 }
 
 TEST(DcpFormatTest, StridedItemsAreReadWholeAndGathered) {

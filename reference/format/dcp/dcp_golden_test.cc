@@ -1,12 +1,14 @@
 // Golden bytes: the DCP writer reproduces fixtures/dcp/raw-stdlib (written by
 // fixtures/dcp/tools/dcp_rawwrite.py, which real torch 1.13 and 2.6 load) byte for
 // byte: the .metadata pickle for both targets, every tensor item, the
-// BYTE_IO item of an int.
+// BYTE_IO item of an int. After its items a data file holds distckpt's item
+// index (item_index.h), which torch never reads.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "format/dcp/dcp_format.h"
 #include "format/dcp/dcp_metadata.h"
+#include "format/dcp/item_index.h"
 #include "format/dcp/testing.h"
 #include "format/dcp/torch_save.h"
 
@@ -28,6 +30,33 @@ std::string Values(DType dtype, int64_t n, int64_t start = 0) {
     }
   }
   return out;
+}
+
+// The item index after the items of `file` (which end at `items_end`):
+// one entry per item, each naming its storage record as the zip does.
+void ExpectItemIndex(const std::string& file, uint64_t items_end, size_t items) {
+  SCOPED_TRACE("item index");
+  const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
+  std::optional<DcpIndexTrailer> trailer =
+      ParseDcpIndexTrailer(bytes.subspan(file.size() - kDcpIndexTrailerBytes), file.size(), "file");
+  ASSERT_TRUE(trailer.has_value());
+  EXPECT_EQ(trailer->items_end, items_end);
+  const std::vector<DcpIndexEntry> entries =
+      ParseDcpIndexTable(bytes.subspan(trailer->table_offset,
+                                       file.size() - kDcpIndexTrailerBytes - trailer->table_offset),
+                         *trailer, "file");
+  ASSERT_EQ(entries.size(), items);
+  for (size_t i = 0; i < items; ++i) {
+    const uint64_t end = i + 1 < items ? entries[i + 1].item_offset : items_end;
+    ZipReader zip(
+        std::string_view(file).substr(entries[i].item_offset, end - entries[i].item_offset),
+        "item");
+    const ZipReader::Entry& record = zip.Get("data/0");
+    EXPECT_EQ(entries[i].data_offset, entries[i].item_offset + zip.DataOffset(record)) << i;
+    EXPECT_EQ(entries[i].data_size, record.size) << i;
+    EXPECT_EQ(entries[i].crc, record.crc) << i;
+    EXPECT_EQ(entries[i].block_size, 0u) << i;  // tiny records: one block
+  }
 }
 
 // dcp_rawwrite.py's checkpoint as a DcpMetadata, in its order.
@@ -81,12 +110,16 @@ TEST(DcpGoldenTest, WriterDataFilesAreByteIdentical) {
                                           std::nullopt, Bytes(Values(DType::kI64, 6)));
   CheckpointMetadata md1 = rank1->Finish();
 
-  EXPECT_EQ(ReadFileBytes(dir.path() + "/__1_0.distcp"), golden1);
+  const std::string file1 = ReadFileBytes(dir.path() + "/__1_0.distcp");
+  EXPECT_EQ(file1.substr(0, golden1.size()), golden1);
+  ExpectItemIndex(file1, golden1.size(), 2);
   // Rank 0's golden file starts with the BYTE_IO item torch.save(7).
   const std::string step = TorchSaveJson(7);
   ASSERT_EQ(step.size(), 402u);
   EXPECT_EQ(golden0.substr(0, 402), step);
-  EXPECT_EQ(ReadFileBytes(dir.path() + "/__0_0.distcp"), golden0.substr(402));
+  const std::string file0 = ReadFileBytes(dir.path() + "/__0_0.distcp");
+  EXPECT_EQ(file0.substr(0, golden0.size() - 402), golden0.substr(402));
+  ExpectItemIndex(file0, golden0.size() - 402, 2);
   EXPECT_EQ(a.offset, 0u);
   EXPECT_EQ(b.offset, 718u);
   EXPECT_EQ(b.length, 12u);  // element bytes; the item is longer

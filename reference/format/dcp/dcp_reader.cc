@@ -7,44 +7,55 @@
 #include <vector>
 
 #include "core/error.h"
+#include "format/block_reads.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
+#include "format/native/block_checksums.h"
 
 namespace distckpt {
 namespace {
 
 using Describe = std::function<std::string()>;
 
-constexpr uint64_t kSmallItem = 4 << 10;  // read whole
-constexpr uint64_t kEdge = 1 << 10;       // head / tail of a larger item
+constexpr uint64_t kSmallItem = 4 << 10;     // read whole
+constexpr uint64_t kPieceBytes = 256 << 10;  // read, then hash while in cache
 
-// The bytes of one item larger than kSmallItem: a cached head (local
-// headers, data.pkl) and tail (zip directory); other bytes read as asked.
+// The bytes of one item larger than kSmallItem: a head (local headers,
+// data.pkl) and a tail (zip directory, end records) of the given sizes, each
+// read once on first use; other bytes read as asked.
 class ItemSource {
  public:
-  ItemSource(const RandomAccessFile& file, uint64_t base, uint64_t length, ReadStats& stats)
-      : file_(file), base_(base), length_(length), stats_(stats) {}
+  ItemSource(const RandomAccessFile& file, uint64_t base, uint64_t length, uint64_t head,
+             uint64_t tail, ReadStats& stats)
+      : file_(file),
+        base_(base),
+        length_(length),
+        head_size_(std::min(head, length)),
+        tail_size_(std::min(tail, length)),
+        stats_(stats) {}
 
   void Read(uint64_t offset, std::span<std::byte> dst) {
-    if (offset + dst.size() <= kEdge) return Copy(head_, 0, offset, dst);
-    if (offset >= length_ - kEdge) return Copy(tail_, length_ - kEdge, offset, dst);
+    if (offset + dst.size() <= head_size_) return Copy(head_, 0, head_size_, offset, dst);
+    if (offset >= length_ - tail_size_) {
+      return Copy(tail_, length_ - tail_size_, tail_size_, offset, dst);
+    }
     file_.Read(base_ + offset, dst);
     stats_.bytes_read += dst.size();
   }
 
  private:
-  void Copy(std::vector<std::byte>& cache, uint64_t start, uint64_t offset,
+  void Copy(std::vector<std::byte>& cache, uint64_t start, uint64_t size, uint64_t offset,
             std::span<std::byte> dst) {
     if (cache.empty()) {
-      cache.resize(kEdge);
+      cache.resize(size);
       file_.Read(base_ + start, cache);
-      stats_.bytes_read += kEdge;
+      stats_.bytes_read += size;
     }
     std::memcpy(dst.data(), cache.data() + (offset - start), dst.size());
   }
 
   const RandomAccessFile& file_;
-  const uint64_t base_, length_;
+  const uint64_t base_, length_, head_size_, tail_size_;
   ReadStats& stats_;
   std::vector<std::byte> head_, tail_;
 };
@@ -123,22 +134,58 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
         },
         length, std::move(source));
   }
-  auto cache = std::make_shared<ItemSource>(f, offset, length, stats_);
+  Edges edges;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = edges_.find(file); it != edges_.end()) edges = it->second;
+  }
+  auto cache = std::make_shared<ItemSource>(f, offset, length, edges.head, edges.tail, stats_);
   return ZipReader([cache](uint64_t at, std::span<std::byte> dst) { cache->Read(at, dst); }, length,
                    std::move(source));
 }
 
-const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const StoredChunk& chunk,
-                                             const Describe& what) {
-  const DcpItemKey key{chunk.file, chunk.offset};
+const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t item_offset,
+                                           const Describe& what) {
+  if (!layout_.metadata.writer.starts_with("distckpt")) return nullptr;  // torch wrote it
+  std::shared_ptr<const FileIndex> index;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = tensor_items_.find(key); it != tensor_items_.end()) return it->second;
+    if (auto it = indexes_.find(file); it != indexes_.end()) index = it->second;
   }
-  auto length = layout_.items.find(key);
-  if (length == layout_.items.end()) {
-    Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
+  if (!index) {
+    auto loaded = std::make_shared<FileIndex>();
+    const RandomAccessFile& f = files_.Open(file, 0, 0, what);
+    if (f.size() >= kDcpIndexTrailerBytes) {
+      std::vector<std::byte> last(kDcpIndexTrailerBytes);
+      f.Read(f.size() - last.size(), last);
+      stats_.bytes_read += last.size();
+      const std::string source = fmt::format("{} (its item index)", f.path());
+      if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source)) {
+        // An index lists non-empty tensor items, which .metadata lists too. A
+        // trailer counting more (damaged) is not followed: reading what it
+        // claims could mean the whole file; the zip headers serve instead.
+        const auto first = layout_.items.lower_bound({file, 0});
+        const auto end = layout_.items.lower_bound({file + '\0', 0});
+        if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
+          std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
+          f.Read(trailer->table_offset, table);
+          stats_.bytes_read += table.size();
+          for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
+            loaded->emplace(e.item_offset, e);
+          }
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    index = indexes_.emplace(file, std::move(loaded)).first->second;
   }
+  auto it = index->find(item_offset);
+  return it == index->end() ? nullptr : &it->second;
+}
+
+DcpReader::TensorItem DcpReader::ZipItem(const StoredTensor& tensor, const StoredChunk& chunk,
+                                         const Describe& what) {
+  auto length = layout_.items.find({chunk.file, chunk.offset});
   std::shared_ptr<const std::string> whole;
   ZipReader zip = OpenItem(chunk.file, chunk.offset, length->second.length, what, &whole);
   TensorItem item;
@@ -165,7 +212,65 @@ const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const S
   item.record_size = record.size;
   item.crc = record.crc;
   std::lock_guard<std::mutex> lock(mu_);
+  // The next item of this file is read with the edges this one needed: the
+  // head through the storage record's local header, the tail from the zip
+  // directory on (a writer lays out every tensor item alike).
+  edges_[chunk.file] = {record.header_offset + 30,
+                        std::max<uint64_t>(zip.size() - zip.directory_offset(), 98)};
+  return item;
+}
+
+const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const StoredChunk& chunk,
+                                             const Describe& what) {
+  const DcpItemKey key{chunk.file, chunk.offset};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = tensor_items_.find(key); it != tensor_items_.end()) return it->second;
+  }
+  auto length = layout_.items.find(key);
+  if (length == layout_.items.end()) {
+    Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
+  }
+  TensorItem item;
+  if (const DcpIndexEntry* e = IndexEntry(chunk.file, chunk.offset, what)) {
+    // distckpt wrote the item: the index says where its contiguous storage
+    // record lies and what it hashes to; no zip header is read.
+    const uint64_t end = chunk.offset + length->second.length;
+    if (e->binding != ChunkBindingSeed(tensor.key, tensor.dtype, chunk) ||
+        e->data_size != chunk.length || e->data_offset > end ||
+        e->data_size > end - e->data_offset) {
+      Fail(ErrorKind::kCorruption,
+           "{}: the item index entry of the item at byte {} of {} is for another key, dtype or "
+           "box, or lies outside the item's {} bytes (.metadata or the file is damaged)",
+           what(), chunk.offset, JoinPath(dir_, chunk.file), length->second.length);
+    }
+    item.tensor.dtype = tensor.dtype;
+    item.tensor.size = {chunk.numel()};
+    item.tensor.stride = {1};
+    item.tensor.storage_bytes = e->data_size;
+    item.record_offset = e->data_offset;
+    item.record_size = e->data_size;
+    item.crc = e->crc;
+    item.index = e;
+  } else {
+    item = ZipItem(tensor, chunk, what);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   return tensor_items_.emplace(key, std::move(item)).first->second;
+}
+
+const std::vector<uint32_t>& DcpReader::BlockCrcs(const DcpIndexEntry& entry,
+                                                  const RandomAccessFile& file) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = block_crcs_.find(&entry); it != block_crcs_.end()) return *it->second;
+  }
+  std::vector<std::byte> bytes(DcpBlockCount(entry) * 4);
+  file.Read(entry.crcs_offset, bytes);
+  stats_.bytes_read += bytes.size();
+  auto crcs = std::make_unique<const std::vector<uint32_t>>(ParseDcpBlockCrcs(bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  return *block_crcs_.emplace(&entry, std::move(crcs)).first->second;
 }
 
 void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -176,6 +281,28 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const TensorItem& item = Item(tensor, chunk, what);
   const RandomAccessFile& file =
       files_.Open(chunk.file, item.record_offset, item.record_size, what);
+  if (item.index && policy == VerifyPolicy::kAlways) {
+    // Everything PyTorch would read too: the item's zip headers and data.pkl
+    // must say what the index says (the record's CRC32 is checked below).
+    const TensorItem zip = ZipItem(tensor, chunk, what);
+    if (zip.record_offset != item.record_offset || zip.record_size != item.record_size ||
+        zip.crc != item.crc || !zip.tensor.IsContiguous() || zip.tensor.storage_offset != 0) {
+      Fail(ErrorKind::kCorruption,
+           "{}: {} disagrees with its item index (storage record of {} bytes at byte {}, CRC32 "
+           "{:08x}; the index records {} bytes at byte {}, CRC32 {:08x})",
+           file.path(), what(), zip.record_size, zip.record_offset, zip.crc, item.record_size,
+           item.record_offset, item.crc);
+    }
+    // And the block CRC32s, which verify partial reads, must make up the record's.
+    if (item.index->block_size > 0 &&
+        CombineBlockCrcs(BlockCrcs(*item.index, file), item.index->block_size, item.record_size) !=
+            item.crc) {
+      Fail(ErrorKind::kCorruption,
+           "{}: the block CRC32s of {} in its item index do not combine to the record's CRC32 "
+           "{:08x}",
+           file.path(), what(), item.crc);
+    }
+  }
   // Bytes [offset, offset + dst.size()) of the storage record: from memory
   // for a small item (counted when it was read), else from the data file.
   auto read_record = [&](uint64_t offset, std::span<std::byte> dst) {
@@ -193,13 +320,16 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const bool whole =
       covered == chunk.length && t.IsContiguous() && start == 0 && item.record_size == chunk.length;
   const bool verify = policy != VerifyPolicy::kNever;
+  auto check = [&](uint32_t crc) {
+    CheckCrc(crc, item.crc, file.path(), what);
+    ++stats_.chunks_verified;
+  };
 
-  // A partial read of a record is verified too (unless kNever): torch's items
-  // carry one CRC32 for the whole record and no finer checksum, so the record
-  // is read whole (below). Returning unverified bytes let a flipped data byte
-  // reach a resharded load as a wrong value (issue 15).
-  if (t.IsContiguous() && (whole || policy == VerifyPolicy::kNever)) {
+  if (t.IsContiguous() && (whole || !verify)) {
+    // Exactly the runs; a verified whole record in pieces, each hashed while
+    // it is still in the cache.
     uint32_t crc = 0;
+    const uint64_t piece_bytes = verify ? kPieceBytes : ~uint64_t{0};
     for (size_t i = 0; i < runs.size();) {
       size_t j = i;  // merge runs adjacent both in the record and in memory
       uint64_t length = runs[i].length;
@@ -208,36 +338,93 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
              runs[j + 1].dst == runs[j].dst + runs[j].length) {
         length += runs[++j].length;
       }
-      std::span<std::byte> dst(runs[i].dst, length);
-      read_record(start + runs[i].offset_in_chunk, dst);
-      if (verify && whole) crc = Crc32(dst, crc);
+      for (uint64_t done = 0; done < length; done += piece_bytes) {
+        std::span<std::byte> piece(runs[i].dst + done, std::min(piece_bytes, length - done));
+        read_record(start + runs[i].offset_in_chunk + done, piece);
+        if (verify) crc = Crc32(piece, crc);
+      }
       i = j + 1;
     }
-    if (verify && whole) {
-      CheckCrc(crc, item.crc, file.path(), what);
-      ++stats_.chunks_verified;
+    if (verify) {
+      check(crc);
     } else {
       ++stats_.chunks_unverified;
     }
     return;
   }
-  // A strided tensor, or a partial read to verify: read the whole record.
+  if (item.index && item.index->block_size > 0 && policy == VerifyPolicy::kWhenWhole) {
+    // A partial read of an item distckpt wrote: the touched blocks of the
+    // record, each checked against its CRC32 in the item index.
+    const std::vector<uint32_t>& crcs = BlockCrcs(*item.index, file);
+    stats_.bytes_read += ReadCheckedBlocks(
+        file, item.record_offset, item.record_size, item.index->block_size, runs, false,
+        [&](uint64_t b, std::span<const std::byte> bytes) {
+          const uint32_t actual = Crc32(bytes);
+          if (actual != crcs[b]) {
+            const uint64_t from = b * item.index->block_size;
+            Fail(ErrorKind::kCorruption,
+                 "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
+                 "offset {}): the item index records {:08x}, the data hashes to {:08x}",
+                 file.path(), what(), b, from, from + bytes.size(), item.record_offset + from,
+                 crcs[b], actual);
+          }
+        });
+    ++stats_.chunks_verified;
+    return;
+  }
+  if (t.IsContiguous()) {
+    // A partial read to verify: torch's items carry one CRC32 for the whole
+    // record and no finer checksum, so the whole record is read, in windows
+    // hashed while in the cache (straight into the destination where one run
+    // covers a window); the runs are copied out of the others. Returning
+    // unverified bytes let a flipped data byte reach a resharded load as a
+    // wrong value (issue 15).
+    uint32_t crc = 0;
+    std::vector<std::byte> scratch;
+    size_t r = 0;  // first run that may reach into the current window
+    for (uint64_t from = 0; from < item.record_size; from += kPieceBytes) {
+      const uint64_t to = std::min(item.record_size, from + kPieceBytes);
+      // The window in chunk coordinates: [lo, hi), clipped to the chunk.
+      const uint64_t lo = std::clamp(from, start, start + chunk.length) - start;
+      const uint64_t hi = std::clamp(to, start, start + chunk.length) - start;
+      while (r < runs.size() && runs[r].offset_in_chunk + runs[r].length <= lo) ++r;
+      const bool direct = from >= start && to <= start + chunk.length && r < runs.size() &&
+                          runs[r].offset_in_chunk <= lo &&
+                          runs[r].offset_in_chunk + runs[r].length >= hi;
+      std::span<std::byte> window;
+      if (direct) {
+        window = std::span(runs[r].dst + (lo - runs[r].offset_in_chunk), to - from);
+      } else {
+        scratch.resize(to - from);
+        window = scratch;
+      }
+      read_record(from, window);
+      crc = Crc32(window, crc);
+      if (direct) continue;
+      for (size_t k = r; k < runs.size() && runs[k].offset_in_chunk < hi; ++k) {
+        const uint64_t a = std::max(lo, runs[k].offset_in_chunk);
+        const uint64_t b = std::min(hi, runs[k].offset_in_chunk + runs[k].length);
+        if (a < b) {
+          std::memcpy(runs[k].dst + (a - runs[k].offset_in_chunk),
+                      window.data() + (start + a - from), b - a);
+        }
+      }
+    }
+    check(crc);
+    return;
+  }
+  // A strided tensor: read the whole record and gather it into row-major order.
   std::vector<std::byte> record(item.record_size);
   read_record(0, record);
   if (verify) {
-    CheckCrc(Crc32(record), item.crc, file.path(), what);
-    ++stats_.chunks_verified;
+    check(Crc32(record));
   } else {
     ++stats_.chunks_unverified;
   }
-  std::vector<std::byte> rows;
-  const std::byte* elements = record.data() + start;
-  if (!t.IsContiguous()) {
-    rows.resize(chunk.length);
-    GatherRowMajor(t, record, rows.data());
-    elements = rows.data();
-  }
-  for (const ReadRun& run : runs) std::memcpy(run.dst, elements + run.offset_in_chunk, run.length);
+  std::vector<std::byte> rows(chunk.length);
+  GatherRowMajor(t, record, rows.data());
+  for (const ReadRun& run : runs)
+    std::memcpy(run.dst, rows.data() + run.offset_in_chunk, run.length);
 }
 
 nlohmann::json DcpReader::ReadValue(const std::string& file, uint64_t offset, uint64_t length,

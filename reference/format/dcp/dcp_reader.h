@@ -1,32 +1,36 @@
 // DcpReader: reads a committed DCP checkpoint through its DcpLayout
-// (dcp_layout.h). Items are opened on first use: the reader fetches the
-// item's zip directory and data.pkl (a head and a tail read), caches the
-// tensor's size, stride, storage offset and data offset, and then
+// (dcp_layout.h). A tensor item is opened on first use and its storage
+// record (data offset, size, CRC32, and the tensor's size, stride and storage
+// offset) cached:
 //
-// - for an item of at most 4 KiB: reads it whole, once (headers and data
-//   in one read), keeps it and serves every run from memory;
-// - for a tensor stored contiguously (torch.save of a contiguous chunk, as
-//   every writer we know emits), reads exactly the requested byte runs from
-//   the storage record, like the native format;
-// - for a non-contiguous one (a transposed view keeps its strides), reads
-//   the whole storage record and gathers the runs from it.
+// - from the data file's item index (item_index.h) when distckpt wrote the
+//   checkpoint: the file's index is read once (trailer and table, 48 bytes
+//   per item) and no zip header is read;
+// - else from the item's zip headers: a head (data.pkl, the storage record's
+//   local header) and a tail (zip directory) sized by what the file's first
+//   item needed; an item of at most 4 KiB is read whole, once, and kept.
 //
-// ReadStats: bytes_read counts every byte read from data files (zip
-// directories and data.pkl included; a whole small item; a whole storage
-// record for a non-contiguous tensor, so bytes_read then exceeds the bytes
-// needed). The
-// zip's CRC32 of the storage record is the chunk checksum: verified when the
-// runs cover the whole record, or when the record is read whole; partial
-// reads count as unverified.
+// Then, for a contiguous record, exactly the requested byte runs are read
+// (like the native format); a non-contiguous one (a transposed view keeps
+// its strides) is read whole and gathered. Verification (VerifyPolicy): runs
+// that cover the whole record are hashed as they are read (the zip's CRC32);
+// a partial read of an indexed item reads and checks the blocks it touches
+// (block CRC32s of the index, 1-4 KiB); a partial read of any other item
+// reads the record whole to check its one CRC32; kAlways reads every touched
+// record whole, and for an indexed item also checks its zip headers agree
+// with the index; kNever reads exactly the runs.
 //
-// The constructor also assembles the common state: common.pt (Megatron),
+// ReadStats: bytes_read counts every byte read from data files (indexes,
+// block CRCs, zip headers, whole small items, whole records read to verify
+// them), so it exceeds the bytes needed by that overhead. The
+// constructor also assembles the common state: common.pt (Megatron),
 // else a "common_state" ShardedObject (Megatron HEAD), plus every bytes item
 // that is not a ShardedObject, at its planner_data path.
 //
-// Errors: a missing or truncated data file or item, a damaged archive, a
-// CRC mismatch, or an item that disagrees with .metadata is CheckpointError
-// (kCorruption) naming the file and the key; items written with stream
-// transforms (zstd, ...) are kUnsupported.
+// Errors: a missing or truncated data file or item, a damaged archive or
+// item index, a CRC mismatch, or an item that disagrees with .metadata is
+// CheckpointError (kCorruption) naming the file and the key; items written
+// with stream transforms (zstd, ...) are kUnsupported.
 //
 // Thread-safety: ReadChunk, ReadObject and stats() may be called concurrently.
 #ifndef DISTCKPT_FORMAT_DCP_DCP_READER_H_
@@ -38,9 +42,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "format/data_files.h"
 #include "format/dcp/dcp_layout.h"
+#include "format/dcp/item_index.h"
 #include "format/dcp/torch_save.h"
 #include "format/format.h"
 
@@ -64,15 +70,30 @@ class DcpReader : public CheckpointReader {
     uint32_t crc = 0;
     // A small item, whole (the record's data at record_offset - item offset).
     std::shared_ptr<const std::string> bytes;
+    // Its entry in the file's item index (distckpt wrote it), else null.
+    const DcpIndexEntry* index = nullptr;
   };
+  using FileIndex = std::map<uint64_t, DcpIndexEntry>;  // by item offset
 
   // The torch.save archive of the item at (file, offset), read through a
   // cache; a small item is read whole into `*whole` when given.
   ZipReader OpenItem(const std::string& file, uint64_t offset, uint64_t length,
                      const std::function<std::string()>& what,
                      std::shared_ptr<const std::string>* whole = nullptr);
+  // The item, from the file's item index when it has one, else from its
+  // zip headers; cached.
   const TensorItem& Item(const StoredTensor& tensor, const StoredChunk& chunk,
                          const std::function<std::string()>& what);
+  // The item from its zip headers and data.pkl (not cached).
+  TensorItem ZipItem(const StoredTensor& tensor, const StoredChunk& chunk,
+                     const std::function<std::string()>& what);
+  // The index entry of the item at `item_offset` of `file`: null when the
+  // file has no index (written by torch or an older distckpt) or it does not
+  // list the item. A file's index is read once, on first use.
+  const DcpIndexEntry* IndexEntry(const std::string& file, uint64_t item_offset,
+                                  const std::function<std::string()>& what);
+  // The block CRC32s of an indexed item, read once.
+  const std::vector<uint32_t>& BlockCrcs(const DcpIndexEntry& entry, const RandomAccessFile& file);
   nlohmann::json ReadValue(const std::string& file, uint64_t offset, uint64_t length,
                            const std::string& what);
   nlohmann::json ReadCommonState();
@@ -83,6 +104,19 @@ class DcpReader : public CheckpointReader {
   DataFiles files_;
   std::mutex mu_;
   std::map<DcpItemKey, TensorItem> tensor_items_;  // guarded by mu_
+  // Per data file, the head and tail of its tensor items: learnt from the
+  // first one opened (a writer lays out every tensor item alike). Before
+  // that, 512 bytes each: torch 2.6's items need 372 bytes of head (data.pkl,
+  // the storage record's local header) and 420 of tail (five directory
+  // entries, zip64 end records); distckpt's 356 and 268.
+  struct Edges {
+    uint64_t head = 512;
+    uint64_t tail = 512;
+  };
+  std::map<std::string, Edges> edges_;                               // guarded by mu_
+  std::map<std::string, std::shared_ptr<const FileIndex>> indexes_;  // guarded by mu_
+  std::map<const DcpIndexEntry*, std::unique_ptr<const std::vector<uint32_t>>>
+      block_crcs_;  // guarded by mu_
   ReadStats stats_;
 };
 

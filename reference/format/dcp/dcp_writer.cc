@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "format/dcp/torch_save.h"
 #include "format/dcp/torch_zip.h"
+#include "format/native/block_checksums.h"
 
 namespace distckpt {
 
@@ -33,15 +34,43 @@ void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
     shape.assign(chunk.box.rank(), 1);
     shape.push_back(chunk.flat->size());
   }
-  // Streamed to the file (no copy of the chunk): the item starts at its first record.
+  // Streamed to the file (no copy of the chunk), hashed piece by piece while
+  // cached: the record's CRC32 (patched into its local header) and its
+  // blocks' (the item index) in the one pass that writes it.
+  const uint32_t block =
+      DcpBlockSize(shape.empty() ? bytes.size() : shape.back() * DTypeSize(tensor.dtype));
+  const uint32_t block_size = bytes.size() > block ? block : 0;
+  std::vector<uint32_t> blocks;
+  uint32_t crc = 0;
   std::optional<uint64_t> start;
-  ZipWriter zip([&](std::span<const std::byte> b) {
-    const uint64_t at = Append(b);
-    if (!start) start = at;
-  });
-  WriteTensorRecords(zip, tensor.dtype, shape, bytes);
+  ZipWriter zip(
+      [&](std::span<const std::byte> b) {
+        const uint64_t at = Append(b);
+        if (!start) start = at;
+      },
+      "archive", false,
+      [&](uint64_t at, std::span<const std::byte> b) { Overwrite(*start + at, b); });
+  const uint64_t data_offset =
+      WriteTensorRecords(zip, tensor.dtype, shape, bytes, [&](const ZipWriter::Sink& sink) {
+        crc = DcpBlockCrcs(bytes, block_size, &blocks, sink);
+        return crc;
+      });
   zip.Finish();
   chunk.offset = *start;
+  if (bytes.empty()) return;  // nothing to read; Commit may drop duplicate empty chunks
+  index_.Add({.item_offset = *start,
+              .data_offset = *start + data_offset,
+              .data_size = bytes.size(),
+              .binding = ChunkBindingSeed(tensor.key, tensor.dtype, chunk),
+              .crc = crc,
+              .block_size = block_size},
+             std::move(blocks));
+}
+
+void DcpWriter::FinishItems(uint64_t size) {
+  if (index_.empty()) return;
+  const std::string index = index_.Finish(size);
+  Append(std::as_bytes(std::span(index.data(), index.size())));
 }
 
 void DcpWriter::StoreObject(StoredObject& object, std::span<const std::byte> bytes) {

@@ -9,7 +9,9 @@
 // The returned metadata records each item's offset; StoredChunk.length is
 // the chunk's element bytes, StoredObject.length the item's bytes. Items
 // are contiguous, so an item's length is the distance to the next one (or
-// to the end of the file): DcpFormat's Commit derives it from that.
+// to the end of the items): DcpFormat's Commit derives it from that. After
+// the last item, Finish appends the item index of the file's tensor items
+// (item_index.h: data offsets, CRC32s, block CRC32s), which torch never reads.
 //
 // Errors: those of DataFileWriter (data_file_writer.h: chunk checks and
 // bookkeeping), and an object payload that is not JSON (kInvalidArgument).
@@ -22,6 +24,7 @@
 #include <string_view>
 
 #include "format/data_file_writer.h"
+#include "format/dcp/item_index.h"
 
 namespace distckpt {
 
@@ -38,6 +41,9 @@ class DcpWriter : public DataFileWriter {
   void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                   std::span<const std::byte> bytes) override;
   void StoreObject(StoredObject& object, std::span<const std::byte> bytes) override;
+  void FinishItems(uint64_t size) override;
+
+  DcpIndexWriter index_;
 };
 
 }  // namespace distckpt

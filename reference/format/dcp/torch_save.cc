@@ -305,8 +305,9 @@ void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, st
   }
 }
 
-void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
-                        std::span<const std::byte> data) {
+uint64_t WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
+                            std::span<const std::byte> data,
+                            const std::function<uint32_t(const ZipWriter::Sink&)>& stream) {
   const TorchDType& info = Info(dtype);
   const bool v3 = info.storage.empty();  // float8: UntypedStorage counted in bytes
   PickleWriter w;
@@ -330,8 +331,10 @@ void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
            });
   zip.AddRecord("data.pkl", w.Finish());
   zip.AddRecord("byteorder", "little");
-  zip.AddRecord("data/0", data);
+  const uint64_t data_offset =
+      stream ? zip.AddStreamedRecord("data/0", data.size(), stream) : zip.AddRecord("data/0", data);
   zip.AddRecord("version", "3\n");
+  return data_offset;
 }
 
 std::string TorchSaveJson(const nlohmann::json& value) {

@@ -28,6 +28,7 @@
 #define DISTCKPT_FORMAT_DCP_TORCH_SAVE_H_
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -65,9 +66,13 @@ TorchTensor ReadTensorRecord(const ZipReader& zip);
 // Copies `t`'s elements, in row-major order, out of its storage bytes.
 void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, std::byte* dst);
 
-// torch.save of a contiguous tensor of `shape` whose row-major bytes are `data`.
-void WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
-                        std::span<const std::byte> data);
+// torch.save of a contiguous tensor of `shape` whose row-major bytes are
+// `data`. With `stream`, the storage record is ZipWriter::AddStreamedRecord
+// of `data` through it (it writes the bytes and returns their CRC32). Returns
+// the offset of the storage record's first data byte in the archive.
+uint64_t WriteTensorRecords(
+    ZipWriter& zip, DType dtype, const Shape& shape, std::span<const std::byte> data,
+    const std::function<uint32_t(const ZipWriter::Sink&)>& stream = nullptr);
 // torch.save(value) of a JSON value.
 std::string TorchSaveJson(const nlohmann::json& value);
 // One unpickled value of `zip`'s data.pkl (its tensors read from `zip`), as JSON.

@@ -1,6 +1,6 @@
 #include "format/dcp/torch_zip.h"
 
-#include <zlib.h>
+#include <libdeflate.h>
 
 #include <algorithm>
 #include <cstring>
@@ -55,30 +55,53 @@ struct Cursor {
 
 }  // namespace
 
+// libdeflate's CRC32 folds with carry-less multiplies (PCLMUL) where the CPU
+// has them: about 6x zlib 1.2's table-driven crc32 here (13 against 2.1 GB/s
+// on cached data), which made CRC32 the largest cost of DCP saves and loads.
 uint32_t Crc32(std::span<const std::byte> data, uint32_t crc) {
-  const auto* p = reinterpret_cast<const Bytef*>(data.data());
-  size_t left = data.size();
-  while (left > 0) {  // zlib takes uInt lengths
-    uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-    crc = static_cast<uint32_t>(crc32(crc, p, n));
-    p += n;
-    left -= n;
-  }
-  return crc;
+  return libdeflate_crc32(crc, data.data(), data.size());
 }
 
-ZipWriter::ZipWriter(Sink sink, std::string prefix, bool force_zip64)
-    : sink_(std::move(sink)), prefix_(std::move(prefix)), force_zip64_(force_zip64) {}
+ZipWriter::ZipWriter(Sink sink, std::string prefix, bool force_zip64, Patch patch)
+    : sink_(std::move(sink)),
+      patch_(std::move(patch)),
+      prefix_(std::move(prefix)),
+      force_zip64_(force_zip64) {}
 
 void ZipWriter::Put(const std::string& bytes) {
   sink_(std::as_bytes(std::span(bytes.data(), bytes.size())));
   offset_ += bytes.size();
 }
 
-void ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data) {
+uint64_t ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data) {
+  const uint64_t data_offset = PutLocalHeader(name, Crc32(data), data.size());
+  sink_(data);
+  offset_ += data.size();
+  return data_offset;
+}
+
+uint64_t ZipWriter::AddStreamedRecord(std::string_view name, uint64_t size,
+                                      const std::function<uint32_t(const Sink&)>& write) {
+  const uint64_t header_offset = offset_;
+  const uint64_t data_offset = PutLocalHeader(name, 0, size);
+  const uint32_t crc = write([&](std::span<const std::byte> piece) {
+    sink_(piece);
+    offset_ += piece.size();
+  });
+  if (offset_ != data_offset + size) {
+    Fail(ErrorKind::kInvalidArgument, "zip record '{}': {} bytes streamed, {} announced", name,
+         offset_ - data_offset, size);
+  }
+  std::string bytes;
+  PutLE(bytes, crc, 4);
+  patch_(header_offset + 14, std::as_bytes(std::span(bytes.data(), bytes.size())));
+  central_.back().crc = crc;
+  return data_offset;
+}
+
+uint64_t ZipWriter::PutLocalHeader(std::string_view name, uint32_t crc, uint64_t size) {
   const std::string full = prefix_ + "/" + std::string(name);
-  const uint32_t crc = Crc32(data);
-  const bool zip64 = force_zip64_ || data.size() >= kMax32;
+  const bool zip64 = force_zip64_ || size >= kMax32;
   const size_t zip64_extra = zip64 ? 20 : 0;
   const size_t pad =
       (kAlignment - (offset_ + 30 + full.size() + zip64_extra + 4) % kAlignment) % kAlignment;
@@ -86,25 +109,24 @@ void ZipWriter::AddRecord(std::string_view name, std::span<const std::byte> data
   PutLE(header, kLocalSig, 4);
   PutLE(header, zip64 ? 45 : 20, 2);  // version needed
   PutLE(header, 0, 2 + 2 + 2 + 2);    // flags, method (stored), time, date
-  PutLE(header, crc, 4);
-  PutLE(header, zip64 ? kMax32 : data.size(), 4);
-  PutLE(header, zip64 ? kMax32 : data.size(), 4);
+  PutLE(header, crc, 4);              // at byte 14 (AddStreamedRecord patches it)
+  PutLE(header, zip64 ? kMax32 : size, 4);
+  PutLE(header, zip64 ? kMax32 : size, 4);
   PutLE(header, full.size(), 2);
   PutLE(header, zip64_extra + 4 + pad, 2);
   header += full;
   if (zip64) {
     PutLE(header, 0x0001, 2);
     PutLE(header, 16, 2);
-    PutLE(header, data.size(), 8);
-    PutLE(header, data.size(), 8);
+    PutLE(header, size, 8);
+    PutLE(header, size, 8);
   }
   header += "FB";
   PutLE(header, pad, 2);
   header.append(pad, 'Z');
-  central_.push_back({full, crc, data.size(), offset_});
+  central_.push_back({full, crc, size, offset_});
   Put(header);
-  sink_(data);
-  offset_ += data.size();
+  return offset_;
 }
 
 void ZipWriter::Finish() {
@@ -204,10 +226,11 @@ void ZipReader::Parse() {
   if (size_ < kEndSize) {
     Fail(ErrorKind::kCorruption, "{}: {} bytes are too short for a zip archive", source_, size_);
   }
-  // The end record is in the last 22 bytes unless the archive has a comment.
+  // The end record is in the last 22 bytes unless the archive has a comment;
+  // the first read also covers a zip64 locator and end record before it.
   std::vector<std::byte> tail;
   size_t end_pos = std::string::npos;
-  for (uint64_t want : {uint64_t{1024}, uint64_t{kEndSize + 0xffff}}) {
+  for (uint64_t want : {uint64_t{kEndSize + 20 + 56}, uint64_t{kEndSize + 0xffff}}) {
     tail.resize(std::min(size_, want));
     Read(size_ - tail.size(), tail);
     for (size_t p = tail.size() - kEndSize + 1; p-- > 0;) {
@@ -245,6 +268,7 @@ void ZipReader::Parse() {
          "fit in the archive's {} bytes",
          source_, count, cd_size, cd_offset, size_);
   }
+  directory_offset_ = cd_offset;
   std::vector<std::byte> cd_bytes;
   std::span<const std::byte> cd;
   if (cd_offset >= tail_start) {

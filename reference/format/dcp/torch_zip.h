@@ -34,13 +34,24 @@ uint32_t Crc32(std::span<const std::byte> data, uint32_t crc = 0);
 class ZipWriter {
  public:
   using Sink = std::function<void(std::span<const std::byte>)>;
-  // `force_zip64` writes zip64 fields even for small archives (tests).
-  explicit ZipWriter(Sink sink, std::string prefix = "archive", bool force_zip64 = false);
+  // Overwrites bytes the sink took, at `offset` from the archive's start.
+  using Patch = std::function<void(uint64_t offset, std::span<const std::byte>)>;
+  // `force_zip64` writes zip64 fields even for small archives (tests);
+  // `patch` is needed by AddStreamedRecord only.
+  explicit ZipWriter(Sink sink, std::string prefix = "archive", bool force_zip64 = false,
+                     Patch patch = nullptr);
 
-  void AddRecord(std::string_view name, std::span<const std::byte> data);
-  void AddRecord(std::string_view name, std::string_view data) {
-    AddRecord(name, std::as_bytes(std::span(data.data(), data.size())));
+  // Returns the offset of the record's first data byte in the archive.
+  uint64_t AddRecord(std::string_view name, std::span<const std::byte> data);
+  uint64_t AddRecord(std::string_view name, std::string_view data) {
+    return AddRecord(name, std::as_bytes(std::span(data.data(), data.size())));
   }
+  // A record of `size` bytes that `write` streams to the sink it is given,
+  // returning their CRC32 (so the data is read once, hashed piece by piece
+  // while cached); the local header's CRC is then patched. The bytes are
+  // exactly what AddRecord would write.
+  uint64_t AddStreamedRecord(std::string_view name, uint64_t size,
+                             const std::function<uint32_t(const Sink&)>& write);
   // Writes the central directory and end records; the writer is done.
   void Finish();
   uint64_t size() const { return offset_; }
@@ -53,8 +64,11 @@ class ZipWriter {
     uint64_t offset;
   };
   void Put(const std::string& bytes);
+  // Writes a record's local header; returns where its data starts.
+  uint64_t PutLocalHeader(std::string_view name, uint32_t crc, uint64_t size);
 
   Sink sink_;
+  Patch patch_;
   std::string prefix_;
   bool force_zip64_;
   uint64_t offset_ = 0;
@@ -86,6 +100,10 @@ class ZipReader {
   const Entry& Get(std::string_view name) const;  // kCorruption when missing
   // Offset of the record's first data byte (reads its local header).
   uint64_t DataOffset(const Entry& entry) const;
+  // Where the central directory starts: the archive's last `size() -
+  // directory_offset()` bytes are the directory and the end records.
+  uint64_t directory_offset() const { return directory_offset_; }
+  uint64_t size() const { return size_; }
   // The whole record, its CRC32 checked.
   std::string ReadRecord(const Entry& entry) const;
   void Read(uint64_t offset, std::span<std::byte> dst) const;
@@ -98,6 +116,7 @@ class ZipReader {
   uint64_t size_;
   std::string source_;
   std::string prefix_;
+  uint64_t directory_offset_ = 0;
   std::vector<Entry> entries_;
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "format/block_reads.h"
 #include "format/native/block_checksums.h"
 #include "format/native/metadata_json.h"
 #include "io/checksum.h"
@@ -51,78 +52,6 @@ std::vector<uint64_t> ReadSums(const RandomAccessFile& file, const StoredChunk& 
   return sums;
 }
 
-// The reads of version 2 and 3 chunks: the touched blocks are read whole, in
-// windows of up to kWindowBytes (straight into the destination when one run
-// covers the window, else into a scratch buffer the runs are copied out of),
-// and each window's blocks are verified right after it is read, while it is
-// in the core's cache, before any of its bytes is handed out.
-constexpr uint64_t kWindowBytes = 256 << 10;  // well inside a core's L2
-
-uint64_t ReadVerifiedBlocks(const RandomAccessFile& file, const StoredChunk& chunk,
-                            std::span<const uint64_t> sums, uint64_t seed,
-                            std::span<const ReadRun> runs, bool all, const Describe& what) {
-  const uint64_t block = chunk.block_size;
-  // Touched block ranges [first, last), merged.
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  if (all) {
-    ranges.emplace_back(0, BlockCount(chunk.length, block));
-  } else {
-    for (const ReadRun& run : runs) {
-      if (run.length == 0) continue;
-      const uint64_t first = run.offset_in_chunk / block;
-      const uint64_t last = (run.offset_in_chunk + run.length - 1) / block + 1;
-      if (!ranges.empty() && first <= ranges.back().second) {
-        ranges.back().second = std::max(ranges.back().second, last);
-      } else {
-        ranges.emplace_back(first, last);
-      }
-    }
-  }
-  const uint64_t window_blocks = std::max<uint64_t>(1, kWindowBytes / block);
-  std::vector<std::byte> scratch;
-  uint64_t bytes_read = 0;
-  size_t r = 0;  // first run that may reach into the current window
-  for (const auto& [first, last] : ranges) {
-    for (uint64_t w = first; w < last; w += window_blocks) {
-      const uint64_t start = w * block;
-      const uint64_t end = std::min(std::min(last, w + window_blocks) * block, chunk.length);
-      while (r < runs.size() && runs[r].offset_in_chunk + runs[r].length <= start) ++r;
-      std::byte* buffer;
-      const bool direct = r < runs.size() && runs[r].offset_in_chunk <= start &&
-                          runs[r].offset_in_chunk + runs[r].length >= end;
-      if (direct) {
-        buffer = runs[r].dst + (start - runs[r].offset_in_chunk);
-      } else {
-        scratch.resize(end - start);
-        buffer = scratch.data();
-      }
-      file.Read(chunk.offset + start, std::span(buffer, end - start));
-      bytes_read += end - start;
-      for (uint64_t b = w; b * block < end; ++b) {
-        const uint64_t from = b * block;
-        const uint64_t size = std::min(block, chunk.length - from);
-        const uint64_t actual = BlockChecksum(std::span(buffer + (from - start), size), seed, b);
-        if (actual != sums[b]) {
-          Fail(ErrorKind::kCorruption,
-               "checksum mismatch in {} for {}: block {} (bytes [{}, {}) of the chunk, file "
-               "offset {}): expected {}, got {}",
-               file.path(), what(), b, from, from + size, chunk.offset + from,
-               ChecksumToHex(sums[b]), ChecksumToHex(actual));
-        }
-      }
-      if (direct) continue;
-      for (size_t k = r; k < runs.size() && runs[k].offset_in_chunk < end; ++k) {
-        const uint64_t lo = std::max(start, runs[k].offset_in_chunk);
-        const uint64_t hi = std::min(end, runs[k].offset_in_chunk + runs[k].length);
-        if (lo < hi) {
-          std::memcpy(runs[k].dst + (lo - runs[k].offset_in_chunk), buffer + (lo - start), hi - lo);
-        }
-      }
-    }
-  }
-  return bytes_read;
-}
-
 // Checks that `runs` are sorted, disjoint and inside the chunk; returns the
 // bytes they cover.
 uint64_t CoveredBytes(const StoredChunk& chunk, std::span<const ReadRun> runs,
@@ -140,6 +69,26 @@ uint64_t CoveredBytes(const StoredChunk& chunk, std::span<const ReadRun> runs,
     covered += run.length;
   }
   return covered;
+}
+
+// Reads the blocks of a version 2 or 3 chunk that `runs` touch (every block
+// when `all`), checking each against `sums`; returns the bytes read.
+uint64_t ReadVerifiedBlocks(const RandomAccessFile& file, const StoredChunk& chunk,
+                            std::span<const uint64_t> sums, uint64_t seed,
+                            std::span<const ReadRun> runs, bool all, const Describe& what) {
+  return ReadCheckedBlocks(
+      file, chunk.offset, chunk.length, chunk.block_size, runs, all,
+      [&](uint64_t b, std::span<const std::byte> bytes) {
+        const uint64_t actual = BlockChecksum(bytes, seed, b);
+        if (actual != sums[b]) {
+          const uint64_t from = b * chunk.block_size;
+          Fail(ErrorKind::kCorruption,
+               "checksum mismatch in {} for {}: block {} (bytes [{}, {}) of the chunk, file "
+               "offset {}): expected {}, got {}",
+               file.path(), what(), b, from, from + bytes.size(), chunk.offset + from,
+               ChecksumToHex(sums[b]), ChecksumToHex(actual));
+        }
+      });
 }
 
 }  // namespace

@@ -1,0 +1,96 @@
+// The item index distckpt appends to its .distcp files: block CRC32s that
+// combine to the record's, the block size rule, and a trailer and table that
+// refuse damage.
+#include "format/dcp/item_index.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error_testing.h"
+#include "format/dcp/torch_zip.h"
+
+namespace distckpt {
+namespace {
+
+std::span<const std::byte> AsBytes(const std::string& s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
+
+TEST(ItemIndexTest, BlockCrcsCombineToTheRecordCrc) {
+  std::string data(10000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + i / 300);
+  std::vector<uint32_t> blocks;
+  EXPECT_EQ(DcpBlockCrcs(AsBytes(data), 1024, &blocks), Crc32(AsBytes(data)));
+  ASSERT_EQ(blocks.size(), 10u);  // the last block shorter (784 bytes)
+  EXPECT_EQ(CombineBlockCrcs(blocks, 1024, data.size()), Crc32(AsBytes(data)));
+  EXPECT_EQ(blocks[3], Crc32(AsBytes(data.substr(3072, 1024))));
+  EXPECT_EQ(blocks[9], Crc32(AsBytes(data.substr(9216))));
+}
+
+TEST(ItemIndexTest, BlockCrcsHandTheDataOnInOrder) {
+  std::string data(600 << 10, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i % 251);
+  for (uint32_t block_size : {0u, 2048u}) {
+    std::vector<uint32_t> blocks;
+    std::string seen;
+    const uint32_t crc =
+        DcpBlockCrcs(AsBytes(data), block_size, &blocks, [&](std::span<const std::byte> piece) {
+          EXPECT_LE(piece.size(), 256u << 10);
+          seen.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+        });
+    EXPECT_EQ(crc, Crc32(AsBytes(data))) << block_size;
+    EXPECT_EQ(seen, data) << block_size;
+    EXPECT_EQ(blocks.size(), block_size == 0 ? 0u : 300u);
+  }
+}
+
+TEST(ItemIndexTest, BlocksAreAnEighthOfARowBetween1And4KiB) {
+  EXPECT_EQ(DcpBlockSize(16 << 10), 2048u);  // f32 rows of 4096
+  EXPECT_EQ(DcpBlockSize(8 << 10), 1024u);   // bf16 rows of 4096: a TP-8 column split's run
+  EXPECT_EQ(DcpBlockSize(100), 1024u);
+  EXPECT_EQ(DcpBlockSize(1 << 30), 4096u);
+  EXPECT_EQ(DcpBlockSize(0), 1024u);
+}
+
+TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
+  const std::string items(5000, 'x');  // stands for the items
+  DcpIndexWriter writer;
+  writer.Add({.item_offset = 2000,
+              .data_offset = 2400,
+              .data_size = 2500,
+              .binding = 7,
+              .crc = 9,
+              .block_size = 1024},
+             {1, 2, 3});
+  writer.Add({.item_offset = 0, .data_offset = 384, .data_size = 100, .binding = 8, .crc = 10}, {});
+  const std::string file = items + writer.Finish(items.size());
+  auto bytes = AsBytes(file);
+  std::optional<DcpIndexTrailer> trailer =
+      ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), "f");
+  ASSERT_TRUE(trailer.has_value());
+  EXPECT_EQ(trailer->items_end, 5000u);
+  EXPECT_EQ(trailer->table_offset, 5000u + 12);
+  auto table = bytes.subspan(trailer->table_offset, 2 * 48);
+  std::vector<DcpIndexEntry> entries = ParseDcpIndexTable(table, *trailer, "f");
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].item_offset, 0u);  // by item offset
+  EXPECT_EQ(entries[0].block_size, 0u);
+  EXPECT_EQ(entries[1].crcs_offset, 5000u);
+  EXPECT_EQ(entries[1].binding, 7u);
+  EXPECT_EQ(DcpBlockCount(entries[1]), 3u);
+  EXPECT_THAT(ParseDcpBlockCrcs(bytes.subspan(5000, 12)), testing::ElementsAre(1, 2, 3));
+
+  // No magic: not an index (a file torch wrote ends with a zip end record).
+  EXPECT_FALSE(ParseDcpIndexTrailer(bytes.subspan(100, kDcpIndexTrailerBytes), file.size(), "f"));
+  // A trailer that does not fit its file, a table that fails its checksum.
+  EXPECT_THAT([&] { ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), 6000, "f"); },
+              ThrowsError(ErrorKind::kCorruption, "f: the item index trailer is damaged"));
+  std::string bad(table.size(), '\0');
+  std::memcpy(bad.data(), table.data(), table.size());
+  bad[60] ^= 1;
+  EXPECT_THAT([&] { ParseDcpIndexTable(AsBytes(bad), *trailer, "f"); },
+              ThrowsError(ErrorKind::kCorruption, "f: the item index table"));
+}
+
+}  // namespace
+}  // namespace distckpt
