@@ -32,6 +32,12 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // How many ranks of the whole job (not only of this communicator) share
+  // this rank's machine and its CPUs: work that spreads over the hardware
+  // threads (a load's readers) divides them among these ranks. ThreadWorld:
+  // every rank of the world (threads of one process); Open MPI: the ranks
+  // mpirun placed on this node (OMPI_COMM_WORLD_LOCAL_SIZE), 1 otherwise.
+  virtual int ranks_on_node() const { return 1; }
 
   virtual void Barrier() = 0;
   // Root's `bytes` replaces everyone's.

@@ -79,6 +79,13 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int ranks_on_node() const override {
+    // Set by Open MPI's launcher for every process; read here, not found by a
+    // collective (MPI_Comm_split_type), so that asking never blocks.
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int n = local ? std::atoi(local) : 1;
+    return n > 0 ? n : 1;
+  }
 
   void Barrier() override { Check(MPI_Barrier(comm_), "MPI_Barrier"); }
 

@@ -31,6 +31,15 @@ TEST(MpiCommunicatorTest, WorldMatchesMpirun) {
   EXPECT_EQ(world.rank(), std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")));
 }
 
+// mpirun starts every test process on this machine: all of them are local.
+TEST(MpiCommunicatorTest, RanksOnNodeMatchesMpirun) {
+  Communicator& world = MpiTestWorld();
+  EXPECT_EQ(world.ranks_on_node(), std::atoi(std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")));
+  EXPECT_EQ(world.ranks_on_node(), world.size());
+  std::unique_ptr<Communicator> half = world.Split(world.rank() % 2, 0);
+  EXPECT_EQ(half->ranks_on_node(), world.size());
+}
+
 TEST(MpiCommunicatorTest, Barrier) { ExpectBarrierWorks(MpiTestWorld()); }
 
 TEST(MpiCommunicatorTest, Broadcast) {

@@ -88,6 +88,7 @@ class NcclCommunicator : public Communicator {
 
   int rank() const override { return base_->rank(); }
   int size() const override { return base_->size(); }
+  int ranks_on_node() const override { return base_->ranks_on_node(); }
   bool device_memory() const override { return true; }
 
   void Barrier() override { base_->Barrier(); }

@@ -21,6 +21,8 @@ namespace {
 struct World {
   explicit World(int size) : waits(size) {}
 
+  int size() const { return static_cast<int>(waits.size()); }
+
   // Records the first failure and wakes every blocked rank.
   void Abort(int rank, const std::string& message) {
     std::lock_guard lock(mu);
@@ -280,6 +282,7 @@ class ThreadCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
+  int ranks_on_node() const override { return group_->world()->size(); }
 
   void Barrier() override {
     Slot slot{Op::kBarrier};

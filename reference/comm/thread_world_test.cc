@@ -72,6 +72,16 @@ TEST_P(CollectivesTest, RanksAndSizes) {
   for (const std::atomic<int>& count : seen) EXPECT_EQ(count.load(), 1);
 }
 
+// Every rank of a ThreadWorld is a thread of this process: all of them share
+// the machine, also seen from a sub-communicator.
+TEST_P(CollectivesTest, RanksOnNodeIsTheWorld) {
+  Run([&](Communicator& comm) {
+    EXPECT_EQ(comm.ranks_on_node(), ranks());
+    std::unique_ptr<Communicator> half = comm.Split(comm.rank() % 2, 0);
+    EXPECT_EQ(half->ranks_on_node(), ranks());
+  });
+}
+
 TEST_P(CollectivesTest, Barrier) {
   std::atomic<int> arrived = 0;
   Run([&](Communicator& comm) {
