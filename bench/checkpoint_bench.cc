@@ -49,6 +49,23 @@ void BM_RawWrite(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
 
+// The raw write through O_DIRECT (absolute; the disk run records whether it
+// beats the buffered write that the ratios use). Skipped on tmpfs.
+void BM_RawWriteDirect(benchmark::State& state) {
+  const int64_t bytes = state.range(0), count = state.range(1);
+  ScratchDir dir("raw-write-direct");
+  auto buffers = RawBuffers(bytes, count);
+  for (auto _ : state) {
+    auto start = Clock::now();
+    if (!RawWriteDirectFsync(dir.Sub("raw.bin"), buffers)) {
+      state.SkipWithError("O_DIRECT not supported here");
+      break;
+    }
+    state.SetIterationTime(SecondsSince(start));
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * count);
+}
+
 // Paired with the raw write of the same bytes (counter over_raw).
 void BM_Save(benchmark::State& state) {
   const int64_t bytes = state.range(0), count = state.range(1);
@@ -239,6 +256,7 @@ void IoSizes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_RawWrite)->Apply(IoSizes);
+BENCHMARK(BM_RawWriteDirect)->Apply(IoSizes);
 BENCHMARK(BM_Save)->Apply(IoSizes);
 BENCHMARK(BM_RawReadCold)->Apply(IoSizes);
 BENCHMARK(BM_LoadCold)->Apply(IoSizes);
