@@ -18,6 +18,9 @@
 // parallelization group and exchange the rest between ranks; the result is
 // the same.
 //
+// Each rank reads with its share of this machine's hardware threads
+// (hardware threads / comm.ranks_on_node(), at least one reader).
+//
 // Thread-safety: one call per rank; ranks run concurrently.
 #ifndef DISTCKPT_ENGINE_LOAD_H_
 #define DISTCKPT_ENGINE_LOAD_H_
