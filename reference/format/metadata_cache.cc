@@ -6,8 +6,7 @@ MetadataCache::MetadataCache(size_t max_entries, size_t max_text_bytes)
     : max_entries_(max_entries), max_text_bytes_(max_text_bytes) {}
 
 std::shared_ptr<const CheckpointMetadata> MetadataCache::Get(const std::string& path,
-                                                             std::string text,
-                                                             const Parse& parse) {
+                                                             std::string text, const Parse& parse) {
   {
     std::lock_guard lock(mu_);
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {

@@ -290,25 +290,41 @@ bool IsFlatRecord(const json& value) {
   return true;
 }
 
-// Flat records and short values on one line, the rest broken over indented lines.
-void Render(const json& value, int depth, std::string& out) {
+// Appends `value` laid out as metadata.json is (flat records and short
+// values on one line, the rest broken over indented lines) to `out`, and
+// returns its compact dump, from which the caller decides its own layout:
+// every value is dumped once, bottom up.
+std::string Render(const json& value, int depth, std::string& out) {
   constexpr size_t kWidth = 100;
-  std::string flat = value.dump();
-  if (!value.is_structured() || value.empty() || IsFlatRecord(value) ||
-      2 * depth + flat.size() <= kWidth) {
+  if (!value.is_structured() || value.empty() || IsFlatRecord(value)) {
+    std::string flat = value.dump();
     out += flat;
-    return;
+    return flat;
   }
-  out += value.is_object() ? "{\n" : "[\n";
+  const bool object = value.is_object();
+  std::string flat(1, object ? '{' : '[');
+  std::string broken = object ? "{\n" : "[\n";
   for (auto it = value.begin(); it != value.end(); ++it) {
-    if (it != value.begin()) out += ",\n";
-    out.append(2 * (depth + 1), ' ');
-    if (value.is_object()) out += json(it.key()).dump() + ": ";
-    Render(*it, depth + 1, out);
+    if (it != value.begin()) {
+      flat += ',';
+      broken += ",\n";
+    }
+    broken.append(2 * (depth + 1), ' ');
+    if (object) {
+      const std::string key = json(it.key()).dump();
+      flat += key;
+      flat += ':';
+      broken += key;
+      broken += ": ";
+    }
+    flat += Render(*it, depth + 1, broken);
   }
-  out += '\n';
-  out.append(2 * depth, ' ');
-  out += value.is_object() ? '}' : ']';
+  flat += object ? '}' : ']';
+  broken += '\n';
+  broken.append(2 * depth, ' ');
+  broken += object ? '}' : ']';
+  out += 2 * static_cast<size_t>(depth) + flat.size() <= kWidth ? flat : broken;
+  return flat;
 }
 
 // Version 2: xxHash3-64 of the compact dump (nlohmann sorts object keys)
