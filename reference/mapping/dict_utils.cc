@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 #include "mapping/py_format.h"
@@ -309,9 +310,15 @@ SavePieces SavePreprocess(const Node& state_dict) {
 LoadPieces LoadPreprocess(const Node& state_dict) {
   // One pass makes the structural copy and drops empty flattened tensors.
   Node sd = ExtractMatching(state_dict, [](const Node& n) { return !IsEmptyFlattened(n); }).first;
-  Node factories = ExtractMatching(
-                       sd, [](const Node& n) { return n.is<ShardedTensorFactory>(); }, true)
-                       .first;
+  // Most requests hold no factory: then no pass copies every leaf to find none.
+  bool any_factory = false;
+  ForEachLeaf(std::as_const(sd), [&](const NodePath&, const Node& leaf) {
+    any_factory = any_factory || leaf.is<ShardedTensorFactory>();
+  });
+  Node factories =
+      any_factory
+          ? Extract(sd, [](const Node& n) { return n.is<ShardedTensorFactory>(); }, true).first
+          : Node(Dict{});
   ApplyFactories(sd);
   ForEachLeaf(factories, [](const NodePath&, Node& leaf) {
     if (ShardedTensorFactory* f = leaf.get_if<ShardedTensorFactory>()) f->data = Tensor();
