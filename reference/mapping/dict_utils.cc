@@ -293,13 +293,30 @@ void ApplyFactoryMerges(Node& loaded, const Node& factories) {
   FactoryMergesAt(loaded, factories, {});
 }
 
+namespace {
+
+bool HasFactory(const Node& tree) {
+  bool any = false;
+  ForEachLeaf(tree, [&](const NodePath&, const Node& leaf) {
+    any = any || leaf.is<ShardedTensorFactory>();
+  });
+  return any;
+}
+
+}  // namespace
+
 SavePieces SavePreprocess(const Node& state_dict) {
-  Node sd = state_dict;
-  ApplyFactories(sd);
-  Node persistent =
-      Extract(
-          std::move(sd), [](const Node& n) { return n.is<LocalNonpersistentObject>(); }, false)
-          .second;
+  // The first pass copies the caller's leaves (after building its factories
+  // in a copy of the tree, when it holds any); the later passes move them.
+  auto nonpersistent = [](const Node& n) { return n.is<LocalNonpersistentObject>(); };
+  Node persistent;
+  if (HasFactory(state_dict)) {
+    Node sd = state_dict;
+    ApplyFactories(sd);
+    persistent = Extract(std::move(sd), nonpersistent, false).second;
+  } else {
+    persistent = Extract(state_dict, nonpersistent, false).second;
+  }
   auto [sharded, common] = Extract(std::move(persistent), IsShardedBase, false);
   Node kept = Extract(
                   std::move(sharded), [](const Node& n) { return !IsEmptyFlattened(n); }, false)
@@ -311,14 +328,11 @@ LoadPieces LoadPreprocess(const Node& state_dict) {
   // One pass makes the structural copy and drops empty flattened tensors.
   Node sd = ExtractMatching(state_dict, [](const Node& n) { return !IsEmptyFlattened(n); }).first;
   // Most requests hold no factory: then no pass copies every leaf to find none.
-  bool any_factory = false;
-  ForEachLeaf(std::as_const(sd), [&](const NodePath&, const Node& leaf) {
-    any_factory = any_factory || leaf.is<ShardedTensorFactory>();
-  });
-  Node factories =
-      any_factory
-          ? Extract(sd, [](const Node& n) { return n.is<ShardedTensorFactory>(); }, true).first
-          : Node(Dict{});
+  Node factories = HasFactory(sd)
+                       ? Extract(
+                             sd, [](const Node& n) { return n.is<ShardedTensorFactory>(); }, true)
+                             .first
+                       : Node(Dict{});
   ApplyFactories(sd);
   ForEachLeaf(factories, [](const NodePath&, Node& leaf) {
     if (ShardedTensorFactory* f = leaf.get_if<ShardedTensorFactory>()) f->data = Tensor();
