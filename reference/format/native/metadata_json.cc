@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "format/native/block_checksums.h"
+#include "format/native/json_text.h"
 #include "io/checksum.h"
 
 namespace distckpt {
@@ -293,31 +294,35 @@ bool IsFlatRecord(const json& value) {
 // Appends `value` laid out as metadata.json is (flat records and short
 // values on one line, the rest broken over indented lines) to `out`, and
 // returns its compact dump, from which the caller decides its own layout:
-// every value is dumped once, bottom up.
+// every value is dumped once, bottom up. A container's dump stops growing
+// once it is longer than a line (only its length then matters: too long).
 std::string Render(const json& value, int depth, std::string& out) {
   constexpr size_t kWidth = 100;
   if (!value.is_structured() || value.empty() || IsFlatRecord(value)) {
-    std::string flat = value.dump();
+    std::string flat;
+    AppendJson(value, flat);
     out += flat;
     return flat;
   }
   const bool object = value.is_object();
   std::string flat(1, object ? '{' : '[');
   std::string broken = object ? "{\n" : "[\n";
+  std::string key;
   for (auto it = value.begin(); it != value.end(); ++it) {
     if (it != value.begin()) {
-      flat += ',';
+      if (flat.size() <= kWidth) flat += ',';
       broken += ",\n";
     }
     broken.append(2 * (depth + 1), ' ');
     if (object) {
-      const std::string key = json(it.key()).dump();
-      flat += key;
-      flat += ':';
+      key.clear();
+      AppendJsonString(it.key(), key);
+      if (flat.size() <= kWidth) (flat += key) += ':';
       broken += key;
       broken += ": ";
     }
-    flat += Render(*it, depth + 1, broken);
+    const std::string member = Render(*it, depth + 1, broken);
+    if (flat.size() <= kWidth) flat += member;
   }
   flat += object ? '}' : ']';
   broken += '\n';
@@ -332,7 +337,8 @@ std::string Render(const json& value, int depth, std::string& out) {
 constexpr char kMetadataChecksumField[] = "metadata_checksum";
 
 uint64_t MetadataChecksum(const json& without_checksum) {
-  const std::string text = without_checksum.dump();
+  std::string text;
+  AppendJson(without_checksum, text);
   return Checksum(std::as_bytes(std::span(text.data(), text.size())));
 }
 
