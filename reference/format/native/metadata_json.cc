@@ -347,16 +347,18 @@ uint64_t MetadataChecksum(const json& without_checksum) {
 json MetadataToJson(const CheckpointMetadata& metadata) {
   json tensors = json::object();
   for (const auto& [key, tensor] : metadata.tensors) {
-    json chunks = json::array();
+    // Members assigned one by one: an initializer list copies every value.
+    json& t = tensors[key];
+    t["dtype"] = DTypeName(tensor.dtype);
+    t["global_shape"] = tensor.global_shape;
+    json& chunks = t["chunks"] = json::array();
     for (const StoredChunk& chunk : tensor.chunks) {
-      json j = {{"offset", chunk.box.offset}, {"shape", chunk.box.shape}};
+      json& j = chunks.emplace_back(json::object());
+      j["offset"] = chunk.box.offset;
+      j["shape"] = chunk.box.shape;
       if (chunk.flat) j["flat"] = json::array({chunk.flat->start, chunk.flat->stop});
       LocationToJson(chunk, j);
-      chunks.push_back(std::move(j));
     }
-    tensors[key] = {{"dtype", std::string(DTypeName(tensor.dtype))},
-                    {"global_shape", tensor.global_shape},
-                    {"chunks", std::move(chunks)}};
   }
   json objects = json::object();
   for (const auto& [unique_key, object] : metadata.objects) {
