@@ -73,22 +73,24 @@ TEST(HelperPoolTest, HelperThreadsAreReused) {
 
 TEST(HelperPoolTest, CallsNotStartedWhenTheCallerFinishesAreNotMade) {
   // Keep every pool thread busy, so no helper call of the second job can start.
-  std::atomic<bool> release{false};
+  const int helpers = HelperPoolSize();
+  std::atomic<bool> release{false}, all_busy{false};
   std::atomic<int> busy{0};
   std::thread occupier([&] {
-    RunWithHelpers(HelperPoolSize(), [&](size_t call) {
-      ++busy;
-      if (call != 0) WaitFor(release);
+    RunWithHelpers(helpers, [&](size_t call) {
+      if (++busy == helpers + 1) all_busy = true;
+      // The caller's call waits for its helpers to start, which then hold
+      // the pool until released.
+      WaitFor(call == 0 ? all_busy : release);
     });
   });
-  const auto deadline = steady_clock::now() + seconds(10);
-  while (busy < HelperPoolSize() + 1 && steady_clock::now() < deadline) std::this_thread::yield();
-  ASSERT_EQ(busy, HelperPoolSize() + 1);
+  const bool occupied = WaitFor(all_busy);
   std::atomic<int> calls{0};
-  RunWithHelpers(HelperPoolSize(), [&](size_t) { ++calls; });  // returns without waiting
-  EXPECT_EQ(calls, 1);
+  if (occupied) RunWithHelpers(helpers, [&](size_t) { ++calls; });  // returns without waiting
   release = true;
   occupier.join();
+  ASSERT_TRUE(occupied);
+  EXPECT_EQ(calls, 1);
   // The skipped calls stay skipped once the pool is free again.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(calls, 1);
