@@ -105,3 +105,5 @@ BENCHMARK(BM_LoadMemory)->DenseRange(0, 2)->Unit(benchmark::kMillisecond)->Itera
 
 }  // namespace
 }  // namespace distckpt::bench
+
+BENCHMARK_MAIN();

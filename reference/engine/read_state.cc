@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/helper_pool.h"
 #include "engine/common_state.h"
 #include "engine/load_plan.h"
 #include "engine/tensor_reader.h"
@@ -119,14 +120,9 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
       next = leaves.size();  // stop the others early
     }
   };
-  if (threads <= 1) {
-    work(0);
-  } else {
-    std::vector<std::thread> pool;
-    for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
-    work(0);
-    for (std::thread& t : pool) t.join();
-  }
+  // The calling thread and idle threads of the process's helper pool: a load
+  // starts no thread.
+  RunWithHelpers(threads - 1, work);
   for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
   }

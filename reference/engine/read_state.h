@@ -16,7 +16,8 @@ namespace distckpt {
 // leaf's own buffer when defined, else a new one) and each ShardedObject by
 // its value. Unknown keys: CheckpointError(kKeyMismatch) "<key> from model not
 // in state dict: [<checkpoint keys>]" (Megatron's KeyError text).
-// `threads` workers read leaves concurrently (0 = one per hardware thread).
+// Up to `threads` workers read leaves concurrently (0 = one per hardware
+// thread): the calling thread and idle threads of core/helper_pool.h's pool.
 Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolicy policy,
                       LoadSummary* summary, int threads = 0);
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/save_steps.h"
+#include "mapping/dict_utils.h"
 #include "strategy/async_writer.h"
 #include "strategy/staging.h"
 
@@ -101,7 +102,13 @@ AsyncSave SaveAsync(const Node& state_dict, const std::string& dir, Communicator
   std::shared_ptr<WriterJob> job;
   AgreeOnOutcome(comm,
                  [&] { job = StageAndStartWriters(prepared, comm.rank(), options, *summary); });
-  prepared.sharded = Node();  // staged: let go of the caller's tensors
+  // Staged: let go of the caller's tensors and objects' values now. The tree
+  // of shard metadata goes with the request (freed after finalize, off the
+  // blocking path).
+  ForEachLeaf(prepared.sharded, [](const NodePath&, Node& leaf) {
+    if (ShardedTensor* t = leaf.get_if<ShardedTensor>()) t->data = Tensor();
+    if (ShardedObject* o = leaf.get_if<ShardedObject>()) o->data = nullptr;
+  });
   summary->blocking_seconds = SecondsSince(start);
 
   AsyncRequest request(job);

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 #include "mapping/py_format.h"
@@ -58,24 +60,38 @@ bool LeavesEqual(const Node& a, const Node& b) {
   return a.as<nlohmann::json>() == b.as<nlohmann::json>();
 }
 
-std::pair<Node, Node> Extract(const Node& x, const std::function<bool(const Node&)>& pred,
+// Splits `x` into the leaves matching `pred` and the rest. The leaves are
+// copied, or moved out of `x` when it is an rvalue (Save/LoadPreprocess's
+// own intermediate trees: a leaf is copied once per preprocessing, not once
+// per pass).
+template <typename Src>
+std::pair<Node, Node> Extract(Src&& x, const std::function<bool(const Node&)>& pred,
                               bool lists_as_dicts) {
-  if (const Dict* d = x.get_if<Dict>()) {
+  constexpr bool kMove = !std::is_lvalue_reference_v<Src>;
+  auto take = [](auto& v) -> decltype(auto) {
+    if constexpr (kMove) {
+      return std::move(v);
+    } else {
+      return static_cast<const Node&>(v);
+    }
+  };
+  if (auto* d = x.template get_if<Dict>()) {
     Dict matching, nonmatching;
-    for (const auto& [k, v] : *d) {
+    for (auto& [k, v] : *d) {
       if (v.is_container()) {
-        auto [match, nonmatch] = Extract(v, pred, lists_as_dicts);
+        const bool truthy = Truthy(v);
+        auto [match, nonmatch] = Extract(take(v), pred, lists_as_dicts);
         if (Truthy(match)) matching[k] = std::move(match);
-        if (Truthy(nonmatch) || !Truthy(v)) nonmatching[k] = std::move(nonmatch);
+        if (Truthy(nonmatch) || !truthy) nonmatching[k] = std::move(nonmatch);
       } else if (pred(v)) {
-        matching[k] = v;
+        matching[k] = take(v);
       } else {
-        nonmatching[k] = v;
+        nonmatching[k] = take(v);
       }
     }
     return {Node(std::move(matching)), Node(std::move(nonmatching))};
   }
-  if (const List* l = x.get_if<List>()) {
+  if (auto* l = x.template get_if<List>()) {
     Node matching = lists_as_dicts ? Node(Dict{}) : Node(List{});
     Node nonmatching = lists_as_dicts ? Node(Dict{}) : Node(List{});
     auto set_elem = [lists_as_dicts](Node& target, size_t index, Node value) {
@@ -86,13 +102,14 @@ std::pair<Node, Node> Extract(const Node& x, const std::function<bool(const Node
       }
     };
     for (size_t i = 0; i < l->size(); ++i) {
-      const Node& v = (*l)[i];
+      auto& v = (*l)[i];
       if (v.is_container() && Truthy(v)) {
-        auto [match, nonmatch] = Extract(v, pred, lists_as_dicts);
+        auto [match, nonmatch] = Extract(take(v), pred, lists_as_dicts);
         if (Truthy(match)) set_elem(matching, i, std::move(match));
         if (Truthy(nonmatch)) set_elem(nonmatching, i, std::move(nonmatch));
       } else {
-        set_elem(pred(v) ? matching : nonmatching, i, v);
+        const bool matches = pred(v);
+        set_elem(matches ? matching : nonmatching, i, take(v));
       }
     }
     return {std::move(matching), std::move(nonmatching)};
@@ -276,28 +293,52 @@ void ApplyFactoryMerges(Node& loaded, const Node& factories) {
   FactoryMergesAt(loaded, factories, {});
 }
 
+namespace {
+
+bool HasFactory(const Node& tree) {
+  bool any = false;
+  ForEachLeaf(tree, [&](const NodePath&, const Node& leaf) {
+    any = any || leaf.is<ShardedTensorFactory>();
+  });
+  return any;
+}
+
+}  // namespace
+
 SavePieces SavePreprocess(const Node& state_dict) {
-  Node sd = state_dict;
-  ApplyFactories(sd);
-  Node persistent =
-      ExtractMatching(sd, [](const Node& n) { return n.is<LocalNonpersistentObject>(); }).second;
-  auto [sharded, common] = ExtractMatching(persistent, IsShardedBase);
-  Node kept = ExtractMatching(sharded, [](const Node& n) { return !IsEmptyFlattened(n); }).first;
+  // The first pass copies the caller's leaves (after building its factories
+  // in a copy of the tree, when it holds any); the later passes move them.
+  auto nonpersistent = [](const Node& n) { return n.is<LocalNonpersistentObject>(); };
+  Node persistent;
+  if (HasFactory(state_dict)) {
+    Node sd = state_dict;
+    ApplyFactories(sd);
+    persistent = Extract(std::move(sd), nonpersistent, false).second;
+  } else {
+    persistent = Extract(state_dict, nonpersistent, false).second;
+  }
+  auto [sharded, common] = Extract(std::move(persistent), IsShardedBase, false);
+  Node kept = Extract(
+                  std::move(sharded), [](const Node& n) { return !IsEmptyFlattened(n); }, false)
+                  .first;
   return SavePieces{std::move(kept), std::move(common)};
 }
 
 LoadPieces LoadPreprocess(const Node& state_dict) {
   // One pass makes the structural copy and drops empty flattened tensors.
   Node sd = ExtractMatching(state_dict, [](const Node& n) { return !IsEmptyFlattened(n); }).first;
-  Node factories = ExtractMatching(
-                       sd, [](const Node& n) { return n.is<ShardedTensorFactory>(); }, true)
-                       .first;
+  // Most requests hold no factory: then no pass copies every leaf to find none.
+  Node factories = HasFactory(sd)
+                       ? Extract(
+                             sd, [](const Node& n) { return n.is<ShardedTensorFactory>(); }, true)
+                             .first
+                       : Node(Dict{});
   ApplyFactories(sd);
   ForEachLeaf(factories, [](const NodePath&, Node& leaf) {
     if (ShardedTensorFactory* f = leaf.get_if<ShardedTensorFactory>()) f->data = Tensor();
   });
-  auto [nonpersistent, rest] =
-      ExtractMatching(sd, [](const Node& n) { return n.is<LocalNonpersistentObject>(); });
+  auto [nonpersistent, rest] = Extract(
+      std::move(sd), [](const Node& n) { return n.is<LocalNonpersistentObject>(); }, false);
   ForEachLeaf(nonpersistent, [](const NodePath&, Node& leaf) {
     if (LocalNonpersistentObject* n = leaf.get_if<LocalNonpersistentObject>()) {
       nlohmann::json obj = std::move(n->obj);
@@ -306,7 +347,7 @@ LoadPieces LoadPreprocess(const Node& state_dict) {
   });
   // Megatron's load() keeps only the sharded part of the request: common
   // values come from the checkpoint.
-  Node sharded = ExtractMatching(rest, IsShardedBase).first;
+  Node sharded = Extract(std::move(rest), IsShardedBase, false).first;
   return LoadPieces{std::move(sharded), std::move(nonpersistent), std::move(factories)};
 }
 

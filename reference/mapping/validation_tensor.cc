@@ -33,7 +33,6 @@ std::vector<std::pair<std::string_view, std::string>> AgreedFields(const Sharded
 std::optional<std::string> CheckConsistency(const std::vector<RankTensor>& shards) {
   const RankTensor& first = shards[0];
   const ShardedTensor& a = *first.tensor;
-  const auto expected = AgreedFields(a);
   for (const RankTensor& other : shards) {
     const ShardedTensor& b = *other.tensor;
     b.ValidateMetadataIntegrity();  // hand-built metadata may break the rules
@@ -44,6 +43,7 @@ std::optional<std::string> CheckConsistency(const std::vector<RankTensor>& shard
         a.flattened_range.has_value() == b.flattened_range.has_value()) {
       continue;
     }
+    const auto expected = AgreedFields(a);
     const auto actual = AgreedFields(b);
     for (size_t i = 0; i < expected.size(); ++i) {
       if (actual[i].second == expected[i].second) continue;

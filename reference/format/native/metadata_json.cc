@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "format/native/block_checksums.h"
+#include "format/native/json_text.h"
 #include "io/checksum.h"
 
 namespace distckpt {
@@ -290,25 +291,45 @@ bool IsFlatRecord(const json& value) {
   return true;
 }
 
-// Flat records and short values on one line, the rest broken over indented lines.
-void Render(const json& value, int depth, std::string& out) {
+// Appends `value` laid out as metadata.json is (flat records and short
+// values on one line, the rest broken over indented lines) to `out`, and
+// returns its compact dump, from which the caller decides its own layout:
+// every value is dumped once, bottom up. A container's dump stops growing
+// once it is longer than a line (only its length then matters: too long).
+std::string Render(const json& value, int depth, std::string& out) {
   constexpr size_t kWidth = 100;
-  std::string flat = value.dump();
-  if (!value.is_structured() || value.empty() || IsFlatRecord(value) ||
-      2 * depth + flat.size() <= kWidth) {
+  if (!value.is_structured() || value.empty() || IsFlatRecord(value)) {
+    std::string flat;
+    AppendJson(value, flat);
     out += flat;
-    return;
+    return flat;
   }
-  out += value.is_object() ? "{\n" : "[\n";
+  const bool object = value.is_object();
+  std::string flat(1, object ? '{' : '[');
+  std::string broken = object ? "{\n" : "[\n";
+  std::string key;
   for (auto it = value.begin(); it != value.end(); ++it) {
-    if (it != value.begin()) out += ",\n";
-    out.append(2 * (depth + 1), ' ');
-    if (value.is_object()) out += json(it.key()).dump() + ": ";
-    Render(*it, depth + 1, out);
+    if (it != value.begin()) {
+      if (flat.size() <= kWidth) flat += ',';
+      broken += ",\n";
+    }
+    broken.append(2 * (depth + 1), ' ');
+    if (object) {
+      key.clear();
+      AppendJsonString(it.key(), key);
+      if (flat.size() <= kWidth) (flat += key) += ':';
+      broken += key;
+      broken += ": ";
+    }
+    const std::string member = Render(*it, depth + 1, broken);
+    if (flat.size() <= kWidth) flat += member;
   }
-  out += '\n';
-  out.append(2 * depth, ' ');
-  out += value.is_object() ? '}' : ']';
+  flat += object ? '}' : ']';
+  broken += '\n';
+  broken.append(2 * depth, ' ');
+  broken += object ? '}' : ']';
+  out += 2 * static_cast<size_t>(depth) + flat.size() <= kWidth ? flat : broken;
+  return flat;
 }
 
 // Version 2: xxHash3-64 of the compact dump (nlohmann sorts object keys)
@@ -316,7 +337,8 @@ void Render(const json& value, int depth, std::string& out) {
 constexpr char kMetadataChecksumField[] = "metadata_checksum";
 
 uint64_t MetadataChecksum(const json& without_checksum) {
-  const std::string text = without_checksum.dump();
+  std::string text;
+  AppendJson(without_checksum, text);
   return Checksum(std::as_bytes(std::span(text.data(), text.size())));
 }
 
@@ -325,16 +347,18 @@ uint64_t MetadataChecksum(const json& without_checksum) {
 json MetadataToJson(const CheckpointMetadata& metadata) {
   json tensors = json::object();
   for (const auto& [key, tensor] : metadata.tensors) {
-    json chunks = json::array();
+    // Members assigned one by one: an initializer list copies every value.
+    json& t = tensors[key];
+    t["dtype"] = DTypeName(tensor.dtype);
+    t["global_shape"] = tensor.global_shape;
+    json& chunks = t["chunks"] = json::array();
     for (const StoredChunk& chunk : tensor.chunks) {
-      json j = {{"offset", chunk.box.offset}, {"shape", chunk.box.shape}};
+      json& j = chunks.emplace_back(json::object());
+      j["offset"] = chunk.box.offset;
+      j["shape"] = chunk.box.shape;
       if (chunk.flat) j["flat"] = json::array({chunk.flat->start, chunk.flat->stop});
       LocationToJson(chunk, j);
-      chunks.push_back(std::move(j));
     }
-    tensors[key] = {{"dtype", std::string(DTypeName(tensor.dtype))},
-                    {"global_shape", tensor.global_shape},
-                    {"chunks", std::move(chunks)}};
   }
   json objects = json::object();
   for (const auto& [unique_key, object] : metadata.objects) {

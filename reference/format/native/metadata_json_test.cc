@@ -134,6 +134,58 @@ void Reseal(json& j) {
       ChecksumToHex(Checksum(std::as_bytes(std::span(text.data(), text.size()))));
 }
 
+// The layout rule stated naively (dump every value at every level): the
+// renderer must produce exactly this text.
+std::string NaiveLayout(const json& value, int depth) {
+  auto flat_record = [](const json& v) {
+    if (!v.is_object()) return false;
+    for (const json& m : v) {
+      if (m.is_object()) return false;
+      for (const json& e : m.is_array() ? m : json::array()) {
+        if (e.is_structured()) return false;
+      }
+    }
+    return true;
+  };
+  const std::string flat = value.dump();
+  if (!value.is_structured() || value.empty() || flat_record(value) ||
+      2 * static_cast<size_t>(depth) + flat.size() <= 100) {
+    return flat;
+  }
+  std::string out = value.is_object() ? "{\n" : "[\n";
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (it != value.begin()) out += ",\n";
+    out.append(2 * (depth + 1), ' ');
+    if (value.is_object()) out += json(it.key()).dump() + ": ";
+    out += NaiveLayout(*it, depth + 1);
+  }
+  out += '\n';
+  out.append(2 * depth, ' ');
+  return out + (value.is_object() ? '}' : ']');
+}
+
+TEST(MetadataJsonTest, TextFollowsTheLayoutRule) {
+  CheckpointMetadata md = Example();
+  md.format_version = 1;
+  // Keys and values of many widths, so containers fall on both sides of a line.
+  for (int i = 0; i < 60; ++i) {
+    const std::string key =
+        std::string(static_cast<size_t>(i), 'k') + "\u00e9\"" + std::to_string(i);
+    StoredTensor& t = md.tensors[key];
+    t.key = key;
+    t.global_shape = {i + 1};
+    t.chunks.push_back(Chunk({{0}, {i + 1}}, std::nullopt, "__0_0.bin", 0, 4 * (i + 1), i, 0));
+    md.common["c" + std::to_string(i)] = json::array({i, std::string(static_cast<size_t>(i), 'v')});
+    md.common["nested"][std::to_string(i)] = {{"a", json::array({1.5, i})}, {"b", nullptr}};
+  }
+  for (int i = 80; i < 110; ++i) {  // one array, then one object, per length around a line
+    md.content["a" + std::to_string(i)] = json::array({std::string(static_cast<size_t>(i), 'x')});
+    md.content["o" + std::to_string(i)]["p"] = {
+        json::array({std::string(static_cast<size_t>(i), 'y')})};
+  }
+  EXPECT_EQ(MetadataToText(md), NaiveLayout(MetadataToJson(md), 0) + "\n");
+}
+
 TEST(MetadataJsonTest, Version2RoundTripsAndIsSealed) {
   const CheckpointMetadata md = ExampleV2();
   EXPECT_EQ(MetadataFromText(MetadataToText(md), "test"), md);

@@ -3,6 +3,7 @@
 // byte layout and the crash windows of an overwrite.
 #include "core/error.h"
 #include "format/format.h"
+#include "format/metadata_cache.h"
 #include "format/native/metadata_json.h"
 #include "format/native/native_reader.h"
 #include "format/native/native_writer.h"
@@ -23,6 +24,15 @@ const StagedLayout& Layout() {
                                      return IsDataFileName(name) || name == kTempMetadataFileName;
                                    }};
   return layout;
+}
+
+// Every native open goes through it: a few checkpoints' metadata, at most
+// 8 MiB of metadata.json text in all (about 40,000 chunks; a larger file,
+// such as a 16,384-rank dense model's 15 MB, is parsed on every open rather
+// than kept in every rank's memory).
+MetadataCache& ParsedMetadata() {
+  static MetadataCache cache(4, 8 << 20);
+  return cache;
 }
 
 class NativeFormatImpl : public Format {
@@ -93,12 +103,17 @@ class NativeFormatImpl : public Format {
       Fail(ErrorKind::kIncomplete,
            "{} is not a distributed checkpoint (metadata.json missing: save did not commit)", dir);
     }
-    CheckpointMetadata metadata = MetadataFromText(ReadFileToString(env, path), path);
-    if (metadata.format != name()) {
-      Fail(ErrorKind::kCorruption, "{}: format: expected \"native\", got \"{}\"", path,
-           metadata.format);
-    }
-    CheckChunkTiling(metadata, path);
+    // Parsed once per text (metadata_cache.h): a changed file is parsed again.
+    std::shared_ptr<const CheckpointMetadata> metadata =
+        ParsedMetadata().Get(path, ReadFileToString(env, path), [&](std::string_view text) {
+          CheckpointMetadata parsed = MetadataFromText(text, path);
+          if (parsed.format != name()) {
+            Fail(ErrorKind::kCorruption, "{}: format: expected \"native\", got \"{}\"", path,
+                 parsed.format);
+          }
+          CheckChunkTiling(parsed, path);
+          return parsed;
+        });
     return std::make_unique<NativeReader>(env, dir, std::move(metadata));
   }
 };

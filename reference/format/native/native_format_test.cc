@@ -176,6 +176,47 @@ TEST(NativeFormatTest, EditedMetadataIsRefused) {
               ThrowsError(ErrorKind::kCorruption, "checksum mismatch in " + JoinPath(dir, "__")));
 }
 
+// Opening a checkpoint again shares its parsed metadata (format/metadata_cache.h).
+TEST(NativeFormatTest, ReopeningSharesTheParsedMetadata) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir);
+  std::unique_ptr<CheckpointReader> a = NativeFormat().OpenReader(env, dir);
+  std::unique_ptr<CheckpointReader> b = NativeFormat().OpenReader(env, dir);
+  EXPECT_EQ(&a->metadata(), &b->metadata());
+}
+
+// A checkpoint overwritten at the same path is read anew, never from the
+// metadata parsed before.
+TEST(NativeFormatTest, ReopeningAnOverwrittenCheckpointReadsTheNewOne) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir, 0);
+  ExpectExample(env, dir, 0);
+  SaveExampleCheckpoint(env, dir, 1, /*overwrite=*/true);
+  ExpectExample(env, dir, 1);
+}
+
+// metadata.json damaged in place after an open (same size, one byte): the
+// next open parses it again and reports the damage.
+TEST(NativeFormatTest, MetadataDamagedAfterAnOpenIsRefused) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  SaveExampleCheckpoint(env, dir);
+  NativeFormat().OpenReader(env, dir);
+  const std::string path = JoinPath(dir, "metadata.json");
+  std::string text = ReadFileToString(env, path);
+  const size_t at = text.find("\"iteration\":100");
+  ASSERT_NE(at, std::string::npos);
+  text[at + 12] = '7';  // 100 -> 700
+  WriteFileAtomic(env, path, text);
+  EXPECT_THAT([&] { NativeFormat().OpenReader(env, dir); },
+              ThrowsError(ErrorKind::kCorruption, path + ": metadata_checksum: checksum mismatch"));
+}
+
 TEST(NativeFormatTest, WriterRejectsInconsistentChunks) {
   ScopedTempDir tmp;
   std::unique_ptr<CheckpointWriter> writer =

@@ -105,7 +105,8 @@ std::span<const uint64_t> NativeReader::BlockSums(const RandomAccessFile& file,
   return storage;
 }
 
-NativeReader::NativeReader(Env* env, std::string dir, CheckpointMetadata metadata)
+NativeReader::NativeReader(Env* env, std::string dir,
+                           std::shared_ptr<const CheckpointMetadata> metadata)
     : metadata_(std::move(metadata)), files_(env, std::move(dir), kMetadataFileName) {}
 
 void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -242,7 +243,7 @@ std::string NativeReader::ReadObject(const StoredObject& object) {
   stats_.bytes_read += object.length;
   if (object.checksum) {
     // Version 2 binds the checksum to the object's unique key.
-    const uint64_t actual = metadata_.format_version >= 2
+    const uint64_t actual = metadata_->format_version >= 2
                                 ? Checksum(bytes, ObjectBindingSeed(object.unique_key))
                                 : Checksum(bytes);
     VerifyChecksum(actual, *object.checksum, file, what);

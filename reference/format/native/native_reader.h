@@ -24,6 +24,7 @@
 #ifndef DISTCKPT_FORMAT_NATIVE_NATIVE_READER_H_
 #define DISTCKPT_FORMAT_NATIVE_NATIVE_READER_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,10 @@ namespace distckpt {
 
 class NativeReader : public CheckpointReader {
  public:
-  NativeReader(Env* env, std::string dir, CheckpointMetadata metadata);
+  // `metadata` may be shared with other readers (format/metadata_cache.h).
+  NativeReader(Env* env, std::string dir, std::shared_ptr<const CheckpointMetadata> metadata);
 
-  const CheckpointMetadata& metadata() const override { return metadata_; }
+  const CheckpointMetadata& metadata() const override { return *metadata_; }
   // kAlways on a partial read reads the whole chunk once, verifies it and
   // copies the runs out of it (bytes_read counts the whole chunk).
   void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -55,7 +57,7 @@ class NativeReader : public CheckpointReader {
                                       uint64_t seed, const DataFiles::Describe& what,
                                       std::vector<uint64_t>& storage);
 
-  const CheckpointMetadata metadata_;
+  const std::shared_ptr<const CheckpointMetadata> metadata_;
   DataFiles files_;
   ReadStats stats_;
 };
