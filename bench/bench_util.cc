@@ -1,19 +1,22 @@
 #include "bench_util.h"
 
 #include <fcntl.h>
-#include <sys/uio.h>
 #include <fmt/format.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 #include "comm/thread_world.h"
+#include "core/helper_pool.h"
 #include "engine/save.h"
 
 namespace distckpt::bench {
@@ -60,57 +63,90 @@ void EvictFromPageCache(const std::string& path) {
 
 namespace {
 
-// The raw baselines move the buffers in as few system calls as the kernel
-// takes (pwritev / preadv of up to IOV_MAX buffers, at most kRawIoBytes per
-// call): large I/O whatever the tensor size, not distckpt's piece size.
+// The raw baselines move the buffers in large calls whatever the tensor size
+// (pwritev / preadv of up to IOV_MAX buffers and kRawIoBytes), not in
+// distckpt's piece size. The file is cut into pieces of whole iovecs.
 constexpr size_t kRawIoBytes = size_t{64} << 20;
 
-template <typename Buffers, typename Call>
-void RawVectorIo(const std::string& path, Buffers& buffers, const char* what, Call call) {
-  int fd = ::open(path.c_str(), std::strcmp(what, "pwritev") == 0
-                                    ? O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC
-                                    : O_RDONLY | O_CLOEXEC,
-                  0644);
-  if (fd < 0) Die("open", path);
-  // (buffer, offset within it) of the next byte to move, and its file offset.
-  size_t b = 0, within = 0;
+struct RawPiece {
+  off_t offset = 0;  // in the file
+  std::vector<iovec> iov;
+};
+
+std::vector<RawPiece> RawPieces(const std::vector<std::vector<std::byte>>& buffers,
+                                size_t piece_bytes) {
+  std::vector<RawPiece> pieces;
+  size_t in_piece = piece_bytes;  // start a new piece at the first byte
   off_t offset = 0;
-  while (b < buffers.size()) {
-    std::vector<iovec> iov;
-    size_t batch = 0;
-    for (size_t i = b, skip = within; i < buffers.size() && iov.size() < IOV_MAX &&
-                                      batch < kRawIoBytes;
-         ++i, skip = 0) {
-      const size_t n = std::min(buffers[i].size() - skip, kRawIoBytes - batch);
-      iov.push_back({const_cast<std::byte*>(buffers[i].data()) + skip, n});
-      batch += n;
+  for (const auto& b : buffers) {
+    for (size_t at = 0; at < b.size();) {
+      if (in_piece == piece_bytes || pieces.back().iov.size() == IOV_MAX) {
+        pieces.push_back({offset, {}});
+        in_piece = 0;
+      }
+      const size_t n = std::min(b.size() - at, piece_bytes - in_piece);
+      pieces.back().iov.push_back({const_cast<std::byte*>(b.data()) + at, n});
+      at += n, in_piece += n, offset += static_cast<off_t>(n);
     }
-    const ssize_t done = call(fd, iov.data(), static_cast<int>(iov.size()), offset);
-    if (done <= 0) Die(what, path);
-    offset += done;
-    for (size_t left = static_cast<size_t>(done); left > 0;) {
-      const size_t n = std::min(left, buffers[b].size() - within);
-      left -= n;
-      within += n;
-      if (within == buffers[b].size()) ++b, within = 0;
-    }
-    while (b < buffers.size() && buffers[b].empty()) ++b;
   }
-  if (std::strcmp(what, "pwritev") == 0 && ::fdatasync(fd) != 0) Die("fdatasync", path);
-  ::close(fd);
+  return pieces;
+}
+
+// Moves one piece with `call` (pwritev or preadv), resuming after short calls.
+template <typename Call>
+void MovePiece(int fd, RawPiece piece, Call call, const char* what, const std::string& path) {
+  iovec* iov = piece.iov.data();
+  int left = static_cast<int>(piece.iov.size());
+  while (left > 0) {
+    ssize_t done = call(fd, iov, left, piece.offset);
+    if (done <= 0) Die(what, path);
+    piece.offset += done;
+    for (; left > 0 && static_cast<size_t>(done) >= iov->iov_len; --left, ++iov) {
+      done -= static_cast<ssize_t>(iov->iov_len);
+    }
+    if (left > 0) {
+      iov->iov_base = static_cast<std::byte*>(iov->iov_base) + done;
+      iov->iov_len -= static_cast<size_t>(done);
+    }
+  }
 }
 
 }  // namespace
 
 void RawWriteFsync(const std::string& path, const std::vector<std::vector<std::byte>>& buffers) {
-  RawVectorIo(path, buffers, "pwritev", ::pwritev);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) Die("open", path);
+  for (const RawPiece& piece : RawPieces(buffers, kRawIoBytes)) {
+    MovePiece(fd, piece, ::pwritev, "pwritev", path);
+  }
+  if (::fdatasync(fd) != 0) Die("fdatasync", path);
+  ::close(fd);
 }
 
 void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers) {
-  RawVectorIo(path, buffers, "preadv", ::preadv);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) Die("open", path);
+  // One reader per hardware thread, as a load reads (distckpt's helper pool:
+  // no thread start), taking pieces of 8 MiB in turn.
+  const std::vector<RawPiece> pieces = RawPieces(buffers, size_t{8} << 20);
+  const int readers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  RunWithHelpers(readers - 1, [&](size_t) {
+    for (size_t i = next++; i < pieces.size() && !failed; i = next++) {
+      try {
+        MovePiece(fd, pieces[i], ::preadv, "preadv", path);
+      } catch (...) {
+        failed = true;
+      }
+    }
+  });
+  ::close(fd);
+  if (failed) Die("preadv", path);
 }
 
-bool RawWriteDirectFsync(const std::string& path, const std::vector<std::vector<std::byte>>& buffers) {
+bool RawWriteDirectFsync(const std::string& path,
+                         const std::vector<std::vector<std::byte>>& buffers) {
   constexpr size_t kAlign = 4096;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
   if (fd < 0 && errno == EINVAL) return false;  // no O_DIRECT here (tmpfs)

@@ -40,12 +40,14 @@ void EvictFromPageCache(const std::string& path);
 
 // The raw baselines: the fastest plain I/O of the same bytes, in large calls
 // (pwritev / preadv of up to 64 MiB and IOV_MAX buffers per call, whatever
-// the tensor size).
+// the tensor size); the read with one thread per hardware thread, as a load
+// reads.
 // Writes `buffers` back to back to `path`, then fdatasyncs it.
 void RawWriteFsync(const std::string& path, const std::vector<std::vector<std::byte>>& buffers);
 // The same through O_DIRECT (copied into a 64 MiB aligned buffer, 64 MiB
 // writes); false where the file system refuses O_DIRECT (tmpfs).
-bool RawWriteDirectFsync(const std::string& path, const std::vector<std::vector<std::byte>>& buffers);
+bool RawWriteDirectFsync(const std::string& path,
+                         const std::vector<std::vector<std::byte>>& buffers);
 // Reads the file back into `buffers` (sizes must match the file).
 void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers);
 
