@@ -191,9 +191,8 @@ TEST(ChunkIndexTest, PlansAsTheScanOfAllChunksDoes) {
       const Outcome indexed = Plan(stored, request, &index);
       ASSERT_EQ(indexed.error, scan.error) << "request " << request.GlobalBox().ToString();
       ASSERT_EQ(indexed.kind, scan.kind);
-      ASSERT_EQ(indexed.plan, scan.plan)
-          << "key " << key << " of " << stored.chunks.size() << " chunks, request "
-          << request.GlobalBox().ToString();
+      ASSERT_EQ(indexed.plan, scan.plan) << "key " << key << " of " << stored.chunks.size()
+                                         << " chunks, request " << request.GlobalBox().ToString();
       if (!scan.plan) {
         ++tally.errors;
         continue;
