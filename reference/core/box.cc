@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <utility>
 
 #include "core/error.h"
 
@@ -16,15 +15,6 @@ namespace {
 // offset + extent without overflow: boxes come from files, and a damaged
 // offset near INT64_MAX must not overflow (undefined behaviour).
 __int128 End(int64_t offset, int64_t extent) { return static_cast<__int128>(offset) + extent; }
-
-// The common part [lo, hi) of a and b on `axis`: empty when hi <= lo.
-std::pair<int64_t, int64_t> AxisOverlap(const Box& a, const Box& b, size_t axis) {
-  const int64_t lo = std::max(a.offset[axis], b.offset[axis]);
-  const int64_t hi = static_cast<int64_t>(
-      std::min({End(a.offset[axis], a.shape[axis]), End(b.offset[axis], b.shape[axis]),
-                static_cast<__int128>(std::numeric_limits<int64_t>::max())}));
-  return {lo, hi};
-}
 
 void CheckBox(const Box& box) {
   if (box.offset.size() != box.shape.size()) {
@@ -177,21 +167,15 @@ std::optional<Box> Intersect(const Box& a, const Box& b) {
   common.offset.resize(a.rank());
   common.shape.resize(a.rank());
   for (size_t axis = 0; axis < a.rank(); ++axis) {
-    const auto [lo, hi] = AxisOverlap(a, b, axis);
+    const int64_t lo = std::max(a.offset[axis], b.offset[axis]);
+    const int64_t hi = static_cast<int64_t>(
+        std::min({End(a.offset[axis], a.shape[axis]), End(b.offset[axis], b.shape[axis]),
+                  static_cast<__int128>(std::numeric_limits<int64_t>::max())}));
     if (hi <= lo) return std::nullopt;
     common.offset[axis] = lo;
     common.shape[axis] = hi - lo;
   }
   return common;
-}
-
-bool Intersects(const Box& a, const Box& b) {
-  CheckSameRank(a, b);
-  for (size_t axis = 0; axis < a.rank(); ++axis) {
-    const auto [lo, hi] = AxisOverlap(a, b, axis);
-    if (hi <= lo) return false;
-  }
-  return true;
 }
 
 bool Contains(const Box& outer, const Box& inner) {

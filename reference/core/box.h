@@ -34,8 +34,6 @@ struct Box {
 
 // The common part of two boxes; nullopt when they do not overlap (or either is empty).
 std::optional<Box> Intersect(const Box& a, const Box& b);
-// True iff Intersect(a, b) has a value; builds no box (for scans over many boxes).
-bool Intersects(const Box& a, const Box& b);
 // True iff `inner` lies within `outer` (an empty inner box is contained anywhere).
 bool Contains(const Box& outer, const Box& inner);
 

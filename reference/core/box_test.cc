@@ -193,21 +193,6 @@ std::optional<FlatRange> RandomFlat(std::mt19937& rng, const Box& box) {
   return FlatRange{start, std::uniform_int_distribution<int64_t>(start, volume)(rng)};
 }
 
-TEST(BoxTest, IntersectsIffIntersectHasAValue) {
-  std::mt19937 rng(11);
-  int overlapping = 0, disjoint = 0;
-  for (int iteration = 0; iteration < 5000; ++iteration) {
-    const size_t rank = rng() % 4;
-    const Box a = RandomBox(rng, rank), b = RandomBox(rng, rank);
-    const bool intersects = Intersects(a, b);
-    ASSERT_EQ(intersects, Intersect(a, b).has_value()) << a.ToString() << " " << b.ToString();
-    (intersects ? overlapping : disjoint)++;
-  }
-  EXPECT_GT(overlapping, 1000);
-  EXPECT_GT(disjoint, 1000);
-  EXPECT_THROW(Intersects(Box{{0}, {1}}, Box{{0, 0}, {1, 1}}), CheckpointError);
-}
-
 TEST(BoxTest, CopyRunsMatchPerElementReference) {
   std::mt19937 rng(20240611);
   int checked_runs = 0;

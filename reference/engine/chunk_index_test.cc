@@ -233,7 +233,7 @@ TEST(ChunkIndexTest, OverlappingIsExactlyTheIntersectingChunks) {
       std::vector<size_t> expected;
       for (size_t i = 0; i < stored.chunks.size(); ++i) {
         const Box& chunk = stored.chunks[i].box;
-        if (chunk.rank() != rank || chunk.offset.size() != rank || Intersects(chunk, box)) {
+        if (chunk.rank() != rank || chunk.offset.size() != rank || Intersect(chunk, box)) {
           expected.push_back(i);
         }
       }

@@ -49,8 +49,19 @@ TensorPlan PlanTensorLoad(const StoredTensor& stored, const ShardedTensor& reque
   if (index) {
     for (size_t i : index->Overlapping(*inside)) plan_chunk(i);
   } else {
+    // Disjoint on some axis: skipped without building a Box.
+    auto disjoint = [&](const Box& box) {
+      if (box.rank() != inside->rank() || box.offset.size() != box.rank()) return false;
+      for (size_t a = 0; a < box.rank(); ++a) {
+        if (box.offset[a] >= inside->offset[a] + inside->shape[a] ||
+            inside->offset[a] >= box.offset[a] + box.shape[a]) {
+          return true;
+        }
+      }
+      return false;
+    };
     for (size_t i = 0; i < stored.chunks.size(); ++i) {
-      if (Intersects(stored.chunks[i].box, *inside)) plan_chunk(i);
+      if (!disjoint(stored.chunks[i].box)) plan_chunk(i);
     }
   }
   if (plan.elements_covered > plan.elements_needed) {
