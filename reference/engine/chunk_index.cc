@@ -66,7 +66,7 @@ void ChunkIndex::SortByCell() {
     for (size_t a = 0; a < rank_; ++a) {
       min_lo[a] = std::min(min_lo[a], lo[a]);
       max_end[a] = std::max(max_end[a], end[a]);
-      extent[a] += static_cast<double>(end[a] - lo[a]);
+      extent[a] += static_cast<double>(end[a]) - static_cast<double>(lo[a]);  // no overflow
     }
   }
   // The grid: cells of the mean extent, at most 2^62 per axis. The key of a
