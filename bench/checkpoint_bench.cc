@@ -13,9 +13,11 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "bench_util.h"
 #include "comm/thread_world.h"
+#include "engine/chunk_index.h"
 #include "engine/load.h"
 #include "engine/load_plan.h"
 #include "engine/save.h"
@@ -217,6 +219,61 @@ void BM_PlanChunks(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * chunks);
 }
 
+// A key stored as `chunks` chunks on a grid of (chunks / 256, 16, 16) cells,
+// as a MoE expert weight is (layers, experts, TP parts); chunks in the order
+// of the ranks that wrote them (TP part outermost), not in offset order.
+StoredTensor GridKey(int64_t chunks) {
+  StoredTensor stored;
+  stored.key = "w";
+  stored.dtype = DType::kBF16;
+  const int64_t layers = chunks / 256;
+  stored.global_shape = {layers, 16, 16 * 4, 1024};
+  for (int64_t part = 0; part < 16; ++part) {
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      for (int64_t expert = 0; expert < 16; ++expert) {
+        StoredChunk c;
+        c.box = Box{{layer, expert, part * 4, 0}, {1, 1, 4, 1024}};
+        c.length = 4 * 1024 * 2;
+        stored.chunks.push_back(c);
+      }
+    }
+  }
+  return stored;
+}
+
+// Building a ChunkIndex over `range(0)` grid chunks (GridKey).
+void BM_IndexChunks(benchmark::State& state) {
+  const StoredTensor stored = GridKey(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(ChunkIndex(stored));
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+// Planning a key's requests under another TP (two parts each, one per layer
+// and expert: `range(0)` / 8 requests) over `range(0)` grid chunks, with a
+// ChunkIndex built once (range(1) = 1) or scanning every chunk per request.
+void BM_PlanPieces(benchmark::State& state) {
+  const StoredTensor stored = GridKey(state.range(0));
+  const int64_t layers = stored.global_shape[0];
+  for (auto _ : state) {
+    std::optional<ChunkIndex> index;
+    if (state.range(1)) index.emplace(stored);
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      for (int64_t expert = 0; expert < 16; ++expert) {
+        for (int64_t half = 0; half < 2; ++half) {
+          ShardedTensor request;
+          request.key = "w";
+          request.dtype = DType::kBF16;
+          request.global_shape = stored.global_shape;
+          request.global_offset = {layer, expert, half * 32, 0};
+          request.local_shape = {1, 1, 32, 1024};
+          benchmark::DoNotOptimize(PlanTensorLoad(stored, request, index ? &*index : nullptr));
+        }
+      }
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
 // Sharding validation of `range(0)` chunks spread over `range(1)` simulated ranks.
 void BM_ValidateChunks(benchmark::State& state) {
   const int64_t chunks = state.range(0), ranks = state.range(1);
@@ -271,6 +328,8 @@ BENCHMARK(BM_LoadWarm)->Apply(IoSizes);
 BENCHMARK(BM_LoadWarmUnverified)->Apply(IoSizes);
 BENCHMARK(BM_Reshard)->Arg(64 << 20)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_PlanChunks)->RangeMultiplier(10)->Range(10000, 1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IndexChunks)->Arg(32768)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlanPieces)->Args({32768, 1})->Args({32768, 0})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ValidateChunks)
     ->Args({10000, 64})
     ->Args({100000, 1024})

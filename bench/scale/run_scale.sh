@@ -18,10 +18,11 @@ for world in 1024 2048 4096 8192 16384; do
     out=$tmp/$world-${config// /}.json
     "$exe" --world "$world" --optimizer $config --json "$out" 2>/dev/null
     points+=("$out")
-    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); p=j['plans'][0]; \
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); ps=j['plans']; \
+plan=' / '.join('refused' if 'refused' in p else f\"{p['plan_s']*1e3:.1f} (cpu {p['plan_cpu_s']*1e3:.1f})\" for p in ps); \
 print(f\"{j['world']:>6} {j['model']:<14} {j['optimizer']:<26} validate {j['validate_s']:.3f} s  commit {j['commit_s']:.3f} s  \
 metadata {j['metadata_bytes']/1e6:.1f} MB ({j['metadata_bytes_per_chunk']:.0f} B/chunk, {j['chunks']} chunks)  \
-plan {p['plan_s']*1e3:.1f} ms{' (refused)' if 'refused' in p else ''}  peak {j['peak_rss_mb']:.0f} MB\")" "$out"
+plan ms rank 0 / last {plan}  peak {j['peak_rss_mb']:.0f} MB  load {j['load_average']}\")" "$out"
   done
 done
 python3 -c "import json,sys; json.dump([json.load(open(f)) for f in sys.argv[2:]], open(sys.argv[1],'w'), indent=1)" \

@@ -21,7 +21,10 @@
 //              on open).
 //   plan       rank 0's request under the load topology (default tp=4,pp=8,
 //              dp=N/32; tp=16 cannot split 8 query groups) preprocessed and planned against that
-//              metadata (PlanShardedState: key lookup, shape, coverage, byte runs).
+//              metadata (PlanShardedState: key lookup, shape, coverage, byte runs);
+//              also for the last rank. `plan_s` is wall time, `plan_cpu_s` the
+//              process's CPU time over it (the plan runs on one thread): on a
+//              shared machine the wall time also counts the time others ran.
 //
 // Metadata size is that of native format v3: per chunk its block size and
 // the checksum of its per-block checksums, which v3 keeps in the data files
@@ -32,12 +35,13 @@
 //
 // Output: one JSON object (stdout, or --json OUT): seconds per phase, chunk and
 // object counts, metadata bytes, bytes per chunk, peak RSS (VmHWM) after each
-// phase.
+// phase, the load average at the end.
 #include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -60,6 +64,12 @@ namespace {
 
 double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+double CpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 double PeakRssMb() {
@@ -299,6 +309,7 @@ int Main(int argc, char** argv) {
         Dict{{"tensors", Node(std::move(tensors))}, {"objects", Node(std::move(objects))}});
     const double build = Since(t);
     t = std::chrono::steady_clock::now();
+    const double cpu = CpuSeconds();
     LoadSummary summary;
     try {
       LoadPieces pieces = LoadPreprocess(request);
@@ -306,6 +317,7 @@ int Main(int argc, char** argv) {
       plans.push_back({{"rank", rank},
                        {"request_s", build},
                        {"plan_s", Since(t)},
+                       {"plan_cpu_s", CpuSeconds() - cpu},
                        {"bytes_needed", summary.bytes_needed}});
     } catch (const CheckpointError& e) {
       // e.g. dp_reshardable under another TP/PP: refused as Megatron does.
@@ -314,6 +326,9 @@ int Main(int argc, char** argv) {
   }
   out["plans"] = plans;
   out["peak_rss_mb"] = PeakRssMb();
+  double load_average = -1;  // over the last minute: how shared the machine was
+  std::ifstream("/proc/loadavg") >> load_average;
+  out["load_average"] = load_average;
 
   const std::string dump = out.dump(2);
   if (json_out.empty()) {

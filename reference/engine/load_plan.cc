@@ -6,7 +6,8 @@
 
 namespace distckpt {
 
-TensorPlan PlanTensorLoad(const StoredTensor& stored, const ShardedTensor& request) {
+TensorPlan PlanTensorLoad(const StoredTensor& stored, const ShardedTensor& request,
+                          const ChunkIndex* index) {
   if (stored.global_shape.size() != request.global_shape.size() ||
       (!request.allow_shape_mismatch && stored.global_shape != request.global_shape)) {
     Fail(ErrorKind::kShapeMismatch,
@@ -30,22 +31,10 @@ TensorPlan PlanTensorLoad(const StoredTensor& stored, const ShardedTensor& reque
     plan.elements_needed = inside->volume();
   }
 
-  // Disjoint on some axis: skipped without building a Box (a key of a MoE or
-  // distributed-optimizer checkpoint can hold 10^5 chunks, scanned per piece).
-  auto disjoint = [&](const Box& box) {
-    for (size_t a = 0; a < box.rank(); ++a) {
-      if (box.offset[a] >= inside->offset[a] + inside->shape[a] ||
-          inside->offset[a] >= box.offset[a] + box.shape[a]) {
-        return true;
-      }
-    }
-    return false;
-  };
-  for (size_t i = 0; i < stored.chunks.size(); ++i) {
+  auto plan_chunk = [&](size_t i) {
     const StoredChunk& chunk = stored.chunks[i];
-    if (chunk.box.rank() == inside->rank() && disjoint(chunk.box)) continue;
     std::optional<Box> region = Intersect(chunk.box, *inside);
-    if (!region) continue;
+    if (!region) return;
     ChunkPlan cp;
     cp.chunk_index = i;
     ForEachCopyRun(chunk.box, chunk.flat, want, request.flattened_range, *region,
@@ -53,9 +42,27 @@ TensorPlan PlanTensorLoad(const StoredTensor& stored, const ShardedTensor& reque
                      cp.runs.push_back(run);
                      cp.elements += run.count;
                    });
-    if (cp.elements == 0) continue;
+    if (cp.elements == 0) return;
     plan.elements_covered += cp.elements;
     plan.chunks.push_back(std::move(cp));
+  };
+  if (index) {
+    for (size_t i : index->Overlapping(*inside)) plan_chunk(i);
+  } else {
+    // Disjoint on some axis: skipped without building a Box.
+    auto disjoint = [&](const Box& box) {
+      if (box.rank() != inside->rank() || box.offset.size() != box.rank()) return false;
+      for (size_t a = 0; a < box.rank(); ++a) {
+        if (box.offset[a] >= inside->offset[a] + inside->shape[a] ||
+            inside->offset[a] >= box.offset[a] + box.shape[a]) {
+          return true;
+        }
+      }
+      return false;
+    };
+    for (size_t i = 0; i < stored.chunks.size(); ++i) {
+      if (!disjoint(stored.chunks[i].box)) plan_chunk(i);
+    }
   }
   if (plan.elements_covered > plan.elements_needed) {
     Fail(ErrorKind::kCorruption,

@@ -6,10 +6,12 @@
 #include <atomic>
 #include <exception>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
 #include "core/helper_pool.h"
+#include "engine/chunk_index.h"
 #include "engine/common_state.h"
 #include "engine/load_plan.h"
 #include "engine/tensor_reader.h"
@@ -39,8 +41,36 @@ const StoredObject& StoredFor(const CheckpointMetadata& md, const ShardedObject&
   return it->second;
 }
 
+// Chunk indexes of the stored tensors that serve more than one requested
+// piece and hold at least kIndexMinChunks chunks (fewer are scanned as fast):
+// built once per key per read or plan, then shared read-only by its workers.
+constexpr size_t kIndexMinChunks = 64;
+using ChunkIndexes = std::unordered_map<const StoredTensor*, ChunkIndex>;
+
+ChunkIndexes IndexChunks(const CheckpointMetadata& md,
+                         const std::vector<const ShardedTensor*>& requests) {
+  std::unordered_map<const StoredTensor*, size_t> pieces;
+  for (const ShardedTensor* t : requests) {
+    auto it = md.tensors.find(t->key);  // unknown keys fail where they are planned
+    if (it != md.tensors.end() && it->second.chunks.size() >= kIndexMinChunks) {
+      ++pieces[&it->second];
+    }
+  }
+  ChunkIndexes indexes;
+  for (const auto& [stored, count] : pieces) {
+    if (count > 1) indexes.emplace(stored, ChunkIndex(*stored));
+  }
+  return indexes;
+}
+
+TensorPlan PlanWith(const ChunkIndexes& indexes, const StoredTensor& stored,
+                    const ShardedTensor& request) {
+  auto it = indexes.find(&stored);
+  return PlanTensorLoad(stored, request, it == indexes.end() ? nullptr : &it->second);
+}
+
 Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, VerifyPolicy policy,
-                  LoadSummary* summary) {
+                  const ChunkIndexes& indexes, LoadSummary* summary) {
   const StoredTensor& stored = StoredFor(reader.metadata(), request);
 
   Tensor dst = request.data;
@@ -59,7 +89,7 @@ Tensor LoadTensor(CheckpointReader& reader, const ShardedTensor& request, Verify
   }
   if (request.allow_shape_mismatch)
     std::fill(host.data(), host.data() + host.nbytes(), std::byte{0});
-  TensorPlan plan = PlanTensorLoad(stored, request);
+  TensorPlan plan = PlanWith(indexes, stored, request);
   PlanBytes bytes = ExecuteTensorPlan(reader, stored, plan, host, policy);
   if (widen_on_device) {
     Tensor narrow = host.To(dst.device());
@@ -95,9 +125,12 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
                       LoadSummary* summary, int threads) {
   Node loaded = sharded;
   std::vector<Node*> leaves;
+  std::vector<const ShardedTensor*> requests;
   ForEachLeaf(loaded, [&](const NodePath&, Node& leaf) {
     if (leaf.is<ShardedTensor>() || leaf.is<ShardedObject>()) leaves.push_back(&leaf);
+    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) requests.push_back(t);
   });
+  const ChunkIndexes indexes = IndexChunks(reader.metadata(), requests);
   // Leaves are read by a few workers (the reader serves concurrent reads);
   // each keeps its own byte counts and the first error wins.
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -110,7 +143,7 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
       for (size_t i = next++; i < leaves.size(); i = next++) {
         Node& leaf = *leaves[i];
         if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
-          leaf = Node(LoadTensor(reader, *t, policy, &partial[worker]));
+          leaf = Node(LoadTensor(reader, *t, policy, indexes, &partial[worker]));
         } else {
           leaf = Node(LoadObject(reader, leaf.as<ShardedObject>(), &partial[worker]));
         }
@@ -142,21 +175,28 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
 
 void PlanShardedState(const CheckpointReader& reader, const Node& sharded, LoadSummary* summary) {
   const CheckpointMetadata& md = reader.metadata();
+  std::vector<const Node*> leaves;
+  std::vector<const ShardedTensor*> requests;
   ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
-    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
+    leaves.push_back(&leaf);
+    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) requests.push_back(t);
+  });
+  const ChunkIndexes indexes = IndexChunks(md, requests);
+  for (const Node* leaf : leaves) {
+    if (const ShardedTensor* t = leaf->get_if<ShardedTensor>()) {
       const StoredTensor& stored = StoredFor(md, *t);
-      TensorPlan plan = PlanTensorLoad(stored, *t);
+      TensorPlan plan = PlanWith(indexes, stored, *t);
       if (summary) {
         for (const ChunkPlan& c : plan.chunks) {
           summary->bytes_needed += static_cast<uint64_t>(c.elements) * DTypeSize(stored.dtype);
           summary->chunk_bytes += stored.chunks[c.chunk_index].length;
         }
       }
-    } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
+    } else if (const ShardedObject* o = leaf->get_if<ShardedObject>()) {
       const StoredObject& stored = StoredFor(md, *o);
       if (summary) summary->bytes_needed += stored.length;
     }
-  });
+  }
 }
 
 Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces,

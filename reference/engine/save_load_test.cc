@@ -81,6 +81,29 @@ TEST(SaveLoadTest, ReshardRowsToColumnsLoadsEveryElement) {
   });
 }
 
+TEST(SaveLoadTest, KeyOfManyChunksAskedForTwiceLoadsEveryElement) {
+  // 80 stored chunks of one key, two requested pieces of it: the load plans
+  // them through one ChunkIndex of the key (engine/chunk_index.h).
+  ScopedTempDir tmp;
+  Shape global{80, 6};
+  RunRanks(1, [&](Communicator& comm) {
+    std::vector<std::pair<std::string, Node>> rows;
+    for (int r = 0; r < 80; ++r) {
+      rows.emplace_back("w" + std::to_string(r), Node(Shard("w", global, 0, r, 80)));
+    }
+    Save(StateOf(std::move(rows)), tmp.path(), comm);
+  });
+  RunRanks(1, [&](Communicator& comm) {
+    ShardedTensor left = Shard("w", global, 1, 0, 2), right = Shard("w", global, 1, 1, 2);
+    std::memset(left.data.data(), 0xff, left.data.nbytes());
+    std::memset(right.data.data(), 0xff, right.data.nbytes());
+    LoadResult r = Load(StateOf({{"left", Node(left)}, {"right", Node(right)}}), tmp.path(), comm);
+    ExpectArange(r.state_dict.at("left").as<Tensor>(), global, left.GlobalBox());
+    ExpectArange(r.state_dict.at("right").as<Tensor>(), global, right.GlobalBox());
+    EXPECT_EQ(r.summary.bytes_needed, 80u * 6 * 4);
+  });
+}
+
 TEST(SaveLoadTest, AThirdOfAChunkReadsAThirdOfItsBytes) {
   ScopedTempDir tmp;
   Shape global{9, 8};
