@@ -40,27 +40,17 @@ const std::string& SavedCheckpoint(int64_t bytes, int64_t count) {
   return path;
 }
 
-void BM_RawWrite(benchmark::State& state) {
+// The raw write alone; `direct`: through O_DIRECT (the disk run records
+// whether it beats the buffered write that the ratios use; skipped on tmpfs).
+void RawWriteBench(benchmark::State& state, bool direct) {
   const int64_t bytes = state.range(0), count = state.range(1);
   ScratchDir dir("raw-write");
   auto buffers = RawBuffers(bytes, count);
   for (auto _ : state) {
     auto start = Clock::now();
-    RawWriteFsync(dir.Sub("raw.bin"), buffers);
-    state.SetIterationTime(SecondsSince(start));
-  }
-  state.SetBytesProcessed(state.iterations() * bytes * count);
-}
-
-// The raw write through O_DIRECT (absolute; the disk run records whether it
-// beats the buffered write that the ratios use). Skipped on tmpfs.
-void BM_RawWriteDirect(benchmark::State& state) {
-  const int64_t bytes = state.range(0), count = state.range(1);
-  ScratchDir dir("raw-write-direct");
-  auto buffers = RawBuffers(bytes, count);
-  for (auto _ : state) {
-    auto start = Clock::now();
-    if (!RawWriteDirectFsync(dir.Sub("raw.bin"), buffers)) {
+    if (!direct) {
+      RawWriteFsync(dir.Sub("raw.bin"), buffers);
+    } else if (!RawWriteDirectFsync(dir.Sub("raw.bin"), buffers)) {
       state.SkipWithError("O_DIRECT not supported here");
       break;
     }
@@ -68,6 +58,8 @@ void BM_RawWriteDirect(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
+void BM_RawWrite(benchmark::State& state) { RawWriteBench(state, false); }
+void BM_RawWriteDirect(benchmark::State& state) { RawWriteBench(state, true); }
 
 // Paired with the raw write of the same bytes (counter over_raw).
 void BM_Save(benchmark::State& state) {
