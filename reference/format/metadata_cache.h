@@ -1,5 +1,5 @@
-// MetadataCache: the parsed, checked metadata of recently opened
-// checkpoints, so that loading one checkpoint again (every rank of an
+// MetadataCache (ParsedTextCache<T>): the parsed, checked metadata of recently
+// opened checkpoints, so that loading one checkpoint again (every rank of an
 // in-process world, a job reloading, a benchmark) parses its metadata once.
 //
 // Contract: the caller reads the metadata file on every open and passes its
@@ -31,27 +31,64 @@
 
 namespace distckpt {
 
-class MetadataCache {
+// The cache of one kind of parsed value T (CheckpointMetadata for native
+// checkpoints' metadata.json, the DCP layout of a .metadata file).
+template <typename T>
+class ParsedTextCache {
  public:
-  MetadataCache(size_t max_entries, size_t max_text_bytes);
+  ParsedTextCache(size_t max_entries, size_t max_text_bytes)
+      : max_entries_(max_entries), max_text_bytes_(max_text_bytes) {}
 
   // Parses and checks the text of one metadata file (throws on failure).
-  using Parse = std::function<CheckpointMetadata(std::string_view text)>;
+  using Parse = std::function<T(std::string_view text)>;
 
-  // The metadata of `path`, whose current contents are `text`: the cached
-  // entry if `path` was last parsed from exactly `text`, else parse(text).
-  std::shared_ptr<const CheckpointMetadata> Get(const std::string& path, std::string text,
-                                                const Parse& parse);
+  // The value of `path`, whose current contents are `text`: the cached entry
+  // if `path` was last parsed from exactly `text`, else parse(text).
+  std::shared_ptr<const T> Get(const std::string& path, std::string text, const Parse& parse) {
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (it->path != path) continue;
+        if (it->text != text) break;  // replaced or changed: parse again
+        entries_.splice(entries_.begin(), entries_, it);
+        return it->value;
+      }
+      ++parses_;
+    }
+    auto value = std::make_shared<const T>(parse(text));
+    if (text.size() > max_text_bytes_ || max_entries_ == 0) return value;
+    std::lock_guard lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->path == path) {
+        text_bytes_ -= it->text.size();
+        entries_.erase(it);
+        break;
+      }
+    }
+    text_bytes_ += text.size();
+    entries_.push_front({path, std::move(text), value});
+    while (entries_.size() > max_entries_ || text_bytes_ > max_text_bytes_) {
+      text_bytes_ -= entries_.back().text.size();
+      entries_.pop_back();
+    }
+    return value;
+  }
 
-  size_t entries() const;
+  size_t entries() const {
+    std::lock_guard lock(mu_);
+    return entries_.size();
+  }
   // Parses run by Get since construction (misses), for tests.
-  size_t parses() const;
+  size_t parses() const {
+    std::lock_guard lock(mu_);
+    return parses_;
+  }
 
  private:
   struct Entry {
     std::string path;
     std::string text;
-    std::shared_ptr<const CheckpointMetadata> metadata;
+    std::shared_ptr<const T> value;
   };
 
   const size_t max_entries_;
@@ -61,6 +98,8 @@ class MetadataCache {
   size_t text_bytes_ = 0;     // of entries_
   size_t parses_ = 0;
 };
+
+using MetadataCache = ParsedTextCache<CheckpointMetadata>;
 
 }  // namespace distckpt
 

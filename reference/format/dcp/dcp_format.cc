@@ -13,10 +13,18 @@
 #include "format/dcp/item_index.h"
 #include "format/dcp/megatron_files.h"
 #include "format/dcp/torch_save.h"
+#include "format/metadata_cache.h"
 #include "format/staged_overwrite.h"
 
 namespace distckpt {
 namespace {
+
+// Every DCP open goes through it, as native opens through theirs: a few
+// checkpoints' parsed .metadata, at most 8 MiB of it in all.
+ParsedTextCache<DcpLayout>& ParsedLayouts() {
+  static ParsedTextCache<DcpLayout> cache(4, 8 << 20);
+  return cache;
+}
 
 // Where the items of data file `path` end: at distckpt's item index
 // (item_index.h), or at the end of a file without one.
@@ -221,8 +229,14 @@ class DcpFormatImpl : public Format {
              config, *backend);
       }
     }
-    DcpLayout layout = LayoutFromDcp(DecodeDcpMetadata(ReadFileToString(env, path), path), path);
-    CheckChunkTiling(layout.metadata, path);
+    // .metadata parsed once per text (metadata_cache.h); the reader gets its
+    // own copy, which it completes with the common state.
+    DcpLayout layout =
+        *ParsedLayouts().Get(path, ReadFileToString(env, path), [&](std::string_view text) {
+          DcpLayout parsed = LayoutFromDcp(DecodeDcpMetadata(text, path), path);
+          CheckChunkTiling(parsed.metadata, path);
+          return parsed;
+        });
     // .metadata has no checksum: cross-check what can be. Every item must lie
     // inside its data file (a damaged offset or length is the metadata's
     // fault, reported as such, before any read).

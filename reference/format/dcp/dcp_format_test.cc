@@ -476,6 +476,30 @@ int Iteration(const std::string& dir) {
 
 // Overwrite stages the new checkpoint beside the old one and swaps it in at
 // commit (staged_overwrite.h): a failed save keeps the previous checkpoint.
+// .metadata is parsed once per text (format/metadata_cache.h): a reopen of
+// the same checkpoint reads the same layout, and .metadata damaged after an
+// open is parsed again and refused, never served from the earlier parse.
+TEST(DcpFormatTest, ReopenAfterTheMetadataChangedParsesItAgain) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = tmp.path() + "/ck";
+  Save(dir, DcpFormat());
+  const auto first = DcpFormat().OpenReader(env, dir);
+  const auto again = DcpFormat().OpenReader(env, dir);
+  EXPECT_EQ(again->metadata().Keys(), first->metadata().Keys());
+  EXPECT_EQ(again->metadata().common, first->metadata().common);
+  DcpMetadata damaged = DecodeDcpMetadata(ReadFileToString(env, dir + "/.metadata"), "m");
+  std::vector<size_t> in_file0;
+  for (size_t i = 0; i < damaged.storage.size(); ++i) {
+    if (damaged.storage[i].relative_path == "__0_0.distcp") in_file0.push_back(i);
+  }
+  ASSERT_GE(in_file0.size(), 2u);
+  damaged.storage[in_file0[1]].offset_in_file = damaged.storage[in_file0[0]].offset_in_file;
+  WriteFileAtomic(env, dir + "/.metadata", EncodeDcpMetadata(damaged));
+  EXPECT_THAT([&] { DcpFormat().OpenReader(env, dir); },
+              ThrowsError(ErrorKind::kCorruption, "both start at byte"));
+}
+
 TEST(DcpFormatTest, OverwriteIsAtomicAndKeepsTheOldCheckpointOnFailure) {
   ScopedTempDir tmp;
   Env* env = Env::Default();
