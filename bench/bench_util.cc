@@ -123,13 +123,14 @@ void RawWriteFsync(const std::string& path, const std::vector<std::vector<std::b
   ::close(fd);
 }
 
-void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers) {
+void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers, bool cold) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) Die("open", path);
-  // One reader per hardware thread, as a load reads (distckpt's helper pool:
-  // no thread start), taking pieces of 8 MiB in turn.
-  const std::vector<RawPiece> pieces = RawPieces(buffers, size_t{8} << 20);
-  const int readers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Warm: one reader per hardware thread (distckpt's helper pool: no thread
+  // start), taking pieces of 8 MiB in turn. Cold: one reader, 64 MiB calls.
+  const std::vector<RawPiece> pieces = RawPieces(buffers, cold ? kRawIoBytes : size_t{8} << 20);
+  const int readers =
+      cold ? 1 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   RunWithHelpers(readers - 1, [&](size_t) {

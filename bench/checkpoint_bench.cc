@@ -101,7 +101,7 @@ void RawReadBench(benchmark::State& state, bool cold) {
   for (auto _ : state) {
     if (cold) EvictFromPageCache(dir.Sub("raw.bin"));
     auto start = Clock::now();
-    RawRead(dir.Sub("raw.bin"), buffers);
+    RawRead(dir.Sub("raw.bin"), buffers, cold);
     state.SetIterationTime(SecondsSince(start));
   }
   state.SetBytesProcessed(state.iterations() * bytes * count);
@@ -133,7 +133,7 @@ void LoadBench(benchmark::State& state, bool cold, const LoadOptions& options = 
         [&] {
           if (cold) EvictFromPageCache(raw.Sub("raw.bin"));
           auto start = Clock::now();
-          RawRead(raw.Sub("raw.bin"), buffers);
+          RawRead(raw.Sub("raw.bin"), buffers, cold);
           return SecondsSince(start);
         });
   });

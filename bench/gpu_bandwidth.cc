@@ -171,7 +171,7 @@ int Main(int argc, char** argv) {
                   Best(rounds,
                        [&] {
                          EvictFromPageCache(raw_file);
-                         return Timed([&] { RawRead(raw_file, raw); });
+                         return Timed([&] { RawRead(raw_file, raw, /*cold=*/true); });
                        }),
                   ""});
   const std::string ckpt = scratch.Sub("ckpt");
