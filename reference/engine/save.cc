@@ -166,8 +166,8 @@ void ForEachItemToWrite(
   });
 }
 
-void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
-                const std::string& dir, Communicator& comm, const SaveOptions& options) {
+void CommitSave(CheckpointMetadata local, const PreparedSave& prepared, const std::string& dir,
+                Communicator& comm, const SaveOptions& options) {
   PlanCache* cache = options.strategy.cache;
   // Only the checksums when this rank's written layout is the cached one, else
   // all it wrote; the coordinator sends nothing and takes its own as it is.
@@ -180,31 +180,36 @@ void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
   }
   if (payload.empty() && !coordinator) payload = EncodeWritten(local);
   std::vector<std::string> all = comm.Gather(payload, kCoordinator);
+  // Each rank's metadata is merged as it is decoded; copies are kept only
+  // for the plan cache.
   std::vector<CheckpointMetadata> written;
   AgreeOnOutcome(comm, [&] {
     if (!coordinator) return;
-    for (size_t r = 0; r < all.size(); ++r) {
-      if (static_cast<int>(r) == kCoordinator) {
-        written.push_back(local);
-        continue;
-      }
-      Written rank = DecodeWritten(all[r], static_cast<int>(r));
-      if (rank.metadata) {
-        written.push_back(std::move(*rank.metadata));
-      } else if (cache && r < cache->ranks_written.size()) {
-        written.push_back(WithChecksums(cache->ranks_written[r], rank.checksums));
-      } else {
-        Fail(ErrorKind::kCorruption, "rank {} reused a save plan the coordinator does not have", r);
-      }
-    }
     CheckpointMetadata merged;
     merged.format = std::string(prepared.format->name());
     merged.writer = local.writer;
     merged.topology = options.topology;
-    for (const CheckpointMetadata& md : written) merged.MergeFrom(md);
+    auto merge = [&](CheckpointMetadata&& md) {
+      if (cache) written.push_back(md);
+      merged.MergeFrom(std::move(md));
+    };
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (static_cast<int>(r) == kCoordinator) {
+        merge(cache ? CheckpointMetadata(local) : std::move(local));
+        continue;
+      }
+      Written rank = DecodeWritten(all[r], static_cast<int>(r));
+      if (rank.metadata) {
+        merge(std::move(*rank.metadata));
+      } else if (cache && r < cache->ranks_written.size()) {
+        merge(WithChecksums(cache->ranks_written[r], rank.checksums));
+      } else {
+        Fail(ErrorKind::kCorruption, "rank {} reused a save plan the coordinator does not have", r);
+      }
+    }
     merged.common = prepared.common;
     if (!options.content_metadata.is_null()) merged.content = options.content_metadata;
-    prepared.format->Commit(prepared.env, dir, prepared.write_dir, merged);
+    prepared.format->Commit(prepared.env, dir, prepared.write_dir, std::move(merged));
   });
   if (!cache) return;
   cache->filled = true;
@@ -222,7 +227,7 @@ SaveSummary Save(const Node& state_dict, const std::string& dir, Communicator& c
   PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, summary);
   CheckpointMetadata local;
   AgreeOnOutcome(comm, [&] { local = WriteMainReplicas(prepared, comm.rank(), summary); });
-  CommitSave(local, prepared, dir, comm, options);
+  CommitSave(std::move(local), prepared, dir, comm, options);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

@@ -115,7 +115,7 @@ AsyncSave SaveAsync(const Node& state_dict, const std::string& dir, Communicator
   request.AddFinalize([job, prepared = std::move(prepared), dir, &comm, options, summary, start] {
     CheckpointMetadata local;
     AgreeOnOutcome(comm, [&] { local = job->Result(); });
-    CommitSave(local, prepared, dir, comm, options);
+    CommitSave(std::move(local), prepared, dir, comm, options);
     summary->bytes_written = job->bytes_written();
     summary->seconds = SecondsSince(start);
   });

@@ -56,8 +56,8 @@ void ForEachItemToWrite(
 // coordinator merges and commits. Throws on every rank if it fails. With
 // options.strategy.cache, ranks whose written layout is unchanged send only
 // their checksums, and a successful commit refills the cache.
-void CommitSave(const CheckpointMetadata& local, const PreparedSave& prepared,
-                const std::string& dir, Communicator& comm, const SaveOptions& options);
+void CommitSave(CheckpointMetadata local, const PreparedSave& prepared, const std::string& dir,
+                Communicator& comm, const SaveOptions& options);
 
 }  // namespace distckpt
 

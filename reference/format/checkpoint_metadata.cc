@@ -1,6 +1,9 @@
 #include "format/checkpoint_metadata.h"
 
 #include <algorithm>
+#include <iterator>
+#include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 #include "mapping/tiling.h"
@@ -71,13 +74,28 @@ void CheckTensorTiling(const StoredTensor& tensor, const std::string& source) {
 
 }  // namespace
 
-void CheckpointMetadata::MergeFrom(const CheckpointMetadata& other) {
-  if (writer.empty()) writer = other.writer;
-  if (topology.empty()) topology = other.topology;
-  if (IsEmptyJson(common)) common = other.common;
-  if (IsEmptyJson(content)) content = other.content;
-  for (const auto& [key, theirs] : other.tensors) {
-    auto [it, inserted] = tensors.try_emplace(key, theirs);
+namespace {
+
+// MergeFrom for a const or an expiring `other` (Other: const
+// CheckpointMetadata& or CheckpointMetadata&&): its pieces copied or moved.
+template <typename Other>
+void Merge(CheckpointMetadata& md, Other&& other) {
+  constexpr bool kMove = !std::is_const_v<std::remove_reference_t<Other>>;
+  auto take = [](auto& value) -> decltype(auto) {
+    if constexpr (kMove) {
+      return std::move(value);
+    } else {
+      return value;
+    }
+  };
+  if (md.writer.empty()) md.writer = take(other.writer);
+  if (md.topology.empty()) md.topology = take(other.topology);
+  if (IsEmptyJson(md.common)) md.common = take(other.common);
+  if (IsEmptyJson(md.content)) md.content = take(other.content);
+  auto& tensors = md.tensors;
+  auto& objects = md.objects;
+  for (auto& [key, theirs] : other.tensors) {
+    auto [it, inserted] = tensors.try_emplace(key, take(theirs));
     if (inserted) continue;
     StoredTensor& ours = it->second;
     if (ours.dtype != theirs.dtype || ours.global_shape != theirs.global_shape) {
@@ -87,19 +105,35 @@ void CheckpointMetadata::MergeFrom(const CheckpointMetadata& other) {
            key, DTypeName(ours.dtype), ShapeToString(ours.global_shape), DTypeName(theirs.dtype),
            ShapeToString(theirs.global_shape));
     }
-    ours.chunks.insert(ours.chunks.end(), theirs.chunks.begin(), theirs.chunks.end());
+    if constexpr (kMove) {
+      ours.chunks.insert(ours.chunks.end(), std::make_move_iterator(theirs.chunks.begin()),
+                         std::make_move_iterator(theirs.chunks.end()));
+    } else {
+      ours.chunks.insert(ours.chunks.end(), theirs.chunks.begin(), theirs.chunks.end());
+    }
   }
-  for (const auto& [unique_key, theirs] : other.objects) {
-    auto [it, inserted] = objects.try_emplace(unique_key, theirs);
+  for (auto& [unique_key, theirs] : other.objects) {
+    const int writer_rank = theirs.writer_rank;
+    auto [it, inserted] = objects.try_emplace(unique_key, take(theirs));
     if (!inserted) {
       Fail(ErrorKind::kInvalidSharding, "object '{}' was stored twice, by rank {} and rank {}",
-           unique_key, it->second.writer_rank, theirs.writer_rank);
+           unique_key, it->second.writer_rank, writer_rank);
     }
   }
 }
 
+}  // namespace
+
+void CheckpointMetadata::MergeFrom(const CheckpointMetadata& other) { Merge(*this, other); }
+
+void CheckpointMetadata::MergeFrom(CheckpointMetadata&& other) { Merge(*this, std::move(other)); }
+
 CheckpointMetadata WithoutDuplicateEmptyChunks(CheckpointMetadata metadata) {
   for (auto& [key, tensor] : metadata.tensors) {
+    if (std::none_of(tensor.chunks.begin(), tensor.chunks.end(),
+                     [](const StoredChunk& c) { return c.numel() == 0; })) {
+      continue;  // the common case: nothing to drop
+    }
     std::vector<StoredChunk> kept;
     for (StoredChunk& chunk : tensor.chunks) {
       if (chunk.numel() == 0 && std::any_of(kept.begin(), kept.end(), [&](const StoredChunk& c) {

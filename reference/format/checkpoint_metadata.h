@@ -83,6 +83,8 @@ struct CheckpointMetadata {
   // the next item starts needs them all). Empty writer/topology/common/
   // content are taken from `other`.
   void MergeFrom(const CheckpointMetadata& other);
+  // The same, moving `other`'s tensors, chunks and objects instead of copying them.
+  void MergeFrom(CheckpointMetadata&& other);
   // The set of keys (tensor keys and object base keys), for strict handling.
   std::vector<std::string> Keys() const;
   friend bool operator==(const CheckpointMetadata&, const CheckpointMetadata&) = default;

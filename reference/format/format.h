@@ -144,9 +144,10 @@ class Format {
   // of metadata without that object stores the common state its own way.
   virtual bool CommonStateAsObject() const { return false; }
   // Coordinator only, after every rank's Finish: writes the metadata last,
-  // atomically (and swaps a staging directory into `dir`).
+  // atomically (and swaps a staging directory into `dir`). Takes the merged
+  // metadata by value: a caller done with it moves it in (no copy).
   virtual void Commit(Env* env, const std::string& dir, const std::string& write_dir,
-                      const CheckpointMetadata& metadata) const = 0;
+                      CheckpointMetadata metadata) const = 0;
   virtual std::unique_ptr<CheckpointReader> OpenReader(Env* env, const std::string& dir) const = 0;
 };
 

@@ -178,7 +178,7 @@ class DcpFormatImpl : public Format {
   }
 
   void Commit(Env* env, const std::string& dir, const std::string& write_dir,
-              const CheckpointMetadata& metadata) const override {
+              CheckpointMetadata metadata) const override {
     if (metadata.format != name()) {
       Fail(ErrorKind::kInvalidArgument, "cannot commit {} metadata as {}", metadata.format, name());
     }
@@ -186,8 +186,8 @@ class DcpFormatImpl : public Format {
       // Plain DCP: the common state as bytes items, no Megatron files.
       const std::vector<DcpValueItem> values = WriteCommonItems(env, write_dir, metadata);
       const ItemLengths lengths(env, write_dir, metadata, values);
-      DcpMetadata dcp =
-          DcpFromMetadata(WithoutDuplicateEmptyChunks(metadata), target_, lengths, values);
+      DcpMetadata dcp = DcpFromMetadata(WithoutDuplicateEmptyChunks(std::move(metadata)), target_,
+                                        lengths, values);
       WriteFileAtomic(env, JoinPath(write_dir, kDcpMetadataFileName), EncodeDcpMetadata(dcp));
       SwapInStaging(env, dir, write_dir);  // overwrite only
       return;

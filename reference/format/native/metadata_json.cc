@@ -1,6 +1,7 @@
 #include "format/native/metadata_json.h"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <limits>
 #include <optional>
@@ -278,60 +279,6 @@ StoredObject ParseObject(const std::string& unique_key, const Field& f) {
   return object;
 }
 
-// An object of scalars and arrays of scalars (a chunk, an object entry).
-bool IsFlatRecord(const json& value) {
-  if (!value.is_object()) return false;
-  for (const json& member : value) {
-    if (member.is_object()) return false;
-    if (member.is_array() && std::any_of(member.begin(), member.end(),
-                                         [](const json& e) { return e.is_structured(); })) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// Appends `value` laid out as metadata.json is (flat records and short
-// values on one line, the rest broken over indented lines) to `out`, and
-// returns its compact dump, from which the caller decides its own layout:
-// every value is dumped once, bottom up. A container's dump stops growing
-// once it is longer than a line (only its length then matters: too long).
-std::string Render(const json& value, int depth, std::string& out) {
-  constexpr size_t kWidth = 100;
-  if (!value.is_structured() || value.empty() || IsFlatRecord(value)) {
-    std::string flat;
-    AppendJson(value, flat);
-    out += flat;
-    return flat;
-  }
-  const bool object = value.is_object();
-  std::string flat(1, object ? '{' : '[');
-  std::string broken = object ? "{\n" : "[\n";
-  std::string key;
-  for (auto it = value.begin(); it != value.end(); ++it) {
-    if (it != value.begin()) {
-      if (flat.size() <= kWidth) flat += ',';
-      broken += ",\n";
-    }
-    broken.append(2 * (depth + 1), ' ');
-    if (object) {
-      key.clear();
-      AppendJsonString(it.key(), key);
-      if (flat.size() <= kWidth) (flat += key) += ':';
-      broken += key;
-      broken += ": ";
-    }
-    const std::string member = Render(*it, depth + 1, broken);
-    if (flat.size() <= kWidth) flat += member;
-  }
-  flat += object ? '}' : ']';
-  broken += '\n';
-  broken.append(2 * depth, ' ');
-  broken += object ? '}' : ']';
-  out += 2 * static_cast<size_t>(depth) + flat.size() <= kWidth ? flat : broken;
-  return flat;
-}
-
 // Version 2: xxHash3-64 of the compact dump (nlohmann sorts object keys)
 // of the metadata without its metadata_checksum field.
 constexpr char kMetadataChecksumField[] = "metadata_checksum";
@@ -425,11 +372,273 @@ CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
   return metadata;
 }
 
+namespace {
+
+// metadata.json written straight from the metadata, without a JSON tree
+// (building and dumping one was most of a small save's fixed cost). First
+// the compact text (MetadataToJson(metadata).dump(), byte for byte), noting
+// where each value that the layout may break over lines starts and ends;
+// then the laid-out text, copied from those spans as AppendJsonLaidOut lays
+// out the tree.
+class MetadataTextWriter {
+ public:
+  explicit MetadataTextWriter(const CheckpointMetadata& metadata) : md_(metadata) {}
+
+  std::string Write() {
+    LayoutNode top = Compact();
+    std::string text;
+    text.reserve(compact_.size() + compact_.size() / 4);
+    LayOut(top, 0, text);
+    text += '\n';
+    return text;
+  }
+
+ private:
+  struct Span {
+    size_t begin = 0, end = 0;
+  };
+  // A value of the compact text. `members` are given for a container the
+  // layout may break (non-empty, not a flat record); `tree` for a value
+  // kept as JSON (common, content), laid out by AppendJsonLaidOut.
+  struct LayoutNode {
+    Span key;  // an object's member: its key as JSON text
+    Span text;
+    bool object = false;
+    const json* tree = nullptr;
+    std::vector<LayoutNode> members;
+  };
+
+  size_t Mark() const { return compact_.size(); }
+
+  // Appends `"name":` and returns the key's span.
+  Span Key(std::string_view name) {
+    Span key{Mark(), 0};
+    AppendJsonString(name, compact_);
+    key.end = Mark();
+    compact_ += ':';
+    return key;
+  }
+  template <typename Fn>  // fn() appends the value
+  LayoutNode Member(LayoutNode& parent, std::string_view name, Fn&& fn) {
+    compact_ += parent.members.empty() ? '{' : ',';
+    LayoutNode member;
+    member.key = Key(name);
+    member.text.begin = Mark();
+    fn(member);
+    member.text.end = Mark();
+    return member;
+  }
+
+  template <typename Ints>
+  void IntArray(const Ints& values) {
+    compact_ += '[';
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i > 0) compact_ += ',';
+      AppendJsonInteger(values[i], compact_);
+    }
+    compact_ += ']';
+  }
+  // An array of integers that is not empty: a container the layout may break.
+  void ShapeMembers(const Shape& shape, LayoutNode& node) {
+    for (size_t i = 0; i < shape.size(); ++i) {
+      LayoutNode& dim = node.members.emplace_back();
+      dim.text.begin = Mark() + 1;  // after the "[" or ","
+      compact_ += i == 0 ? '[' : ',';
+      AppendJsonInteger(shape[i], compact_);
+      dim.text.end = Mark();
+    }
+    compact_ += ']';
+  }
+  void Field(bool& first, std::string_view name) {
+    compact_ += first ? '{' : ',';
+    first = false;
+    AppendJsonString(name, compact_);
+    compact_ += ':';
+  }
+  void HexField(bool& first, std::string_view name, uint64_t checksum) {
+    Field(first, name);
+    compact_ += '"';
+    compact_ += ChecksumToHex(checksum);
+    compact_ += '"';
+  }
+
+  // A chunk or object entry: a flat record (one line). Keys in sorted order.
+  void Chunk(const StoredChunk& chunk) {
+    bool first = true;
+    if (!chunk.sums_checksum && chunk.block_size != 0) {  // version 2
+      Field(first, "block_checksums");
+      AppendJsonString(BlockChecksumsToHex(chunk.block_checksums), compact_);
+    }
+    if (chunk.block_size != 0) {
+      Field(first, "block_size");
+      AppendJsonInteger(chunk.block_size, compact_);
+    }
+    Field(first, "byte_offset");
+    AppendJsonInteger(chunk.offset, compact_);
+    if (chunk.checksum) HexField(first, "checksum", *chunk.checksum);
+    Field(first, "file");
+    AppendJsonString(chunk.file, compact_);
+    if (chunk.flat) {
+      Field(first, "flat");
+      IntArray(std::array<int64_t, 2>{chunk.flat->start, chunk.flat->stop});
+    }
+    Field(first, "length");
+    AppendJsonInteger(chunk.length, compact_);
+    Field(first, "offset");
+    IntArray(chunk.box.offset);
+    Field(first, "rank");
+    AppendJsonInteger(chunk.writer_rank, compact_);
+    Field(first, "shape");
+    IntArray(chunk.box.shape);
+    if (chunk.sums_checksum) HexField(first, "sums_checksum", *chunk.sums_checksum);
+    compact_ += '}';
+  }
+  void Object(const StoredObject& object) {
+    bool first = true;
+    Field(first, "byte_offset");
+    AppendJsonInteger(object.offset, compact_);
+    if (object.checksum) HexField(first, "checksum", *object.checksum);
+    Field(first, "file");
+    AppendJsonString(object.file, compact_);
+    Field(first, "global_offset");
+    IntArray(object.global_offset);
+    Field(first, "global_shape");
+    IntArray(object.global_shape);
+    Field(first, "key");
+    AppendJsonString(object.key, compact_);
+    Field(first, "length");
+    AppendJsonInteger(object.length, compact_);
+    Field(first, "rank");
+    AppendJsonInteger(object.writer_rank, compact_);
+    compact_ += '}';
+  }
+
+  // {"chunks":[...],"dtype":...,"global_shape":[...]}; a flat record when
+  // it has no chunks.
+  void Tensor(const StoredTensor& tensor, LayoutNode& node) {
+    node.object = !tensor.chunks.empty();
+    LayoutNode unbroken;
+    LayoutNode& parent = node.object ? node : unbroken;
+    parent.members.push_back(Member(parent, "chunks", [&](LayoutNode& chunks) {
+      compact_ += '[';
+      for (size_t i = 0; i < tensor.chunks.size(); ++i) {
+        if (i > 0) compact_ += ',';
+        LayoutNode& record = chunks.members.emplace_back();
+        record.text.begin = Mark();
+        Chunk(tensor.chunks[i]);
+        record.text.end = Mark();
+      }
+      compact_ += ']';
+    }));
+    parent.members.push_back(Member(parent, "dtype", [&](LayoutNode&) {
+      AppendJsonString(DTypeName(tensor.dtype), compact_);
+    }));
+    parent.members.push_back(Member(parent, "global_shape", [&](LayoutNode& shape) {
+      if (tensor.global_shape.empty()) {
+        compact_ += "[]";
+      } else {
+        ShapeMembers(tensor.global_shape, shape);
+      }
+    }));
+    compact_ += '}';
+  }
+
+  template <typename Entries, typename Fn>  // fn(value, node)
+  void Map(const Entries& map, LayoutNode& node, Fn&& fn) {
+    node.object = true;
+    if (map.empty()) compact_ += '{';
+    for (const auto& [key, value] : map) {
+      node.members.push_back(Member(node, key, [&](LayoutNode& member) { fn(value, member); }));
+    }
+    compact_ += '}';
+  }
+
+  LayoutNode Compact() {
+    LayoutNode top;
+    top.object = true;
+    auto tree = [&](const json& value) {
+      return [&value, this](LayoutNode& member) {
+        member.tree = &value;
+        AppendJson(value, compact_);
+      };
+    };
+    auto string = [&](const std::string& value) {
+      return [&value, this](LayoutNode&) { AppendJsonString(value, compact_); };
+    };
+    top.members.push_back(Member(top, "common", tree(md_.common)));
+    top.members.push_back(Member(top, "content", tree(md_.content)));
+    top.members.push_back(Member(top, "format", string(md_.format)));
+    top.members.push_back(Member(top, "format_version", [&](LayoutNode&) {
+      AppendJsonInteger(md_.format_version, compact_);
+    }));
+    // Version 2 on: the checksum of the compact text without this member,
+    // filled in once the rest is written.
+    Span checksum_field;
+    if (md_.format_version >= 2) {
+      checksum_field.begin = Mark();
+      top.members.push_back(Member(top, kMetadataChecksumField, [&](LayoutNode&) {
+        compact_ += '"';
+        compact_.append(16, '0');
+        compact_ += '"';
+      }));
+      checksum_field.end = Mark();
+    }
+    top.members.push_back(Member(top, "objects", [&](LayoutNode& objects) {
+      Map(md_.objects, objects, [&](const StoredObject& object, LayoutNode&) { Object(object); });
+    }));
+    top.members.push_back(Member(top, "tensors", [&](LayoutNode& tensors) {
+      Map(md_.tensors, tensors,
+          [&](const StoredTensor& tensor, LayoutNode& node) { Tensor(tensor, node); });
+    }));
+    top.members.push_back(Member(top, "topology", string(md_.topology)));
+    top.members.push_back(Member(top, "writer", string(md_.writer)));
+    compact_ += '}';
+    top.text = {0, Mark()};
+    if (md_.format_version >= 2) {
+      Checksummer sum;
+      sum.Update(std::as_bytes(std::span(compact_.data(), checksum_field.begin)));
+      sum.Update(std::as_bytes(
+          std::span(compact_.data() + checksum_field.end, compact_.size() - checksum_field.end)));
+      const std::string hex = ChecksumToHex(sum.Digest());
+      compact_.replace(checksum_field.end - 17, 16, hex);
+    }
+    return top;
+  }
+
+  void LayOut(const LayoutNode& node, int depth, std::string& out) const {
+    if (node.tree) {
+      AppendJsonLaidOut(*node.tree, depth, out);
+      return;
+    }
+    const size_t size = node.text.end - node.text.begin;
+    if (node.members.empty() || 2 * static_cast<size_t>(depth) + size <= kJsonLineWidth) {
+      out.append(compact_, node.text.begin, size);
+      return;
+    }
+    out += node.object ? "{\n" : "[\n";
+    for (size_t i = 0; i < node.members.size(); ++i) {
+      const LayoutNode& member = node.members[i];
+      if (i > 0) out += ",\n";
+      out.append(2 * static_cast<size_t>(depth + 1), ' ');
+      if (node.object) {
+        out.append(compact_, member.key.begin, member.key.end - member.key.begin);
+        out += ": ";
+      }
+      LayOut(member, depth + 1, out);
+    }
+    out += '\n';
+    out.append(2 * static_cast<size_t>(depth), ' ');
+    out += node.object ? '}' : ']';
+  }
+
+  const CheckpointMetadata& md_;
+  std::string compact_;
+};
+
+}  // namespace
+
 std::string MetadataToText(const CheckpointMetadata& metadata) {
-  std::string text;
-  Render(MetadataToJson(metadata), 0, text);
-  text += '\n';
-  return text;
+  return MetadataTextWriter(metadata).Write();
 }
 
 CheckpointMetadata MetadataFromText(std::string_view text, const std::string& source) {

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <functional>
+#include <map>
+#include <random>
+
 #include "io/checksum.h"
 #include "io/testing.h"
 
@@ -184,6 +189,121 @@ TEST(MetadataJsonTest, TextFollowsTheLayoutRule) {
         json::array({std::string(static_cast<size_t>(i), 'y')})};
   }
   EXPECT_EQ(MetadataToText(md), NaiveLayout(MetadataToJson(md), 0) + "\n");
+}
+
+// Random metadata of every version: the text written straight from the
+// metadata equals the tree's text under the layout rule, and every case the
+// rule distinguishes occurs (counted below).
+TEST(MetadataJsonTest, TextWrittenStraightEqualsTheTreeLaidOut) {
+  std::mt19937_64 rng(7);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto text = [&](int max) {
+    static const std::vector<std::string> alphabet = {"a",  "z",  ".",      "_", "\"",
+                                                      "\\", "\n", "\u00e9", "/", "0"};
+    std::string s;
+    for (int n = pick(0, max); n > 0; --n) s += alphabet[pick(0, pick(0, 9) < 8 ? 4 : 9)];
+    return s;
+  };
+  auto dims = [&](int max_dims, int64_t min) {
+    Shape shape;
+    for (int n = pick(0, max_dims); n > 0; --n) {  // dims of 1 to 5 digits: lines of every length
+      shape.push_back(pick(0, 9) == 0 ? min : pick(0, std::array{9, 99, 999, 99999}[pick(0, 3)]));
+    }
+    return shape;
+  };
+  std::function<json(int)> value = [&](int depth) -> json {
+    switch (pick(0, depth > 2 ? 3 : 5)) {
+      case 0:
+        return pick(-5, 5);
+      case 1:
+        return text(40);
+      case 2:
+        return nullptr;
+      case 3:
+        return 0.25 * pick(0, 9);
+      case 4: {
+        json a = json::array();
+        for (int n = pick(0, 6); n > 0; --n) a.push_back(value(depth + 1));
+        return a;
+      }
+      default: {
+        json o = json::object();
+        for (int n = pick(0, 6); n > 0; --n) o[text(12)] = value(depth + 1);
+        return o;
+      }
+    }
+  };
+  std::map<std::string, int> seen;
+  for (int round = 0; round < 2000; ++round) {
+    CheckpointMetadata md;
+    md.format_version = pick(1, 3);
+    md.writer = text(20);
+    md.topology = text(20);
+    if (pick(0, 2) > 0) md.common = value(0);
+    if (pick(0, 2) > 0) md.content = value(0);
+    for (int t = pick(0, 5); t > 0; --t) {
+      const std::string key = text(pick(0, 3) == 0 ? 80 : 12);
+      StoredTensor& tensor = md.tensors[key];
+      tensor.key = key;
+      tensor.dtype = static_cast<DType>(pick(0, 3));
+      tensor.global_shape = dims(pick(0, 3) == 0 ? 30 : 3, 1);
+      for (int c = pick(0, 4); c > 0; --c) {
+        // Short records too, so that a chunks array can fit a line.
+        const bool small = pick(0, 2) == 0;
+        StoredChunk chunk = Chunk({dims(small ? 1 : 3, 0), dims(small ? 1 : 3, 0)}, std::nullopt,
+                                  text(small ? 30 : 10), small ? pick(0, 9) : rng(),
+                                  static_cast<uint64_t>(pick(0, 1 << 20)), rng(), pick(0, 70000));
+        if (small) chunk.checksum.reset();
+        if (!small && pick(0, 2) == 0) chunk.flat = FlatRange{pick(0, 9), pick(10, 99)};
+        if (md.format_version >= 2) {
+          chunk.checksum.reset();
+          chunk.block_size = small ? 0 : static_cast<uint64_t>(pick(0, 2)) << 12;
+          if (md.format_version == 3) {
+            if (chunk.block_size != 0) chunk.sums_checksum = rng();
+          } else {
+            for (int b = pick(0, 3); b > 0; --b) chunk.block_checksums.push_back(rng());
+          }
+        }
+        tensor.chunks.push_back(std::move(chunk));
+      }
+    }
+    for (int o = pick(0, 4); o > 0; --o) {
+      const std::string unique_key = text(30);
+      StoredObject& object = md.objects[unique_key];
+      object.unique_key = unique_key;
+      object.key = text(20);
+      object.global_shape = dims(4, -1);
+      object.global_offset = dims(4, 0);
+      object.file = text(10);
+      object.offset = rng();
+      object.length = static_cast<uint64_t>(pick(0, 1000));
+      if (pick(0, 1) == 0) object.checksum = rng();
+      object.writer_rank = pick(0, 9);
+    }
+    const std::string written = MetadataToText(md);
+    ASSERT_EQ(written, NaiveLayout(MetadataToJson(md), 0) + "\n") << "round " << round;
+    // Which cases of the rule this round met.
+    const json j = MetadataToJson(md);
+    for (const auto& [key, tensor] : j["tensors"].items()) {
+      const size_t chunks = tensor["chunks"].size();
+      // (A tensor with chunks never fits a line: its smallest text takes 115.)
+      ++seen[chunks == 0                                 ? "tensor without chunks"
+             : 6 + tensor["chunks"].dump().size() <= 100 ? "chunks on one line"
+                                                         : "chunks broken"];
+      const size_t chunks_line = 6 + tensor["chunks"].dump().size();
+      if (chunks > 0 && chunks_line == 100) ++seen["chunks exactly a line"];
+      const size_t shape_line = 6 + tensor["global_shape"].dump().size();
+      if (chunks > 0 && shape_line > 100) ++seen["shape broken"];
+      if (chunks > 0 && shape_line == 100) ++seen["shape exactly a line"];
+    }
+    ++seen[j["objects"].empty() ? "no objects" : "objects"];
+    if (md.format_version >= 2 && !md.tensors.empty()) ++seen["sealed with tensors"];
+  }
+  for (const char* c : {"tensor without chunks", "chunks on one line", "chunks broken",
+                        "shape broken", "no objects", "objects", "sealed with tensors",
+                        "chunks exactly a line", "shape exactly a line"}) {
+    EXPECT_GE(seen[c], 3) << c;
+  }
 }
 
 TEST(MetadataJsonTest, Version2RoundTripsAndIsSealed) {

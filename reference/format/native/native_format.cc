@@ -72,7 +72,7 @@ class NativeFormatImpl : public Format {
   }
 
   void Commit(Env* env, const std::string& dir, const std::string& write_dir,
-              const CheckpointMetadata& metadata) const override {
+              CheckpointMetadata metadata) const override {
     if (metadata.format != name()) {
       Fail(ErrorKind::kInvalidArgument, "cannot commit {} version {} metadata as native version {}",
            metadata.format, metadata.format_version, kNativeFormatVersion);
@@ -80,7 +80,7 @@ class NativeFormatImpl : public Format {
     // Merged rank metadata is written as the current version; every chunk
     // must carry what that version stores (NativeWriter's block checksums in
     // the data file, and their checksum).
-    CheckpointMetadata current = WithoutDuplicateEmptyChunks(metadata);
+    CheckpointMetadata current = WithoutDuplicateEmptyChunks(std::move(metadata));
     current.format_version = kNativeFormatVersion;
     for (const auto& [key, tensor] : current.tensors) {
       for (const StoredChunk& chunk : tensor.chunks) {
