@@ -4,6 +4,7 @@
 #include "core/box.h"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 
 #include "core/error.h"
@@ -142,9 +143,20 @@ int64_t Volume(const Shape& shape) {
   return volume;
 }
 
+void AppendShape(const Shape& shape, std::string& out) {
+  out += '(';
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out += ", ";
+    char digits[24];
+    out.append(digits, std::to_chars(digits, digits + sizeof(digits), shape[i]).ptr);
+  }
+  out += shape.size() == 1 ? ",)" : ")";
+}
+
 std::string ShapeToString(const Shape& shape) {
-  if (shape.size() == 1) return fmt::format("({},)", shape[0]);
-  return fmt::format("({})", fmt::join(shape, ", "));
+  std::string out;
+  AppendShape(shape, out);
+  return out;
 }
 
 std::string Box::ToString() const {

@@ -20,6 +20,7 @@ using Shape = std::vector<int64_t>;
 
 int64_t Volume(const Shape& shape);             // product; 1 for a 0-d shape
 std::string ShapeToString(const Shape& shape);  // "(2, 3)" like a Python tuple; "(4,)" for 1-d
+void AppendShape(const Shape& shape, std::string& out);  // ShapeToString(shape) appended
 
 struct Box {
   Shape offset;

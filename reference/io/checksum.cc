@@ -19,7 +19,18 @@ uint64_t Checksum(std::span<const std::byte> data, uint64_t seed) {
   return XXH3_64bits_withSeed(data.data(), data.size(), seed);
 }
 
-std::string ChecksumToHex(uint64_t checksum) { return fmt::format("{:016x}", checksum); }
+void AppendChecksumHex(uint64_t checksum, std::string& out) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  char hex[16];
+  for (int i = 15; i >= 0; --i, checksum >>= 4) hex[i] = kDigits[checksum & 0xf];
+  out.append(hex, sizeof(hex));
+}
+
+std::string ChecksumToHex(uint64_t checksum) {
+  std::string out;
+  AppendChecksumHex(checksum, out);
+  return out;
+}
 
 uint64_t ChecksumFromHex(const std::string& hex) {
   uint64_t value = 0;

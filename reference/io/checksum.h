@@ -18,6 +18,7 @@ uint64_t Checksum(std::span<const std::byte> data);
 // bytes stored under another key or position do not verify.
 uint64_t Checksum(std::span<const std::byte> data, uint64_t seed);
 std::string ChecksumToHex(uint64_t checksum);
+void AppendChecksumHex(uint64_t checksum, std::string& out);  // ChecksumToHex appended
 uint64_t ChecksumFromHex(const std::string& hex);  // throws kCorruption on malformed input
 
 class Checksummer {

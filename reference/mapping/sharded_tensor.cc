@@ -103,6 +103,10 @@ void ShardedTensor::ValidateMetadataIntegrity() const {
       }
     }
   }
+  ValidateLayoutIntegrity();
+}
+
+void ShardedTensor::ValidateLayoutIntegrity() const {
   if (global_shape.size() != global_offset.size()) {
     Fail(ErrorKind::kInvalidSharding,
          "Global offset dimensions should be equal to global shape dimensions for {}", ToString());

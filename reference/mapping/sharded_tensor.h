@@ -49,6 +49,8 @@ struct ShardedTensor {
   // Megatron's validate_metadata_integrity rules 1-7, same messages;
   // throws CheckpointError(kInvalidSharding).
   void ValidateMetadataIntegrity() const;
+  // The rules that do not look at `data` (those metadata without data can break).
+  void ValidateLayoutIntegrity() const;
 
   bool has_regular_grid() const { return axis_fragmentations.has_value(); }
   // The local chunk in global coordinates: prepended axes have size 1.

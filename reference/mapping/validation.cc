@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -197,29 +198,56 @@ LocalMetadata LocalMetadataFromJson(const json& j) {
   return md;
 }
 
+std::vector<ShardRef> CollectShardRefs(const Node& sharded) {
+  std::vector<ShardRef> refs;
+  ForEachLeaf(sharded, [&refs](const NodePath&, const Node& leaf) {
+    if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) refs.emplace_back(t);
+    if (const ShardedObject* o = leaf.get_if<ShardedObject>()) refs.emplace_back(o);
+  });
+  return refs;
+}
+
+std::vector<ShardRef> ShardRefs(const LocalMetadata& md) {
+  std::vector<ShardRef> refs;
+  refs.reserve(md.size());
+  for (const ShardedMeta& m : md) {
+    std::visit([&refs](const auto& x) { refs.emplace_back(&x); }, m);
+  }
+  return refs;
+}
+
 void ValidateShardingIntegrity(const GlobalMetadata& global_metadata) {
+  std::vector<std::vector<ShardRef>> refs;
+  refs.reserve(global_metadata.size());
+  for (const LocalMetadata& md : global_metadata) refs.push_back(ShardRefs(md));
+  ValidateShardingIntegrity(refs);
+}
+
+void ValidateShardingIntegrity(const std::vector<std::vector<ShardRef>>& global_shards) {
   struct KeyShards {
     std::vector<RankTensor> tensors;
     std::vector<RankObject> objects;
   };
-  std::vector<std::string> order;  // keys in order of first appearance, as Megatron
-  std::unordered_map<std::string, KeyShards> by_key;
-  for (size_t rank = 0; rank < global_metadata.size(); ++rank) {
-    for (const ShardedMeta& m : global_metadata[rank]) {
+  // Keys in order of first appearance, as Megatron; they point into the shards.
+  std::vector<const std::string*> order;
+  std::unordered_map<std::string_view, KeyShards> by_key;
+  for (size_t rank = 0; rank < global_shards.size(); ++rank) {
+    for (const ShardRef& ref : global_shards[rank]) {
       const std::string& key =
-          std::visit([](const auto& x) -> const std::string& { return x.key; }, m);
+          std::visit([](const auto* x) -> const std::string& { return x->key; }, ref);
       auto [it, inserted] = by_key.try_emplace(key);
-      if (inserted) order.push_back(key);
-      if (const ShardedTensor* t = std::get_if<ShardedTensor>(&m)) {
-        it->second.tensors.push_back({static_cast<int>(rank), t});
+      if (inserted) order.push_back(&key);
+      if (const ShardedTensor* const* t = std::get_if<const ShardedTensor*>(&ref)) {
+        it->second.tensors.push_back({static_cast<int>(rank), *t});
       } else {
-        it->second.objects.push_back({static_cast<int>(rank), &std::get<ShardedObject>(m)});
+        it->second.objects.push_back({static_cast<int>(rank), std::get<const ShardedObject*>(ref)});
       }
     }
   }
   std::vector<std::string> errors;
-  for (const std::string& key : order) {
-    const KeyShards& shards = by_key[key];
+  for (const std::string* key_ptr : order) {
+    const std::string& key = *key_ptr;
+    const KeyShards& shards = by_key.at(key);
     std::optional<std::string> error;
     try {
       if (!shards.tensors.empty() && !shards.objects.empty()) {

@@ -41,6 +41,15 @@ LocalMetadata LocalMetadataFromJson(const nlohmann::json& j);
 // Collects the errors of every key and reports them together.
 void ValidateShardingIntegrity(const GlobalMetadata& global_metadata);
 
+// The same over shards held elsewhere (a rank's own, in its tree: no copy):
+// per rank, in order, pointers to its ShardedTensors and ShardedObjects.
+// Their `data` is not looked at.
+using ShardRef = std::variant<const ShardedTensor*, const ShardedObject*>;
+void ValidateShardingIntegrity(const std::vector<std::vector<ShardRef>>& global_shards);
+// Pointers to every ShardedTensor / ShardedObject of a sharded tree, or of `md`.
+std::vector<ShardRef> CollectShardRefs(const Node& sharded);
+std::vector<ShardRef> ShardRefs(const LocalMetadata& md);
+
 // Megatron's _validate_common_state_dict (warning text when `mine` differs
 // from `rank0`); empty string when they agree.
 std::string CommonStateDifference(int rank, const Node& rank0_common, const Node& mine);

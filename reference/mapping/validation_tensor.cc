@@ -35,7 +35,7 @@ std::optional<std::string> CheckConsistency(const std::vector<RankTensor>& shard
   const ShardedTensor& a = *first.tensor;
   for (const RankTensor& other : shards) {
     const ShardedTensor& b = *other.tensor;
-    b.ValidateMetadataIntegrity();  // hand-built metadata may break the rules
+    b.ValidateLayoutIntegrity();  // hand-built metadata may break the rules
     // Fast path: equal fields print equally (the printable values are built
     // only when some field differs, as that may still print the same).
     if (a.dtype == b.dtype && a.global_shape == b.global_shape &&

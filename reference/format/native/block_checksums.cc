@@ -1,6 +1,7 @@
 #include "format/native/block_checksums.h"
 
 #include <bit>
+#include <iterator>
 
 #include "core/error.h"
 #include "io/checksum.h"
@@ -26,15 +27,21 @@ uint64_t BlockCount(uint64_t length, uint64_t block_size) {
 }
 
 uint64_t ChunkBindingSeed(const std::string& key, DType dtype, const StoredChunk& chunk) {
-  // Fields separated by NUL (a key could contain any other character).
-  std::string text = "chunk";
-  for (const std::string& field :
-       {key, std::string(DTypeName(dtype)), ShapeToString(chunk.box.offset),
-        ShapeToString(chunk.box.shape),
-        chunk.flat ? fmt::format("flat {} {}", chunk.flat->start, chunk.flat->stop) : ""}) {
-    text.push_back('\0');
-    text += field;
-  }
+  // "chunk", key, dtype, offset, shape and "flat <start> <stop>" (or
+  // nothing), each field after a NUL (a key could hold any other character).
+  std::string text;
+  text.reserve(64 + key.size());
+  text.append("chunk\0", 6);
+  text += key;
+  text += '\0';
+  text += DTypeName(dtype);
+  text += '\0';
+  AppendShape(chunk.box.offset, text);
+  text += '\0';
+  AppendShape(chunk.box.shape, text);
+  text += '\0';
+  if (chunk.flat)
+    fmt::format_to(std::back_inserter(text), "flat {} {}", chunk.flat->start, chunk.flat->stop);
   return HashText(text);
 }
 
@@ -63,7 +70,7 @@ uint64_t SumsBytes(const StoredChunk& chunk) {
 std::string BlockChecksumsToHex(const std::vector<uint64_t>& checksums) {
   std::string hex;
   hex.reserve(16 * checksums.size());
-  for (uint64_t c : checksums) hex += ChecksumToHex(c);
+  for (uint64_t c : checksums) AppendChecksumHex(c, hex);
   return hex;
 }
 

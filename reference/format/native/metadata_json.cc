@@ -458,7 +458,7 @@ class MetadataTextWriter {
   void HexField(bool& first, std::string_view name, uint64_t checksum) {
     Field(first, name);
     compact_ += '"';
-    compact_ += ChecksumToHex(checksum);
+    AppendChecksumHex(checksum, compact_);
     compact_ += '"';
   }
 
