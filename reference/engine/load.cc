@@ -78,7 +78,7 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
   Node loaded = LoadSharded(options.strategy, pieces.sharded, read, comm, &result.summary.exchange);
 
   AgreeOnOutcome(comm, [&] {
-    result.state_dict = AssembleLoadResult(reader->metadata().common, pieces, loaded);
+    result.state_dict = AssembleLoadResult(reader->metadata().common, pieces, std::move(loaded));
   });
   result.summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

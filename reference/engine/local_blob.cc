@@ -136,7 +136,7 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
     summary->bytes_read += blob.size();
     summary->chunk_bytes += blob.size();
   }
-  return AssembleLoadResult(header.at("common"), pieces, loaded);
+  return AssembleLoadResult(header.at("common"), pieces, std::move(loaded));
 }
 
 }  // namespace distckpt

@@ -119,15 +119,44 @@ nlohmann::json LoadObject(CheckpointReader& reader, const ShardedObject& request
   return value;
 }
 
+// `x`'s dicts and lists with every ShardedTensor or ShardedObject leaf an
+// undefined Tensor (a slot for what is loaded), other leaves copied: the
+// result's shape without a copy of the shards' metadata.
+Node Skeleton(const Node& x) {
+  if (const Dict* d = x.get_if<Dict>()) {
+    Dict out;
+    for (const auto& [key, value] : *d) out.emplace_hint(out.end(), key, Skeleton(value));
+    return Node(std::move(out));
+  }
+  if (const List* l = x.get_if<List>()) {
+    List out;
+    out.reserve(l->size());
+    for (const Node& value : *l) out.push_back(Skeleton(value));
+    return Node(std::move(out));
+  }
+  if (x.is<ShardedTensor>() || x.is<ShardedObject>()) return Node(Tensor());
+  return x;
+}
+
 }  // namespace
 
 Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolicy policy,
                       LoadSummary* summary, int threads) {
-  Node loaded = sharded;
-  std::vector<Node*> leaves;
+  // Each shard leaf of `sharded` and its slot in `loaded`: the i-th leaf of
+  // one walk and of the other (Skeleton keeps every dict and list).
+  Node loaded = Skeleton(sharded);
+  std::vector<Node*> all_slots;
+  ForEachLeaf(loaded, [&](const NodePath&, Node& slot) { all_slots.push_back(&slot); });
+  std::vector<const Node*> leaves;
+  std::vector<Node*> slots;
   std::vector<const ShardedTensor*> requests;
-  ForEachLeaf(loaded, [&](const NodePath&, Node& leaf) {
-    if (leaf.is<ShardedTensor>() || leaf.is<ShardedObject>()) leaves.push_back(&leaf);
+  size_t at = 0;
+  ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
+    Node* slot = all_slots.at(at++);
+    if (leaf.is<ShardedTensor>() || leaf.is<ShardedObject>()) {
+      leaves.push_back(&leaf);
+      slots.push_back(slot);
+    }
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) requests.push_back(t);
   });
   const ChunkIndexes indexes = IndexChunks(reader.metadata(), requests);
@@ -141,11 +170,11 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
   auto work = [&](size_t worker) {
     try {
       for (size_t i = next++; i < leaves.size(); i = next++) {
-        Node& leaf = *leaves[i];
+        const Node& leaf = *leaves[i];
         if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
-          leaf = Node(LoadTensor(reader, *t, policy, indexes, &partial[worker]));
+          *slots[i] = Node(LoadTensor(reader, *t, policy, indexes, &partial[worker]));
         } else {
-          leaf = Node(LoadObject(reader, leaf.as<ShardedObject>(), &partial[worker]));
+          *slots[i] = Node(LoadObject(reader, leaf.as<ShardedObject>(), &partial[worker]));
         }
       }
     } catch (...) {
@@ -199,11 +228,10 @@ void PlanShardedState(const CheckpointReader& reader, const Node& sharded, LoadS
   }
 }
 
-Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces,
-                        const Node& loaded) {
+Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces, Node loaded) {
   Node merged = CommonFromJson(common);
   Merge(merged, pieces.nonpersistent);
-  Merge(merged, loaded);
+  Merge(merged, std::move(loaded));
   ApplyFactoryMerges(merged, pieces.factories);
   return merged;
 }

@@ -28,7 +28,8 @@ void PlanShardedState(const CheckpointReader& reader, const Node& sharded, LoadS
 // Megatron's load result (docs/megatron-semantics.md §3.1): the checkpoint's `common` state ∪ the
 // request's nonpersistent values ∪ `loaded`, then the factory merges;
 // request-only plain values are dropped.
-Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces, const Node& loaded);
+// `loaded` is taken by value: a caller done with it moves it in.
+Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces, Node loaded);
 
 }  // namespace distckpt
 

@@ -117,26 +117,38 @@ std::pair<Node, Node> Extract(Src&& x, const std::function<bool(const Node&)>& p
   Fail(ErrorKind::kInvalidArgument, "Unexpected top-level object type: {}", NodeTypeRepr(x));
 }
 
-void MergeAt(Node& x1, const Node& x2, const KeyTuple& key) {
-  if (x1.is<Dict>() && x2.is<Dict>()) {
+// X2: const Node& (x2 copied into x1) or Node (an rvalue: moved from).
+template <typename X2>
+void MergeAt(Node& x1, X2&& x2, const KeyTuple& key) {
+  constexpr bool kMove = !std::is_const_v<std::remove_reference_t<X2>>;
+  auto pass = [](auto& value) -> decltype(auto) {
+    if constexpr (kMove) {
+      return std::move(value);
+    } else {
+      return static_cast<const Node&>(value);
+    }
+  };
+  if (x1.is<Dict>() && x2.template is<Dict>()) {
     Dict& d1 = x1.as<Dict>();
-    for (const auto& [k, v2] : x2.as<Dict>()) {
+    for (auto& [k, v2] : x2.template as<Dict>()) {
       auto it = d1.find(k);
       if (it == d1.end()) {
-        d1.emplace(k, v2);
+        d1.emplace(k, pass(v2));
       } else {
-        MergeAt(it->second, v2, Append(key, PyRepr(k)));
+        MergeAt(it->second, pass(v2), Append(key, PyRepr(k)));
       }
     }
-  } else if (x1.is<List>() && x2.is<List>()) {
+  } else if (x1.is<List>() && x2.template is<List>()) {
     List& l1 = x1.as<List>();
-    const List& l2 = x2.as<List>();
+    auto& l2 = x2.template as<List>();
     if (l1.size() != l2.size()) {
       Fail(ErrorKind::kInvalidArgument,
            "Cannot merge two lists with different lengths ({} and {}, encountered at level {})",
            l1.size(), l2.size(), PyTuple(key));
     }
-    for (size_t i = 0; i < l2.size(); ++i) MergeAt(l1[i], l2[i], Append(key, std::to_string(i)));
+    for (size_t i = 0; i < l2.size(); ++i) {
+      MergeAt(l1[i], pass(l2[i]), Append(key, std::to_string(i)));
+    }
   } else {
     Fail(ErrorKind::kInvalidArgument,
          "Duplicate non-dict and non-list values encountered: `{}` and `{}` (at level {})",
@@ -263,6 +275,8 @@ std::pair<Node, Node> ExtractMatching(const Node& x, const std::function<bool(co
 }
 
 void Merge(Node& x1, const Node& x2) { MergeAt(x1, x2, {}); }
+
+void Merge(Node& x1, Node&& x2) { MergeAt(x1, std::move(x2), {}); }
 
 TreeDiff Diff(const Node& x1, const Node& x2) {
   TreeDiff out;

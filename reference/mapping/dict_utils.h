@@ -19,6 +19,7 @@ std::pair<Node, Node> ExtractMatching(const Node& x, const std::function<bool(co
                                       bool return_lists_as_dicts = false);
 // merge(x1, x2) in place into x1; Megatron's messages for list length and duplicate leaves.
 void Merge(Node& x1, const Node& x2);
+void Merge(Node& x1, Node&& x2);  // the same, moving x2's pieces
 // diff: paths only in left, only in right, and mismatching leaves (tensors by
 // bytes, sharded leaves by data, JSON by value). Empty = equal.
 struct TreeDiff {

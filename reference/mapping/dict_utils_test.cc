@@ -92,6 +92,25 @@ TEST(MergeTest, MergesRecursively) {
   EXPECT_EQ(Keys(x1), "{a:{b:1,c:2},l:[{x:1,y:2}],n:3}");
 }
 
+TEST(MergeTest, MovingMergesAsCopying) {
+  Node base, x2;
+  base["a"]["b"] = J(1);
+  base["l"] = Node(List{Node(Dict{{"x", J(1)}})});
+  x2["a"]["c"] = Node(Arange({3}));
+  x2["l"] = Node(List{Node(Dict{{"y", J(2)}})});
+  x2["n"] = J(3);
+  Node copied = base, moved = base;
+  Merge(copied, x2);
+  Node source = x2;
+  Merge(moved, std::move(source));
+  EXPECT_EQ(Keys(moved), "{a:{b:1,c:T},l:[{x:1,y:2}],n:3}");
+  EXPECT_TRUE(Diff(moved, copied).empty());
+  Node bad;
+  bad["l"] = Node(List{J(1), J(2)});
+  EXPECT_EQ(ErrorMessage(ErrorKind::kInvalidArgument, [&] { Merge(moved, std::move(bad)); }),
+            "Cannot merge two lists with different lengths (1 and 2, encountered at level ('l',))");
+}
+
 TEST(MergeTest, MegatronMessages) {
   Node x1, x2;
   x1["l"] = Node(List{J(1)});
