@@ -115,7 +115,7 @@ TEST_F(VerifyTest, ThousandTensorsOpenNoDataFileAndTakeUnderOneSecond) {
 TEST_F(VerifyTest, RefusalsCarryTheLoadsMessage) {
   Scenario s = Scenario::FromFile(DISTCKPT_SOURCE_DIR "/scenarios/tensors.json");
   std::string dir = Save(s, "tp=2,pp=2", "tensors");
-  for (const std::string& t : {"tp=3", "tp=4,pp=2", "dp=3"}) {
+  for (const std::string t : {"tp=3", "tp=4,pp=2", "dp=3"}) {
     VerifyResult r = VerifyLoad(s, dir, t);
     StepReport load = LoadVerdict(s, "tp=2,pp=2", t, dir, s.strict);
     EXPECT_EQ(r.ok, load.ok) << t << ": " << r.error << " / " << load.error;
