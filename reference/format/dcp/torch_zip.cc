@@ -22,7 +22,11 @@ constexpr size_t kAlignment = 64;
 // `bytes` little-endian bytes of `value`; beyond its 8, zeros (runs of zero
 // fields are written as one wide PutLE(0, n)).
 void PutLE(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out += static_cast<char>(i < 8 ? (value >> (8 * i)) & 0xff : 0);
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(bytes));  // zeros beyond the value's 8 bytes
+  for (int i = 0; i < bytes && i < 8; ++i) {
+    out[at + static_cast<size_t>(i)] = static_cast<char>((value >> (8 * i)) & 0xff);
+  }
 }
 
 uint64_t GetLE(const std::byte* p, int bytes) {
