@@ -1,8 +1,11 @@
 #include "format/native/native_writer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 
 #include "core/error.h"
+#include "core/helper_pool.h"
 #include "format/native/block_checksums.h"
 #include "format/native/metadata_json.h"
 #include "io/checksum.h"
@@ -15,13 +18,56 @@ bool IsDataFileName(std::string_view name) { return IsRankFileName(name, ".bin")
 
 namespace {
 
-constexpr size_t kPieceBytes = 256 << 10;  // well inside a core's L2
+// Pieces hashed and written by one thread: well inside a core's L2.
+constexpr size_t kPieceBytes = 256 << 10;
+// Pieces when helpers hash: small enough that a helper, which takes tens of
+// microseconds to wake, still finds most of a 256 KiB chunk to hash.
+constexpr size_t kHelpedPieceBytes = 64 << 10;
 
 CheckpointMetadata NativeHeader() {
   CheckpointMetadata md;
   md.format = "native";
   md.format_version = kNativeFormatVersion;
   return md;
+}
+
+// Calls append(0), ..., append(pieces - 1) on this thread, each once hash(i)
+// has returned, while up to `helpers` pool threads call hash on the pieces
+// ahead. Every piece is hashed once, by whichever call claims it first; this
+// thread hashes one itself rather than wait for piece i while one is
+// unclaimed, and waits only for a helper that has claimed piece i (so has
+// started, and finishes). If append throws, the helpers stop after the piece
+// in hand and the exception passes on once they have returned.
+void AppendWhileHelpersHash(size_t pieces, int helpers, const std::function<void(size_t)>& hash,
+                            const std::function<void(size_t)>& append) {
+  std::vector<std::atomic<bool>> hashed(pieces);
+  std::atomic<size_t> next{0};  // the next piece to claim for hashing
+  auto hash_next = [&] {
+    const size_t i = next.fetch_add(1);
+    if (i >= pieces) return false;
+    hash(i);
+    hashed[i].store(true, std::memory_order_release);
+    hashed[i].notify_one();
+    return true;
+  };
+  RunWithHelpers(helpers, [&](size_t call) {
+    if (call != 0) {
+      while (hash_next()) {
+      }
+      return;
+    }
+    try {
+      for (size_t i = 0; i < pieces; ++i) {
+        while (!hashed[i].load(std::memory_order_acquire) && hash_next()) {
+        }
+        hashed[i].wait(false, std::memory_order_acquire);
+        append(i);
+      }
+    } catch (...) {
+      next = pieces;
+      throw;
+    }
+  });
 }
 
 }  // namespace
@@ -31,8 +77,9 @@ NativeWriter::NativeWriter(Env* env, std::string dir, int rank, int stream)
 
 // Version 3 chunks: one bound checksum per block (block_checksums.h),
 // computed piece by piece right before the write copies the piece, while it
-// is in the cache (one pass over memory instead of two), then written after
-// the payload; the chunk keeps their checksum.
+// is in the cache (one pass over memory instead of two), or for large chunks
+// by helpers while the writes go on; then written after the payload; the
+// chunk keeps their checksum.
 void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                               std::span<const std::byte> bytes) {
   chunk.offset = Append({});
@@ -40,19 +87,32 @@ void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
   chunk.block_checksums.clear();
   chunk.block_size = ChooseBlockSize(bytes.size());
   const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
-  sums_.clear();
-  sums_.reserve(BlockCount(bytes.size(), chunk.block_size));
-  // Pieces of whole blocks (the block size divides kPieceBytes or exceeds it).
-  const size_t piece_bytes = std::max<size_t>(kPieceBytes, chunk.block_size);
-  for (size_t done = 0; done < bytes.size(); done += piece_bytes) {
-    std::span<const std::byte> piece =
-        bytes.subspan(done, std::min(piece_bytes, bytes.size() - done));
-    for (size_t b = 0; b < piece.size(); b += chunk.block_size) {
-      sums_.push_back(
-          BlockChecksum(piece.subspan(b, std::min<size_t>(chunk.block_size, piece.size() - b)),
-                        seed, sums_.size()));
+  sums_.resize(BlockCount(bytes.size(), chunk.block_size));
+  const bool offload = helpers_ > 0 && bytes.size() >= kOffloadMinBytes;
+  // Pieces of whole blocks (the block size divides the piece size or exceeds it).
+  const size_t piece_bytes =
+      std::max<size_t>(offload ? kHelpedPieceBytes : kPieceBytes, chunk.block_size);
+  const size_t pieces = (bytes.size() + piece_bytes - 1) / piece_bytes;
+  auto piece = [&](size_t i) {
+    return bytes.subspan(i * piece_bytes, std::min(piece_bytes, bytes.size() - i * piece_bytes));
+  };
+  auto hash = [&](size_t i) {
+    std::span<const std::byte> data = piece(i);
+    const size_t first = i * piece_bytes / chunk.block_size;
+    for (size_t b = 0; b * chunk.block_size < data.size(); ++b) {
+      sums_[first + b] = BlockChecksum(
+          data.subspan(b * chunk.block_size,
+                       std::min<size_t>(chunk.block_size, data.size() - b * chunk.block_size)),
+          seed, first + b);
     }
-    Append(piece);
+  };
+  if (offload) {
+    AppendWhileHelpersHash(pieces, helpers_, hash, [&](size_t i) { Append(piece(i)); });
+  } else {
+    for (size_t i = 0; i < pieces; ++i) {
+      hash(i);
+      Append(piece(i));
+    }
   }
   AppendChecksums(std::as_bytes(std::span(sums_)));
   chunk.sums_checksum = SumsChecksum(sums_, seed);
