@@ -1,5 +1,5 @@
-// Backend-independent parts of Communicator: sub-groups, scalar reductions
-// and the AgreeOnOutcome verdict exchange.
+// Backend-independent parts of Communicator: sub-groups, scalar reductions,
+// the AgreeOnOutcome verdict exchange and a rank's share of the threads.
 #include "comm/communicator.h"
 
 #include <fmt/ranges.h>
@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <thread>
 
 #include "core/error.h"
 
@@ -88,6 +89,10 @@ void AgreeOnOutcome(Communicator& comm, const std::function<void()>& fn) {
                            fmt::join(ranks, ", "), text);
   }
   if (kind) throw CheckpointError(*kind, message);
+}
+
+int ThreadsPerRank(const Communicator& comm) {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.ranks_on_node());
 }
 
 }  // namespace distckpt

@@ -77,6 +77,10 @@ class Communicator {
 // `fn` must not issue collectives on `comm`.
 void AgreeOnOutcome(Communicator& comm, const std::function<void()>& fn);
 
+// This rank's share of its machine's hardware threads: hardware threads /
+// comm.ranks_on_node(), at least one (8 ranks on 2 cores get one each).
+int ThreadsPerRank(const Communicator& comm);
+
 }  // namespace distckpt
 
 #endif  // DISTCKPT_COMM_COMMUNICATOR_H_

@@ -1,9 +1,7 @@
 #include "engine/load.h"
 
-#include <algorithm>
 #include <chrono>
 #include <set>
-#include <thread>
 
 #include "core/error.h"
 #include "engine/global_validation.h"
@@ -64,8 +62,7 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
   // The ranks on this machine load at once: each takes its share of the
   // hardware threads as readers (8 ranks on 2 cores read with one each rather
   // than 16 threads contending for 2 cores).
-  const int readers = std::max<int>(
-      1, static_cast<int>(std::thread::hardware_concurrency()) / comm.ranks_on_node());
+  const int readers = ThreadsPerRank(comm);
   ReadShardsFn read = [&](const Node& sharded) {
     return ReadShardedState(*reader, sharded, options.verify, &result.summary, readers);
   };

@@ -45,8 +45,11 @@ void CompareCommonState(const nlohmann::json& common, Communicator& comm, SaveSu
 
 // Writes what this rank saves, in tree order. Device tensors are staged
 // through page-locked buffers, the next one's copy overlapping this one's
-// write (strategy/device_staging.h).
-CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, SaveSummary& summary) {
+// write (strategy/device_staging.h). With a thread to spare (`threads` > 1)
+// the writer hashes large chunks on a helper thread while it writes them;
+// one is enough for a hash that runs faster than the kernel's copy.
+CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, int threads,
+                                     SaveSummary& summary) {
   struct Item {
     const ShardedTensor* tensor = nullptr;  // else an object
     const ShardedObject* object = nullptr;
@@ -66,6 +69,7 @@ CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, Sav
   DeviceToHostPipeline staged(std::move(data), SharedStagingPool());
   std::unique_ptr<CheckpointWriter> writer =
       prepared.format->NewWriter(prepared.env, prepared.write_dir, rank);
+  writer->SetHelpers(threads > 1 ? 1 : 0);
   for (const Item& item : items) {
     if (const ShardedTensor* t = item.tensor) {
       writer->WriteTensorChunk(t->key, t->dtype, t->global_shape, t->GlobalBox(),
@@ -226,7 +230,9 @@ SaveSummary Save(const Node& state_dict, const std::string& dir, Communicator& c
   SaveSummary summary;
   PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, summary);
   CheckpointMetadata local;
-  AgreeOnOutcome(comm, [&] { local = WriteMainReplicas(prepared, comm.rank(), summary); });
+  AgreeOnOutcome(comm, [&] {
+    local = WriteMainReplicas(prepared, comm.rank(), ThreadsPerRank(comm), summary);
+  });
   CommitSave(std::move(local), prepared, dir, comm, options);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;

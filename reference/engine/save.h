@@ -16,6 +16,11 @@
 // plan cache, a save of an unchanged structure reuses the last one's plan
 // (strategy/plan_cache.h).
 //
+// A rank with a hardware thread to spare (ThreadsPerRank(comm) > 1: fewer
+// ranks on the machine than hardware threads) lends its writer one thread of
+// the helper pool (CheckpointWriter::SetHelpers): the native format hashes
+// large chunks on it while writing them.
+//
 // Thread-safety: one call per rank; ranks run concurrently.
 #ifndef DISTCKPT_ENGINE_SAVE_H_
 #define DISTCKPT_ENGINE_SAVE_H_

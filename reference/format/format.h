@@ -53,6 +53,13 @@ class CheckpointWriter {
   // Payload bytes written so far (chunks and objects; not a format's own
   // checksums that it stores beside them).
   virtual uint64_t bytes_written() const = 0;
+  // Threads of the process's helper pool (core/helper_pool.h) the writer
+  // may borrow for its own CPU work (native: hashing a large chunk while
+  // writing it); 0, the default, does everything on the calling thread. A
+  // rank that shares the machine's cores with other ranks passes at most its
+  // share less one (comm/communicator.h, ThreadsPerRank - 1). Formats
+  // without such work ignore it.
+  virtual void SetHelpers(int helpers) {}
 };
 
 // One read of part of a stored chunk into caller memory.

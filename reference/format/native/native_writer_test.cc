@@ -1,0 +1,139 @@
+// NativeWriter with helper threads hashing its large chunks: the same data
+// file, the same errors and no thread left behind. Round trips of the format
+// are in native_format_test.cc.
+#include "format/native/native_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "core/helper_pool.h"
+#include "format/native/block_checksums.h"
+#include "io/fault_env.h"
+#include "io/testing.h"
+
+namespace distckpt {
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+std::vector<std::byte> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> bytes(n);
+  for (std::byte& b : bytes) b = static_cast<std::byte>(rng());
+  return bytes;
+}
+
+// Writes the first `size` bytes of `data` as u8 tensor "t<i>" for each of
+// `sizes` with a writer of `helpers` helpers; returns its metadata.
+CheckpointMetadata WriteChunks(Env* env, const std::string& dir, const std::vector<size_t>& sizes,
+                               const std::vector<std::byte>& data, int helpers) {
+  NativeWriter writer(env, dir, /*rank=*/0);
+  writer.SetHelpers(helpers);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(sizes[i]);
+    writer.WriteTensorChunk("t" + std::to_string(i), DType::kU8, {n}, Box{{0}, {n}}, std::nullopt,
+                            std::span(data).first(sizes[i]));
+  }
+  return writer.Finish();
+}
+
+// The OS threads of this process.
+size_t ThreadCount() {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// Whether every thread of the helper pool joins a new call within 10 s.
+bool EveryHelperIsFree() {
+  std::atomic<int> started{0};
+  const int helpers = HelperPoolSize();
+  RunWithHelpers(helpers, [&](size_t call) {
+    if (call != 0) {
+      ++started;
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started < helpers && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+  });
+  return started == helpers;
+}
+
+class NativeWriterTest : public testing::Test {
+ protected:
+  std::string DataFile(const std::string& dir) const { return JoinPath(dir, DataFileName(0, 0)); }
+
+  ScopedTempDir tmp_;
+  const std::string alone_ = JoinPath(tmp_.path(), "alone");
+  const std::string helped_ = JoinPath(tmp_.path(), "helped");
+};
+
+// Chunks just below, at and above the size from which helpers hash, ending
+// inside a piece, on a piece or inside a block, among small chunks of small
+// blocks: with a helper the file and the metadata are the same as without.
+TEST_F(NativeWriterTest, HelpersWriteTheSameFile) {
+  const size_t min = NativeWriter::kOffloadMinBytes;
+  std::vector<size_t> sizes = {min - 1,         min, min + 1, 3 * min + 4096 + 7,
+                               5 * kMiB + 4096, 100, 5000,    70000};
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 12; ++i) {
+    sizes.push_back(min / 2 + rng() % (8 * min));
+    sizes.push_back(rng() % min);
+  }
+  std::set<uint64_t> block_sizes;
+  for (size_t size : sizes) block_sizes.insert(ChooseBlockSize(size));
+  EXPECT_GE(block_sizes.size(), 4u);
+  const std::vector<std::byte> data = RandomBytes(5 * kMiB + 4096, 1);
+  std::filesystem::create_directories(alone_);
+  std::filesystem::create_directories(helped_);
+
+  const CheckpointMetadata alone = WriteChunks(Env::Default(), alone_, sizes, data, 0);
+  const CheckpointMetadata helped = WriteChunks(Env::Default(), helped_, sizes, data, 1);
+  EXPECT_EQ(helped, alone);
+  const std::string want = ReadFileToString(Env::Default(), DataFile(alone_));
+  EXPECT_GT(want.size(), data.size());
+  EXPECT_TRUE(ReadFileToString(Env::Default(), DataFile(helped_)) == want);
+}
+
+// The disk fills up in the middle of a chunk that helpers hash: the same
+// error as without them, the same bytes written, and no thread still at work.
+TEST_F(NativeWriterTest, AFailedWriteWithHelpersThrowsTheSameError) {
+  const std::vector<std::byte> data = RandomBytes(8 * kMiB, 2);
+  std::filesystem::create_directories(alone_);
+  EXPECT_TRUE(EveryHelperIsFree());  // also starts the pool's threads
+  const size_t threads = ThreadCount();
+  std::string errors[2], files[2];
+  for (int helpers : {0, 1}) {
+    FaultInjectionEnv full_disk(Env::Default());
+    full_disk.FailWritesAfter(3 * kMiB + 12345);
+    try {
+      WriteChunks(&full_disk, alone_, {data.size()}, data, helpers);
+      ADD_FAILURE() << "no error with " << helpers << " helpers";
+    } catch (const CheckpointError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kIo);
+      errors[helpers] = e.what();
+    }
+    files[helpers] = ReadFileToString(Env::Default(), DataFile(alone_));
+    std::filesystem::remove(DataFile(alone_));
+  }
+  EXPECT_EQ(errors[1], errors[0]);
+  EXPECT_NE(errors[0], "");
+  EXPECT_EQ(files[0].size(), 3 * kMiB + 12345);
+  EXPECT_TRUE(files[1] == files[0]);
+  EXPECT_EQ(ThreadCount(), threads);
+  EXPECT_TRUE(EveryHelperIsFree());
+}
+
+}  // namespace
+}  // namespace distckpt
