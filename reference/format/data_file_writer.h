@@ -40,6 +40,7 @@ class DataFileWriter : public CheckpointWriter {
   // fdatasyncs and closes the data file; the writer accepts nothing after.
   CheckpointMetadata Finish() final;
   uint64_t bytes_written() const final { return bytes_written_; }
+  void SetHelpers(int helpers) final { helpers_ = helpers; }
 
  protected:
   // `metadata` carries the format's name and version; `file_name` is the
@@ -64,6 +65,8 @@ class DataFileWriter : public CheckpointWriter {
   // Appends bytes of the format's own (checksums), not counted in bytes_written.
   void AppendChecksums(std::span<const std::byte> bytes);
   int rank() const { return rank_; }
+  // Helper-pool threads the format may borrow for hashing (SetHelpers).
+  int helpers() const { return helpers_; }
 
  private:
   void CheckOpen() const;
@@ -75,6 +78,7 @@ class DataFileWriter : public CheckpointWriter {
   std::unique_ptr<WritableFile> file_;
   CheckpointMetadata metadata_;
   uint64_t bytes_written_ = 0;
+  int helpers_ = 0;
   bool finished_ = false;
 };
 

@@ -52,7 +52,7 @@ void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
       [&](uint64_t at, std::span<const std::byte> b) { Overwrite(*start + at, b); });
   const uint64_t data_offset =
       WriteTensorRecords(zip, tensor.dtype, shape, bytes, [&](const ZipWriter::Sink& sink) {
-        crc = DcpBlockCrcs(bytes, block_size, &blocks, sink);
+        crc = DcpBlockCrcs(bytes, block_size, &blocks, sink, helpers());
         return crc;
       });
   zip.Finish();

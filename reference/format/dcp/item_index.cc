@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "format/dcp/torch_zip.h"
+#include "format/hashed_writes.h"
 #include "io/checksum.h"
 
 namespace distckpt {
@@ -42,8 +43,33 @@ uint64_t DcpBlockCount(const DcpIndexEntry& entry) {
 
 uint32_t DcpBlockCrcs(std::span<const std::byte> data, uint32_t block_size,
                       std::vector<uint32_t>* blocks,
-                      const std::function<void(std::span<const std::byte>)>& each_piece) {
+                      const std::function<void(std::span<const std::byte>)>& each_piece,
+                      int helpers) {
   blocks->clear();
+  if (helpers > 0 && block_size > 0 && data.size() >= kHashOffloadMinBytes) {
+    // Pieces of whole blocks (a block is at most 4 KiB).
+    const size_t piece_bytes = std::max<size_t>(kHashedPieceBytes, block_size);
+    const size_t pieces = (data.size() + piece_bytes - 1) / piece_bytes;
+    blocks->resize((data.size() + block_size - 1) / block_size);
+    auto piece_span = [&](size_t begin, size_t end) {
+      return data.subspan(begin * piece_bytes,
+                          std::min(end * piece_bytes, data.size()) - begin * piece_bytes);
+    };
+    AppendWhileHelpersHash(
+        pieces, kMaxHashedRunBytes / piece_bytes, helpers,
+        [&](size_t i) {
+          const std::span<const std::byte> piece = piece_span(i, i + 1);
+          const size_t first = i * piece_bytes / block_size;
+          for (size_t b = 0; b * block_size < piece.size(); ++b) {
+            (*blocks)[first + b] = Crc32(piece.subspan(
+                b * block_size, std::min<size_t>(block_size, piece.size() - b * block_size)));
+          }
+        },
+        [&](size_t begin, size_t end) {
+          if (each_piece) each_piece(piece_span(begin, end));
+        });
+    return CombineBlockCrcs(*blocks, block_size, data.size());
+  }
   if (block_size > 0) blocks->reserve((data.size() + block_size - 1) / block_size);
   uint32_t crc = 0;
   for (size_t at = 0; at < data.size(); at += kPieceBytes) {

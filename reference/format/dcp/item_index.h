@@ -58,9 +58,14 @@ uint32_t DcpBlockSize(uint64_t row_bytes);
 // block_size is 0); returns the CRC32 of all of `data`, combined from the
 // blocks'. One pass: `each_piece`, when given, gets the data in order, in
 // pieces of 256 KiB, each right after it was hashed (still in the cache).
+// With `helpers` > 0, a record of blocks as large as kHashOffloadMinBytes
+// (format/hashed_writes.h) is hashed by helper-pool threads while
+// `each_piece` gets the pieces in order on this thread, in runs of those
+// already hashed: the same CRCs.
 uint32_t DcpBlockCrcs(std::span<const std::byte> data, uint32_t block_size,
                       std::vector<uint32_t>* blocks,
-                      const std::function<void(std::span<const std::byte>)>& each_piece = nullptr);
+                      const std::function<void(std::span<const std::byte>)>& each_piece = nullptr,
+                      int helpers = 0);
 
 // The CRC32 of a record of `data_size` bytes from its blocks' CRC32s.
 uint32_t CombineBlockCrcs(const std::vector<uint32_t>& blocks, uint32_t block_size,

@@ -8,6 +8,7 @@
 
 #include "core/error_testing.h"
 #include "format/dcp/torch_zip.h"
+#include "format/hashed_writes.h"
 
 namespace distckpt {
 namespace {
@@ -25,6 +26,32 @@ TEST(ItemIndexTest, BlockCrcsCombineToTheRecordCrc) {
   EXPECT_EQ(CombineBlockCrcs(blocks, 1024, data.size()), Crc32(AsBytes(data)));
   EXPECT_EQ(blocks[3], Crc32(AsBytes(data.substr(3072, 1024))));
   EXPECT_EQ(blocks[9], Crc32(AsBytes(data.substr(9216))));
+}
+
+// With helpers (from kHashOffloadMinBytes): the same block CRCs and record
+// CRC, and the data handed on in order, for sizes around the threshold and
+// partial last blocks.
+TEST(ItemIndexTest, HelpedBlockCrcsEqualTheWritersOwn) {
+  for (size_t size : {kHashOffloadMinBytes - 1, kHashOffloadMinBytes, kHashOffloadMinBytes + 1,
+                      kHashOffloadMinBytes + 3000, size_t{3} << 20}) {
+    std::string data(size, '\0');
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 31) ^ (i >> 11));
+    for (uint32_t block_size : {1024u, 4096u}) {
+      std::vector<uint32_t> alone, helped;
+      std::string seen;
+      const uint32_t crc = DcpBlockCrcs(AsBytes(data), block_size, &alone);
+      EXPECT_EQ(DcpBlockCrcs(
+                    AsBytes(data), block_size, &helped,
+                    [&](std::span<const std::byte> piece) {
+                      seen.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+                    },
+                    1),
+                crc)
+          << size;
+      EXPECT_EQ(helped, alone) << size << " " << block_size;
+      EXPECT_EQ(seen, data) << size;
+    }
+  }
 }
 
 TEST(ItemIndexTest, BlockCrcsHandTheDataOnInOrder) {

@@ -9,7 +9,7 @@
 //
 // Hashing: a chunk is hashed piece by piece on the writing thread, each
 // piece right before it is written, unless SetHelpers(n > 0) was called and
-// the chunk is large (kOffloadMinBytes): then helper-pool threads hash its
+// the chunk is large (format/hashed_writes.h): then helper-pool threads hash its
 // pieces while the writing thread writes them, in order, each once its
 // checksums are in, and hashes a piece itself rather than wait for one that
 // no helper has taken (so with no helper free it hashes everything, as
@@ -37,21 +37,13 @@ bool IsDataFileName(std::string_view name);
 
 class NativeWriter : public DataFileWriter {
  public:
-  // Chunks of at least this many bytes are hashed by helpers, when there
-  // are (measured in bench/README.md, "Hashing on a helper": smaller chunks
-  // gain less on tmpfs and lose on ext4).
-  static constexpr size_t kOffloadMinBytes = 512 << 10;
-
   NativeWriter(Env* env, std::string dir, int rank, int stream = 0);
-
-  void SetHelpers(int helpers) override { helpers_ = helpers; }
 
  private:
   void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                   std::span<const std::byte> bytes) override;
   void StoreObject(StoredObject& object, std::span<const std::byte> bytes) override;
 
-  int helpers_ = 0;
   std::vector<uint64_t> sums_;  // the current chunk's block checksums
 };
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/helper_pool.h"
+#include "format/hashed_writes.h"
 #include "format/native/block_checksums.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
@@ -83,7 +84,7 @@ class NativeWriterTest : public testing::Test {
 // inside a piece, on a piece or inside a block, among small chunks of small
 // blocks: with a helper the file and the metadata are the same as without.
 TEST_F(NativeWriterTest, HelpersWriteTheSameFile) {
-  const size_t min = NativeWriter::kOffloadMinBytes;
+  const size_t min = kHashOffloadMinBytes;
   std::vector<size_t> sizes = {min - 1,         min, min + 1, 3 * min + 4096 + 7,
                                5 * kMiB + 4096, 100, 5000,    70000};
   std::mt19937_64 rng(7);
