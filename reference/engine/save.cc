@@ -54,13 +54,14 @@ CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, int
     const ShardedTensor* tensor = nullptr;  // else an object
     const ShardedObject* object = nullptr;
     std::string payload{};
+    bool staged = false;  // device memory, copied through a staging buffer
   };
   std::vector<Item> items;
   std::vector<Tensor> data;  // of the tensor items, in order
   ForEachItemToWrite(
       prepared.sharded,
       [&](const ShardedTensor& t, const Tensor& bytes) {
-        items.push_back({.tensor = &t});
+        items.push_back({.tensor = &t, .staged = bytes.defined() && !bytes.device().is_cpu()});
         data.push_back(bytes);
       },
       [&](const ShardedObject& o, const std::string& payload) {
@@ -70,17 +71,27 @@ CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, int
   std::unique_ptr<CheckpointWriter> writer =
       prepared.format->NewWriter(prepared.env, prepared.write_dir, rank);
   writer->SetHelpers(threads > 1 ? 1 : 0);
+  // Consecutive host tensors go to the writer together (their bytes stay
+  // put); a staged device tensor's bytes last only until the next is taken.
+  std::vector<ChunkToWrite> batch;
+  auto write_batch = [&] {
+    writer->WriteTensorChunks(batch);
+    summary.chunks_written += batch.size();
+    batch.clear();
+  };
   for (const Item& item : items) {
     if (const ShardedTensor* t = item.tensor) {
-      writer->WriteTensorChunk(t->key, t->dtype, t->global_shape, t->GlobalBox(),
-                               t->flattened_range, staged.Next());
-      ++summary.chunks_written;
+      batch.push_back(
+          {&t->key, t->dtype, &t->global_shape, t->GlobalBox(), t->flattened_range, staged.Next()});
+      if (item.staged) write_batch();
     } else {
+      write_batch();
       const ShardedObject& o = *item.object;
       writer->WriteObject(o.key, o.UniqueKey(), o.global_shape, o.global_offset,
                           std::as_bytes(std::span(item.payload)));
     }
   }
+  write_batch();
   CheckpointMetadata local = writer->Finish();
   summary.bytes_written = writer->bytes_written();
   summary.bytes_staged = staged.bytes_copied();

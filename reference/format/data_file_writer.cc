@@ -48,11 +48,23 @@ void DataFileWriter::CheckOpen() const {
   }
 }
 
-uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
+WritableFile& DataFileWriter::File() {
   if (!file_) file_ = env_->NewWritableFile(JoinPath(dir_, file_name_));
-  const uint64_t offset = file_->size();
+  return *file_;
+}
+
+uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
+  const uint64_t offset = File().size();
   file_->Append(bytes);
   bytes_written_ += bytes.size();
+  return offset;
+}
+
+uint64_t DataFileWriter::AppendGathered(std::span<const std::span<const std::byte>> parts,
+                                        uint64_t payload_bytes) {
+  const uint64_t offset = File().size();
+  file_->AppendGathered(parts);
+  bytes_written_ += payload_bytes;
   return offset;
 }
 
@@ -65,10 +77,10 @@ void DataFileWriter::AppendChecksums(std::span<const std::byte> bytes) {
   bytes_written_ -= bytes.size();
 }
 
-StoredChunk DataFileWriter::WriteTensorChunk(const std::string& key, DType dtype,
-                                             const Shape& global_shape, const Box& box,
-                                             const std::optional<FlatRange>& flat,
-                                             std::span<const std::byte> bytes) {
+DataFileWriter::PendingChunk DataFileWriter::Prepare(const std::string& key, DType dtype,
+                                                     const Shape& global_shape, const Box& box,
+                                                     const std::optional<FlatRange>& flat,
+                                                     std::span<const std::byte> bytes) {
   CheckOpen();
   if (box.rank() != global_shape.size() || box.offset.size() != box.rank() ||
       !Contains(Box{Shape(global_shape.size(), 0), global_shape}, box)) {
@@ -100,9 +112,26 @@ StoredChunk DataFileWriter::WriteTensorChunk(const std::string& key, DType dtype
   }
   chunk.file = file_name_;
   chunk.writer_rank = rank_;
-  StoreChunk(tensor, chunk, bytes);
-  tensor.chunks.push_back(chunk);
-  return chunk;
+  return {&tensor, std::move(chunk), bytes};
+}
+
+StoredChunk DataFileWriter::WriteTensorChunk(const std::string& key, DType dtype,
+                                             const Shape& global_shape, const Box& box,
+                                             const std::optional<FlatRange>& flat,
+                                             std::span<const std::byte> bytes) {
+  PendingChunk pending = Prepare(key, dtype, global_shape, box, flat, bytes);
+  StoreChunk(*pending.tensor, pending.chunk, bytes);
+  pending.tensor->chunks.push_back(pending.chunk);
+  return pending.chunk;
+}
+
+void DataFileWriter::WriteTensorChunks(std::span<const ChunkToWrite> chunks) {
+  std::vector<PendingChunk> pending;
+  pending.reserve(chunks.size());
+  for (const ChunkToWrite& c : chunks)
+    pending.push_back(Prepare(*c.key, c.dtype, *c.global_shape, c.box, c.flat, c.bytes));
+  StoreChunks(pending);
+  for (PendingChunk& p : pending) p.tensor->chunks.push_back(std::move(p.chunk));
 }
 
 StoredObject DataFileWriter::WriteObject(const std::string& key, const std::string& unique_key,

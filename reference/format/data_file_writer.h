@@ -34,6 +34,7 @@ class DataFileWriter : public CheckpointWriter {
   StoredChunk WriteTensorChunk(const std::string& key, DType dtype, const Shape& global_shape,
                                const Box& box, const std::optional<FlatRange>& flat,
                                std::span<const std::byte> bytes) final;
+  void WriteTensorChunks(std::span<const ChunkToWrite> chunks) final;
   StoredObject WriteObject(const std::string& key, const std::string& unique_key,
                            const Shape& global_shape, const Shape& global_offset,
                            std::span<const std::byte> bytes) final;
@@ -52,6 +53,17 @@ class DataFileWriter : public CheckpointWriter {
   // chunk.offset (and checksum, if the format keeps one).
   virtual void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                           std::span<const std::byte> bytes) = 0;
+  // A chunk checked and recorded, to be stored.
+  struct PendingChunk {
+    StoredTensor* tensor = nullptr;  // in the metadata (formats only read it)
+    StoredChunk chunk;
+    std::span<const std::byte> bytes;
+  };
+  // Stores the chunks in order, each as StoreChunk does; a format may
+  // override it to work across chunks (the file must come out the same).
+  virtual void StoreChunks(std::span<PendingChunk> chunks) {
+    for (PendingChunk& c : chunks) StoreChunk(*c.tensor, c.chunk, c.bytes);
+  }
   // Appends the object's payload and sets object.offset and length (and checksum).
   virtual void StoreObject(StoredObject& object, std::span<const std::byte> bytes) = 0;
   // Called by Finish, before the data file is synced, when it holds items
@@ -60,6 +72,11 @@ class DataFileWriter : public CheckpointWriter {
 
   // Appends payload bytes to the data file; returns the offset they start at.
   uint64_t Append(std::span<const std::byte> bytes);
+  // Appends `parts` in order in gathered writes, of which `payload_bytes`
+  // are payload (the rest the format's checksums); returns the offset they
+  // start at.
+  uint64_t AppendGathered(std::span<const std::span<const std::byte>> parts,
+                          uint64_t payload_bytes);
   // Overwrites bytes already appended, at `offset` of the data file.
   void Overwrite(uint64_t offset, std::span<const std::byte> bytes);
   // Appends bytes of the format's own (checksums), not counted in bytes_written.
@@ -70,6 +87,11 @@ class DataFileWriter : public CheckpointWriter {
 
  private:
   void CheckOpen() const;
+  // Checks a chunk against its tensor (recording the tensor on first use).
+  PendingChunk Prepare(const std::string& key, DType dtype, const Shape& global_shape,
+                       const Box& box, const std::optional<FlatRange>& flat,
+                       std::span<const std::byte> bytes);
+  WritableFile& File();
 
   Env* const env_;
   const std::string dir_;

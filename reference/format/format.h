@@ -35,6 +35,17 @@
 
 namespace distckpt {
 
+// One chunk of CheckpointWriter::WriteTensorChunks: WriteTensorChunk's
+// arguments (the key and global shape by pointer, alive for the call).
+struct ChunkToWrite {
+  const std::string* key = nullptr;
+  DType dtype{};
+  const Shape* global_shape = nullptr;
+  Box box;
+  std::optional<FlatRange> flat;
+  std::span<const std::byte> bytes;
+};
+
 class CheckpointWriter {
  public:
   virtual ~CheckpointWriter() = default;
@@ -45,6 +56,14 @@ class CheckpointWriter {
                                        const Shape& global_shape, const Box& box,
                                        const std::optional<FlatRange>& flat,
                                        std::span<const std::byte> bytes) = 0;
+  // WriteTensorChunk of each chunk in order, with the same result; every
+  // chunk's bytes stay valid for the whole call, so a format may work on
+  // later chunks while it writes earlier ones (native: helpers hash small
+  // chunks ahead of the writes, which gather several chunks per system call).
+  virtual void WriteTensorChunks(std::span<const ChunkToWrite> chunks) {
+    for (const ChunkToWrite& c : chunks)
+      WriteTensorChunk(*c.key, c.dtype, *c.global_shape, c.box, c.flat, c.bytes);
+  }
   virtual StoredObject WriteObject(const std::string& key, const std::string& unique_key,
                                    const Shape& global_shape, const Shape& global_offset,
                                    std::span<const std::byte> bytes) = 0;

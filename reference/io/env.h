@@ -24,6 +24,11 @@ class WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual void Append(std::span<const std::byte> data) = 0;
+  // Appends `parts` in order, as Append of each would (POSIX: one writev per
+  // up to IOV_MAX parts instead of a system call each).
+  virtual void AppendGathered(std::span<const std::span<const std::byte>> parts) {
+    for (std::span<const std::byte> part : parts) Append(part);
+  }
   // Overwrites bytes already appended: [offset, offset + data.size()) must
   // lie below size() (a format patching a header once it knows the data).
   virtual void WriteAt(uint64_t offset, std::span<const std::byte> data) = 0;

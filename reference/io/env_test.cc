@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <random>
 #include <thread>
 
 #include "io/fault_env.h"
@@ -51,6 +54,62 @@ TEST(PosixEnvTest, AppendsAndReadsBack) {
   in->Read(6, std::as_writable_bytes(std::span(got.data(), got.size())));
   EXPECT_EQ(got, "world");
   EXPECT_EQ(ReadFileToString(env, path), "hello world");
+}
+
+// More parts than one writev takes (IOV_MAX), of random sizes, empty ones
+// among them: the file is their concatenation.
+TEST(PosixEnvTest, AppendGatheredWritesThePartsInOrder) {
+  ScopedTempDir tmp;
+  const std::string path = JoinPath(tmp.path(), "f");
+  std::mt19937 rng(3);
+  std::vector<std::string> strings(3000);
+  std::string want = "head";
+  for (std::string& s : strings) {
+    s.resize(rng() % 4 == 0 ? 0 : rng() % 5000);
+    for (char& c : s) c = static_cast<char>(rng());
+  }
+  std::vector<std::span<const std::byte>> parts;
+  for (const std::string& s : strings) {
+    parts.push_back(Bytes(s));
+    want += s;
+  }
+  std::unique_ptr<WritableFile> file = Env::Default()->NewWritableFile(path);
+  file->Append(Bytes("head"));
+  file->AppendGathered(parts);
+  EXPECT_EQ(file->size(), want.size());
+  file->AppendGathered({});
+  file->Close();
+  EXPECT_GT(want.size(), 4000000u);
+  EXPECT_TRUE(ReadFileToString(Env::Default(), path) == want);
+}
+
+// A file size limit cuts a gathered write short in the middle of a part:
+// the bytes before the limit are in the file, in order, and the next write
+// fails naming the path.
+TEST(PosixEnvTest, AppendGatheredReportsAShortWriteThenTheError) {
+  ScopedTempDir tmp;
+  const std::string path = JoinPath(tmp.path(), "f");
+  const std::string a(3000, 'a'), b(5000, 'b'), c(100, 'c');
+  std::vector<std::span<const std::byte>> parts = {Bytes(a), Bytes(b), Bytes(c)};
+  std::unique_ptr<WritableFile> file = Env::Default()->NewWritableFile(path);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit limited = old;
+  limited.rlim_cur = 4096;
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  std::string error;
+  try {
+    file->AppendGathered(parts);
+  } catch (const CheckpointError& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  EXPECT_EQ(file->size(), 4096u);
+  file->Close();
+  EXPECT_EQ(ReadFileToString(Env::Default(), path), a + std::string(1096, 'b'));
 }
 
 TEST(PosixEnvTest, WriteAtOverwritesAppendedBytes) {

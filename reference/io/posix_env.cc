@@ -2,12 +2,15 @@
 // loop over EINTR and short transfers.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "core/error.h"
 #include "io/env.h"
@@ -45,6 +48,34 @@ class PosixWritableFile : public WritableFile {
       p += n;
       left -= static_cast<size_t>(n);
       size_ += static_cast<uint64_t>(n);
+    }
+  }
+
+  void AppendGathered(std::span<const std::span<const std::byte>> parts) override {
+    std::vector<iovec> iov;
+    iov.reserve(std::min<size_t>(parts.size(), IOV_MAX));
+    size_t next = 0;  // parts[next] is the first not yet in iov
+    while (next < parts.size() || !iov.empty()) {
+      while (next < parts.size() && iov.size() < IOV_MAX) {
+        std::span<const std::byte> part = parts[next++];
+        if (!part.empty()) iov.push_back({const_cast<std::byte*>(part.data()), part.size()});
+      }
+      if (iov.empty()) break;
+      ssize_t n = ::writev(fd_, iov.data(), static_cast<int>(iov.size()));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        FailIo("write", path_, errno);
+      }
+      size_ += static_cast<uint64_t>(n);
+      // Drop what was written: whole iovecs, then the front of a partial one.
+      auto written = static_cast<size_t>(n);
+      size_t whole = 0;
+      while (whole < iov.size() && written >= iov[whole].iov_len) written -= iov[whole++].iov_len;
+      iov.erase(iov.begin(), iov.begin() + static_cast<ptrdiff_t>(whole));
+      if (written > 0) {
+        iov.front().iov_base = static_cast<std::byte*>(iov.front().iov_base) + written;
+        iov.front().iov_len -= written;
+      }
     }
   }
 

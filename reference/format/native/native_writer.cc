@@ -19,6 +19,17 @@ namespace {
 
 // Pieces hashed and written by one thread: well inside a core's L2.
 constexpr size_t kPieceBytes = 256 << 10;
+// The checksums of the blocks of `data`, which starts at block `first` of
+// its chunk, into out[first...].
+void HashBlocks(std::span<const std::byte> data, uint64_t block_size, uint64_t seed, size_t first,
+                std::span<uint64_t> out) {
+  for (size_t b = 0; b * block_size < data.size(); ++b) {
+    out[first + b] = BlockChecksum(
+        data.subspan(b * block_size, std::min<size_t>(block_size, data.size() - b * block_size)),
+        seed, first + b);
+  }
+}
+
 CheckpointMetadata NativeHeader() {
   CheckpointMetadata md;
   md.format = "native";
@@ -55,14 +66,8 @@ void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                          std::min(end * piece_bytes, bytes.size()) - begin * piece_bytes);
   };
   auto hash = [&](size_t i) {
-    std::span<const std::byte> data = pieces_bytes(i, i + 1);
-    const size_t first = i * piece_bytes / chunk.block_size;
-    for (size_t b = 0; b * chunk.block_size < data.size(); ++b) {
-      sums_[first + b] = BlockChecksum(
-          data.subspan(b * chunk.block_size,
-                       std::min<size_t>(chunk.block_size, data.size() - b * chunk.block_size)),
-          seed, first + b);
-    }
+    HashBlocks(pieces_bytes(i, i + 1), chunk.block_size, seed, i * piece_bytes / chunk.block_size,
+               sums_);
   };
   if (offload) {
     AppendWhileHelpersHash(pieces, kMaxHashedRunBytes / piece_bytes, helpers(), hash,
@@ -75,6 +80,69 @@ void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
   }
   AppendChecksums(std::as_bytes(std::span(sums_)));
   chunk.sums_checksum = SumsChecksum(sums_, seed);
+}
+
+void NativeWriter::StoreChunks(std::span<PendingChunk> chunks) {
+  size_t i = 0;
+  while (i < chunks.size()) {
+    size_t end = i;  // [i, end): small chunks
+    while (end < chunks.size() && chunks[end].bytes.size() < kHashOffloadMinBytes) ++end;
+    if (helpers() > 0 && end - i >= 2) {
+      StoreSmallChunks(chunks.subspan(i, end - i));
+    } else {
+      for (size_t k = i; k < end; ++k)
+        StoreChunk(*chunks[k].tensor, chunks[k].chunk, chunks[k].bytes);
+    }
+    if (end < chunks.size()) StoreChunk(*chunks[end].tensor, chunks[end].chunk, chunks[end].bytes);
+    i = end + 1;
+  }
+}
+
+// The same bytes as StoreChunk of each in turn: payload, then its sums.
+void NativeWriter::StoreSmallChunks(std::span<PendingChunk> chunks) {
+  struct Sums {
+    uint64_t seed;
+    size_t first;  // in sums_
+    size_t count;
+  };
+  std::vector<Sums> sums(chunks.size());
+  size_t total = 0, payload = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    StoredChunk& chunk = chunks[i].chunk;
+    chunk.checksum.reset();
+    chunk.block_checksums.clear();
+    chunk.block_size = ChooseBlockSize(chunks[i].bytes.size());
+    sums[i] = {ChunkBindingSeed(chunks[i].tensor->key, chunks[i].tensor->dtype, chunk), total,
+               BlockCount(chunks[i].bytes.size(), chunk.block_size)};
+    total += sums[i].count;
+    payload += chunks[i].bytes.size();
+  }
+  sums_.resize(total);
+  auto chunk_sums = [&](size_t i) {
+    return std::span(sums_).subspan(sums[i].first, sums[i].count);
+  };
+  auto hash = [&](size_t i) {  // on this thread or a helper
+    HashBlocks(chunks[i].bytes, chunks[i].chunk.block_size, sums[i].seed, 0, chunk_sums(i));
+    chunks[i].chunk.sums_checksum = SumsChecksum(chunk_sums(i), sums[i].seed);
+  };
+  // Runs of about kMaxHashedRunBytes (two parts a chunk in one gathered write).
+  const size_t run =
+      std::clamp<size_t>(kMaxHashedRunBytes * chunks.size() / std::max<size_t>(payload, 1), 1, 512);
+  std::vector<std::span<const std::byte>> parts;
+  AppendWhileHelpersHash(chunks.size(), run, helpers(), hash, [&](size_t begin, size_t end) {
+    parts.clear();
+    uint64_t run_payload = 0;
+    for (size_t i = begin; i < end; ++i) {
+      parts.push_back(chunks[i].bytes);
+      parts.push_back(std::as_bytes(chunk_sums(i)));
+      run_payload += chunks[i].bytes.size();
+    }
+    uint64_t offset = AppendGathered(parts, run_payload);
+    for (size_t i = begin; i < end; ++i) {
+      chunks[i].chunk.offset = offset;
+      offset += chunks[i].bytes.size() + chunk_sums(i).size_bytes();
+    }
+  });
 }
 
 void NativeWriter::StoreObject(StoredObject& object, std::span<const std::byte> bytes) {

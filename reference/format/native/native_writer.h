@@ -13,8 +13,11 @@
 // pieces while the writing thread writes them, in order, each once its
 // checksums are in, and hashes a piece itself rather than wait for one that
 // no helper has taken (so with no helper free it hashes everything, as
-// without helpers). The file is the same either way. An I/O error stops the
-// helpers and is thrown once they have returned.
+// without helpers). Chunks smaller than that, handed over together
+// (WriteTensorChunks), are hashed ahead by helpers chunk by chunk while the
+// writing thread writes runs of hashed chunks, each run's payloads and
+// checksums in one gathered write. The file is the same either way. An I/O
+// error stops the helpers and is thrown once they have returned.
 //
 // Thread-safety: a writer belongs to one rank and is used by one thread
 // (which may borrow helper threads during a WriteTensorChunk).
@@ -42,9 +45,12 @@ class NativeWriter : public DataFileWriter {
  private:
   void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                   std::span<const std::byte> bytes) override;
+  void StoreChunks(std::span<PendingChunk> chunks) override;
   void StoreObject(StoredObject& object, std::span<const std::byte> bytes) override;
+  // Small chunks hashed ahead by helpers (at least two chunks).
+  void StoreSmallChunks(std::span<PendingChunk> chunks);
 
-  std::vector<uint64_t> sums_;  // the current chunk's block checksums
+  std::vector<uint64_t> sums_;  // the current chunk's (or chunks') block checksums
 };
 
 }  // namespace distckpt

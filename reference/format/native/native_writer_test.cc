@@ -30,16 +30,30 @@ std::vector<std::byte> RandomBytes(size_t n, uint64_t seed) {
   return bytes;
 }
 
-// Writes the first `size` bytes of `data` as u8 tensor "t<i>" for each of
-// `sizes` with a writer of `helpers` helpers; returns its metadata.
+// Writes `sizes[i]` bytes of `data` (from offset i) as u8 tensor "t<i>" with
+// a writer of `helpers` helpers, one WriteTensorChunk each or all in one
+// WriteTensorChunks (`together`); returns its metadata.
 CheckpointMetadata WriteChunks(Env* env, const std::string& dir, const std::vector<size_t>& sizes,
-                               const std::vector<std::byte>& data, int helpers) {
+                               const std::vector<std::byte>& data, int helpers,
+                               bool together = false) {
   NativeWriter writer(env, dir, /*rank=*/0);
   writer.SetHelpers(helpers);
+  std::vector<std::string> keys;
+  std::vector<Shape> shapes;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t n = static_cast<int64_t>(sizes[i]);
-    writer.WriteTensorChunk("t" + std::to_string(i), DType::kU8, {n}, Box{{0}, {n}}, std::nullopt,
-                            std::span(data).first(sizes[i]));
+    keys.push_back("t" + std::to_string(i));
+    shapes.push_back({static_cast<int64_t>(sizes[i])});
+  }
+  std::vector<ChunkToWrite> chunks;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    chunks.push_back({&keys[i], DType::kU8, &shapes[i], Box{{0}, shapes[i]}, std::nullopt,
+                      std::span(data).subspan(i % 64, sizes[i])});
+  }
+  if (together) {
+    writer.WriteTensorChunks(chunks);
+  } else {
+    for (const ChunkToWrite& c : chunks)
+      writer.WriteTensorChunk(*c.key, c.dtype, *c.global_shape, c.box, c.flat, c.bytes);
   }
   return writer.Finish();
 }
@@ -95,23 +109,64 @@ TEST_F(NativeWriterTest, HelpersWriteTheSameFile) {
   std::set<uint64_t> block_sizes;
   for (size_t size : sizes) block_sizes.insert(ChooseBlockSize(size));
   EXPECT_GE(block_sizes.size(), 4u);
-  const std::vector<std::byte> data = RandomBytes(5 * kMiB + 4096, 1);
+  const std::vector<std::byte> data = RandomBytes(5 * kMiB + 4096 + 64, 1);
   std::filesystem::create_directories(alone_);
-  std::filesystem::create_directories(helped_);
-
   const CheckpointMetadata alone = WriteChunks(Env::Default(), alone_, sizes, data, 0);
-  const CheckpointMetadata helped = WriteChunks(Env::Default(), helped_, sizes, data, 1);
-  EXPECT_EQ(helped, alone);
   const std::string want = ReadFileToString(Env::Default(), DataFile(alone_));
-  EXPECT_GT(want.size(), data.size());
-  EXPECT_TRUE(ReadFileToString(Env::Default(), DataFile(helped_)) == want);
+  EXPECT_GT(want.size(), 5 * kMiB);
+  for (bool together : {false, true}) {
+    SCOPED_TRACE(together ? "together" : "one by one");
+    std::filesystem::remove_all(helped_);
+    std::filesystem::create_directories(helped_);
+    const CheckpointMetadata helped =
+        WriteChunks(Env::Default(), helped_, sizes, data, 1, together);
+    EXPECT_EQ(helped, alone);
+    EXPECT_TRUE(ReadFileToString(Env::Default(), DataFile(helped_)) == want);
+  }
 }
 
-// The disk fills up in the middle of a chunk that helpers hash: the same
-// error as without them, the same bytes written, and no thread still at work.
-TEST_F(NativeWriterTest, AFailedWriteWithHelpersThrowsTheSameError) {
-  const std::vector<std::byte> data = RandomBytes(8 * kMiB, 2);
+// Many small chunks handed over together (runs of them hashed ahead by
+// helpers, each run one gathered write), empty ones and large ones among
+// them: the same file and metadata as one by one without helpers.
+TEST_F(NativeWriterTest, SmallChunksTogetherWriteTheSameFile) {
+  std::mt19937_64 rng(11);
+  std::vector<size_t> sizes;
+  size_t runs_of_small = 0, small = 0;
+  for (int i = 0; i < 700; ++i) {
+    const uint64_t kind = rng() % 20;
+    const size_t size = kind == 0   ? 0
+                        : kind == 1 ? kHashOffloadMinBytes + rng() % kMiB
+                        : kind < 8  ? 1 + rng() % 64
+                                    : 1 + rng() % (kHashOffloadMinBytes - 1);
+    runs_of_small +=
+        size < kHashOffloadMinBytes && (sizes.empty() || sizes.back() >= kHashOffloadMinBytes);
+    small += size < kHashOffloadMinBytes;
+    sizes.push_back(size);
+  }
+  EXPECT_GE(runs_of_small, 10u);  // runs between large chunks
+  EXPECT_GE(small, 600u);
+  const std::vector<std::byte> data = RandomBytes(kHashOffloadMinBytes + kMiB + 64, 3);
   std::filesystem::create_directories(alone_);
+  const CheckpointMetadata alone = WriteChunks(Env::Default(), alone_, sizes, data, 0);
+  const std::string want = ReadFileToString(Env::Default(), DataFile(alone_));
+  for (int helpers : {0, 1, 2}) {
+    SCOPED_TRACE(helpers);
+    std::filesystem::remove_all(helped_);
+    std::filesystem::create_directories(helped_);
+    const CheckpointMetadata helped =
+        WriteChunks(Env::Default(), helped_, sizes, data, helpers, /*together=*/true);
+    EXPECT_EQ(helped, alone);
+    EXPECT_TRUE(ReadFileToString(Env::Default(), DataFile(helped_)) == want);
+  }
+}
+
+// Writes `sizes` on a disk that fills up after 3 MiB + 12345 bytes, without
+// helpers and with one (handing the chunks over together when `together`):
+// the same I/O error and bytes, and no thread still at work after.
+void ExpectTheSameFailure(const std::string& dir, const std::vector<size_t>& sizes,
+                          const std::vector<std::byte>& data, bool together) {
+  const std::string file = JoinPath(dir, DataFileName(0, 0));
+  std::filesystem::create_directories(dir);
   EXPECT_TRUE(EveryHelperIsFree());  // also starts the pool's threads
   const size_t threads = ThreadCount();
   std::string errors[2], files[2];
@@ -119,14 +174,14 @@ TEST_F(NativeWriterTest, AFailedWriteWithHelpersThrowsTheSameError) {
     FaultInjectionEnv full_disk(Env::Default());
     full_disk.FailWritesAfter(3 * kMiB + 12345);
     try {
-      WriteChunks(&full_disk, alone_, {data.size()}, data, helpers);
+      WriteChunks(&full_disk, dir, sizes, data, helpers, together && helpers > 0);
       ADD_FAILURE() << "no error with " << helpers << " helpers";
     } catch (const CheckpointError& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kIo);
       errors[helpers] = e.what();
     }
-    files[helpers] = ReadFileToString(Env::Default(), DataFile(alone_));
-    std::filesystem::remove(DataFile(alone_));
+    files[helpers] = ReadFileToString(Env::Default(), file);
+    std::filesystem::remove(file);
   }
   EXPECT_EQ(errors[1], errors[0]);
   EXPECT_NE(errors[0], "");
@@ -134,6 +189,18 @@ TEST_F(NativeWriterTest, AFailedWriteWithHelpersThrowsTheSameError) {
   EXPECT_TRUE(files[1] == files[0]);
   EXPECT_EQ(ThreadCount(), threads);
   EXPECT_TRUE(EveryHelperIsFree());
+}
+
+// The disk fills up in the middle of a chunk that helpers hash.
+TEST_F(NativeWriterTest, AFailedWriteWithHelpersThrowsTheSameError) {
+  const std::vector<std::byte> data = RandomBytes(8 * kMiB, 2);
+  ExpectTheSameFailure(alone_, {data.size() - 64}, data, /*together=*/false);
+}
+
+// The same with small chunks hashed ahead and written in gathered writes.
+TEST_F(NativeWriterTest, AFailedWriteOfSmallChunksTogetherThrowsTheSameError) {
+  ExpectTheSameFailure(alone_, std::vector<size_t>(200, 40000), RandomBytes(40000 + 64, 4),
+                       /*together=*/true);
 }
 
 }  // namespace
