@@ -206,9 +206,11 @@ int main(int argc, char** argv) {
                       "strict handling mode (default: the spec's)");
   std::string dump_dir, dump_key, dump_out;
   CLI::App* dump =
-      app.add_subcommand("dump", "write one global tensor (little-endian, stored dtype) to a file");
+      app.add_subcommand("dump",
+                         "write one global tensor (little-endian, stored dtype), or one object "
+                         "as stored, to a file");
   dump->add_option("dir", dump_dir, "checkpoint directory (native or DCP)")->required();
-  dump->add_option("key", dump_key, "tensor key")->required();
+  dump->add_option("key", dump_key, "tensor key, or an object's unique key")->required();
   dump->add_option("--out,-o", dump_out, "output file")->required();
 
   std::string verl_src, verl_dir, verl_format = "native";

@@ -25,6 +25,11 @@ struct SaveOptions {
   std::string topology;    // recorded in the metadata
   nlohmann::json content_metadata =
       nullptr;  // Megatron's content_metadata (common['content_metadata'])
+  // The common state as a checkpoint stored it (CheckpointReader::CommonRecord):
+  // a format keeping the common state as an object (Format::CommonStateAsObject)
+  // of the record's encoding writes these bytes while the common state saved
+  // equals the record's value (a reshard keeps Python values JSON would change).
+  std::shared_ptr<const ObjectRecord> common_record;
 
   // How the writing is spread (plain or fully parallel over a group), the
   // plan cache, and SaveAsync's writers (strategy/strategy.h).

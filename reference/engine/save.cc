@@ -59,7 +59,7 @@ CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, int
   std::vector<Item> items;
   std::vector<Tensor> data;  // of the tensor items, in order
   ForEachItemToWrite(
-      prepared.sharded,
+      prepared.sharded, *prepared.format,
       [&](const ShardedTensor& t, const Tensor& bytes) {
         items.push_back({.tensor = &t, .staged = bytes.defined() && !bytes.device().is_cpu()});
         data.push_back(bytes);
@@ -125,8 +125,8 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
       // object (common_state/shard_0_1), written with its data.
       // (Its path in the state dict is not stored; it cannot meet a user's.)
       if (!prepared.sharded.is<Dict>()) prepared.sharded = Node(Dict{});
-      prepared.sharded.as<Dict>()["\x01common_state"] =
-          Node(ShardedObject{kCommonStateKey, prepared.common, {1}, {0}});
+      prepared.sharded.as<Dict>()["\x01common_state"] = Node(
+          ShardedObject{kCommonStateKey, prepared.common, {1}, {0}, {0}, options.common_record});
     }
   });
   PlanCache* cache = options.strategy.cache;
@@ -162,8 +162,10 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
 }
 
 void ForEachItemToWrite(
-    const Node& sharded, const std::function<void(const ShardedTensor&, const Tensor&)>& tensor,
+    const Node& sharded, const Format& format,
+    const std::function<void(const ShardedTensor&, const Tensor&)>& tensor,
     const std::function<void(const ShardedObject&, const std::string&)>& object) {
+  const std::string_view encoding = format.ObjectRecordEncoding();
   ForEachLeaf(sharded, [&](const NodePath&, const Node& leaf) {
     if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) {
       if (t->LocalNumel() > 0) {
@@ -176,7 +178,13 @@ void ForEachItemToWrite(
         tensor(*t, Tensor());
       }
     } else if (const ShardedObject* o = leaf.get_if<ShardedObject>()) {
-      if (IsMainReplica(o->replica_id)) object(*o, o->data.dump());
+      if (!IsMainReplica(o->replica_id)) return;
+      const ObjectRecord* record = o->UnchangedRecord();
+      if (record && !encoding.empty() && record->encoding == encoding) {
+        object(*o, record->bytes);  // as stored: what JSON would lose is kept
+      } else {
+        object(*o, o->data.dump());
+      }
     }
   });
 }

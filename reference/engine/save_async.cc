@@ -30,7 +30,7 @@ std::shared_ptr<WriterJob> StageAndStartWriters(const PreparedSave& prepared, in
   };
   std::vector<Pending> pending;
   ForEachItemToWrite(
-      prepared.sharded,
+      prepared.sharded, *prepared.format,
       [&](const ShardedTensor& t, const Tensor& data) {
         Pending& p = pending.emplace_back();
         p.item.key = t.key;
@@ -107,7 +107,7 @@ AsyncSave SaveAsync(const Node& state_dict, const std::string& dir, Communicator
   // blocking path).
   ForEachLeaf(prepared.sharded, [](const NodePath&, Node& leaf) {
     if (ShardedTensor* t = leaf.get_if<ShardedTensor>()) t->data = Tensor();
-    if (ShardedObject* o = leaf.get_if<ShardedObject>()) o->data = nullptr;
+    if (ShardedObject* o = leaf.get_if<ShardedObject>()) *o = o->WithoutData();
   });
   summary->blocking_seconds = SecondsSince(start);
 

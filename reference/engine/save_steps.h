@@ -45,11 +45,13 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
 // data, on any device), and with an undefined Tensor for every shard, main replica or not, of a
 // tensor of no elements (so the checkpoint records its key, dtype and global
 // shape; the commit keeps one chunk per offset), and
-// `object` for every main-replica ShardedObject (with its serialized payload)
-// of a prepared tree: exactly what this rank writes, in tree order. Other
-// empty shards are skipped.
+// `object` for every main-replica ShardedObject (with its payload: the bytes
+// of its unchanged record when `format` stores that encoding, else its data
+// as JSON text) of a prepared tree: exactly what this rank writes, in tree
+// order. Other empty shards are skipped.
 void ForEachItemToWrite(
-    const Node& sharded, const std::function<void(const ShardedTensor&, const Tensor&)>& tensor,
+    const Node& sharded, const Format& format,
+    const std::function<void(const ShardedTensor&, const Tensor&)>& tensor,
     const std::function<void(const ShardedObject&, const std::string&)>& object);
 
 // Gathers `local` (what this rank wrote, fsync'd) from every rank; the

@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "format/checkpoint_metadata.h"
 #include "io/env.h"
+#include "mapping/sharded_object.h"
 
 namespace distckpt {
 
@@ -64,6 +65,8 @@ class CheckpointWriter {
     for (const ChunkToWrite& c : chunks)
       WriteTensorChunk(*c.key, c.dtype, *c.global_shape, c.box, c.flat, c.bytes);
   }
+  // `bytes`: the object's value as JSON text, or a record of it in the
+  // format's Format::ObjectRecordEncoding (ObjectRecord::bytes), stored as-is.
   virtual StoredObject WriteObject(const std::string& key, const std::string& unique_key,
                                    const Shape& global_shape, const Shape& global_offset,
                                    std::span<const std::byte> bytes) = 0;
@@ -130,7 +133,19 @@ class CheckpointReader {
   virtual void StreamChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                            std::span<const ReadRun> ranges, VerifyPolicy policy,
                            uint64_t piece_bytes, const ConsumeBytes& consume);
-  virtual std::string ReadObject(const StoredObject& object) = 0;  // verified
+  // The object's value as JSON text, verified.
+  virtual std::string ReadObject(const StoredObject& object) = 0;
+  // The object as stored, verified, with its value (ReadObject's, parsed);
+  // nullptr for a format that stores objects as their JSON text. A save to a
+  // format of the same ObjectRecordEncoding writes it back byte for byte.
+  virtual std::shared_ptr<const ObjectRecord> ReadObjectRecord(const StoredObject& object) {
+    return nullptr;
+  }
+  // The same for the common state, when the checkpoint stores it as the
+  // object kCommonStateKey; its value is that object's, before any common
+  // value stored apart was added (so it no longer equals metadata().common
+  // if one was). nullptr otherwise.
+  virtual std::shared_ptr<const ObjectRecord> CommonRecord() const { return nullptr; }
   virtual const ReadStats& stats() const = 0;
 };
 
@@ -169,6 +184,10 @@ class Format {
   // rank 0's data file, no common.pt) rather than to Commit alone. A Commit
   // of metadata without that object stores the common state its own way.
   virtual bool CommonStateAsObject() const { return false; }
+  // The encoding of the ObjectRecords this format's readers give and its
+  // writers store as-is ("torch.save" for DCP); empty when objects are stored
+  // as their JSON text.
+  virtual std::string_view ObjectRecordEncoding() const { return {}; }
   // Coordinator only, after every rank's Finish: writes the metadata last,
   // atomically (and swaps a staging directory into `dir`). Takes the merged
   // metadata by value: a caller done with it moves it in (no copy).

@@ -75,9 +75,14 @@ ShardedObject ShardedObject::EmptyFromUniqueKey(const std::string& unique_key,
   return obj;
 }
 
+const ObjectRecord* ShardedObject::UnchangedRecord() const {
+  return record && record->value == data ? record.get() : nullptr;
+}
+
 ShardedObject ShardedObject::WithoutData() const {
   ShardedObject copy = *this;
   copy.data = nullptr;
+  copy.record = nullptr;
   return copy;
 }
 

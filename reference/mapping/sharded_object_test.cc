@@ -16,6 +16,16 @@ TEST(ShardedObjectTest, UniqueKey) {
   EXPECT_EQ((ShardedObject{"common_state", {}, {1}, {0}}).UniqueKey(), "common_state/shard_0_1");
 }
 
+TEST(ShardedObjectTest, RecordHoldsWhileTheDataIsUnchanged) {
+  ShardedObject o{"rng", nlohmann::json{{"seed", 1}}, {1}, {0}};
+  EXPECT_EQ(o.UnchangedRecord(), nullptr);
+  o.record = std::make_shared<ObjectRecord>(ObjectRecord{"torch.save", "PK", o.data});
+  EXPECT_EQ(o.UnchangedRecord(), o.record.get());
+  EXPECT_EQ(o.WithoutData().record, nullptr);
+  o.data["seed"] = 2;
+  EXPECT_EQ(o.UnchangedRecord(), nullptr);
+}
+
 TEST(ShardedObjectTest, EmptyFromUniqueKeyRoundTrips) {
   const ShardedObject o = ShardedObject::EmptyFromUniqueKey("ObjB/shard_0.3_1.8", {0, 1});
   EXPECT_EQ(o.key, "ObjB");

@@ -107,4 +107,15 @@ Node ResaveState(const Node& request, const Node& loaded) {
   return out;
 }
 
+void KeepStoredRecords(Node& state, CheckpointReader& reader) {
+  const std::map<std::string, StoredObject>& stored = reader.metadata().objects;
+  ForEachLeaf(state, [&](const NodePath&, Node& leaf) {
+    ShardedObject* o = leaf.get_if<ShardedObject>();
+    if (!o || !IsMainReplica(o->replica_id)) return;
+    if (auto it = stored.find(o->UniqueKey()); it != stored.end()) {
+      o->record = reader.ReadObjectRecord(it->second);
+    }
+  });
+}
+
 }  // namespace distckpt

@@ -6,6 +6,7 @@
 #ifndef DISTCKPT_SCENARIO_RESAVE_H_
 #define DISTCKPT_SCENARIO_RESAVE_H_
 
+#include "format/format.h"
 #include "mapping/state_dict.h"
 
 namespace distckpt {
@@ -18,6 +19,12 @@ namespace distckpt {
 // data, so the save drops it the same way; another requested leaf that
 // `loaded` lacks (a strict mode removed it) is not saved again.
 Node ResaveState(const Node& request, const Node& loaded);
+
+// Gives every main-replica ShardedObject of `state` (a ResaveState) the
+// record `reader` keeps of it (CheckpointReader::ReadObjectRecord; none for
+// objects the checkpoint lacks or stores as JSON), so that a save writes the
+// objects nobody changed byte for byte as they were stored.
+void KeepStoredRecords(Node& state, CheckpointReader& reader);
 
 }  // namespace distckpt
 

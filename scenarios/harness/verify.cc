@@ -169,7 +169,12 @@ ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
   SaveOptions save;
   save.format = &format;
   save.topology = topo.ToString();
-  SaveSummary written = Save(ResaveState(request, loaded.state_dict), out, comm, save);
+  // What the reshard does not change (objects, the common state) is written
+  // as stored, not re-encoded from its JSON value.
+  Node resave = ResaveState(request, loaded.state_dict);
+  AgreeOnOutcome(comm, [&] { KeepStoredRecords(resave, *reader); });
+  save.common_record = reader->CommonRecord();
+  SaveSummary written = Save(resave, out, comm, save);
   ReshardResult result;
   result.bytes_read = static_cast<uint64_t>(
       comm.AllReduceOne(static_cast<int64_t>(loaded.summary.bytes_read), ReduceOp::kSum));

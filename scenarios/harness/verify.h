@@ -20,7 +20,10 @@
 // (real stored values, nothing generated; tensors in their stored dtype,
 // the spec's load_dtype ignored) and saves it under T into `out`. Objects
 // whose grid changes under T are not requested (objects cannot be
-// resharded), so they are absent from `out`.
+// resharded), so they are absent from `out`; the others, and the common
+// state, are written as stored (KeepStoredRecords, SaveOptions::common_record)
+// when `out`'s format stores the records the checkpoint's reader gives (DCP
+// to DCP), else from their JSON values.
 //
 // Thread-safety: reentrant (distinct output directories).
 #ifndef DISTCKPT_SCENARIO_VERIFY_H_

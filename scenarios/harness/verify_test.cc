@@ -15,6 +15,9 @@
 #include "core/error.h"
 #include "core/error_testing.h"
 #include "engine/checkpoint_diff.h"
+#include "engine/save.h"
+#include "format/dcp/pickler.h"
+#include "format/dcp/torch_save.h"
 #include "harness/request_spec.h"
 #include "harness/runner.h"
 #include "strategy/testing.h"
@@ -267,6 +270,88 @@ TEST_F(VerifyTest, DataCheckNamesFileAndKeyOfAFlippedByte) {
     EXPECT_THAT(e.what(), HasSubstr("layer1.weight"));
   }
   EXPECT_TRUE(VerifyLoad(s, dir, "tp=1").ok);  // metadata only: damage is --data's job
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A DP-only reshard (TP and PP kept) writes the objects it does not change as
+// they were stored, not re-encoded from their JSON values, which have no
+// tuples, numpy arrays or globals: a rng_state written by torch (random's
+// nested tuples, numpy's _reconstruct, a tensor) and a common state pickled
+// with a tuple, a global and dict keys out of sorted order.
+TEST_F(VerifyTest, DpOnlyReshardWritesUnchangedObjectsAsStored) {
+  const std::string rng_record =
+      ReadBytes(std::string(DISTCKPT_SOURCE_DIR) + "/fixtures/pickles/rng_state.pt");
+  PickleWriter w;  // [{"iteration": 10, "shape": (2, (3,)), "dtype": torch.bfloat16}]
+  w.List(false, [&] {
+    w.Dict(false, [&] {
+      w.Str("iteration");
+      w.Int(10);
+      w.Str("shape");
+      w.Tuple(2, [&] {
+        w.Int(2);
+        w.TupleOfInts({3});
+      });
+      w.Str("dtype");
+      w.Global("torch", "bfloat16");
+    });
+  });
+  const std::string pickle = w.Finish();
+  const std::string common_record = ZipToString([&](ZipWriter& zip) {
+    zip.AddRecord("data.pkl", pickle);
+    zip.AddRecord("byteorder", "little");
+    zip.AddRecord("version", "3\n");
+  });
+  auto record = [](const std::string& bytes) {
+    json value = TorchLoadJson(ZipReader(bytes, "record")).at(0);
+    return std::make_shared<const ObjectRecord>(ObjectRecord{kTorchSaveEncoding, bytes, value});
+  };
+  const auto rng = record(rng_record), common = record(common_record);
+  ASSERT_EQ(rng->value.at("random_rng_state").at(0), 3);  // JSON lists: the tuples are gone
+  ASSERT_EQ(common->value.at("shape"), json({2, {3}}));
+
+  // Saved under tp=2,dp=2 (DCP, Megatron's torch_dist layout: common state as an object).
+  const std::string dir = (dir_ / "tp2dp2").string(), out = (dir_ / "tp2").string();
+  RunRanks(4, [&](Communicator& comm) {
+    const int tp = comm.rank() % 2, dp = comm.rank() / 2;
+    Dict state;
+    state["w"] = Node(ShardedTensor::FromRankOffsets("w", Tensor::Zeros(DType::kF32, {4, 4}),
+                                                     {{0, tp, 2}}, {dp}));
+    state["rng_state"] = Node(ShardedObject{"rng_state", rng->value, {1, 2}, {0, tp}, {dp}, rng});
+    for (const auto& [key, value] : common->value.items()) state[key] = Node(value);
+    SaveOptions options;
+    options.format = &FormatByName("dcp");
+    options.topology = "tp=2,dp=2";
+    options.common_record = common;
+    distckpt::Save(Node(std::move(state)), dir, comm, options);
+  });
+  Scenario spec = Scenario::FromJson(
+      {{"name", "rng"},
+       {"tensors", {{{"key", "w"}, {"shape", {8, 4}}, {"shard", {{"0", "tp"}}}}}},
+       {"objects", {{{"key", "rng_state"}, {"per", {"pp", "tp"}}}}}},
+      "rng");
+  RunRanks(2, [&](Communicator& comm) {
+    ReshardRank(spec, dir, "tp=2", out, FormatByName("dcp"), StrictHandling::kRaiseAll, comm);
+  });
+
+  Env* env = Env::Default();
+  for (const std::string& ckpt : {dir, out}) {
+    SCOPED_TRACE(ckpt);
+    std::unique_ptr<CheckpointReader> reader = DetectFormat(env, ckpt).OpenReader(env, ckpt);
+    ASSERT_EQ(reader->metadata().objects.size(), 2u);
+    for (const auto& [unique_key, stored] : reader->metadata().objects) {
+      std::shared_ptr<const ObjectRecord> got = reader->ReadObjectRecord(stored);
+      EXPECT_TRUE(got->bytes == rng_record) << unique_key << " was re-encoded";
+      EXPECT_EQ(got->value, rng->value);
+    }
+    ASSERT_NE(reader->CommonRecord(), nullptr);
+    EXPECT_TRUE(reader->CommonRecord()->bytes == common_record)
+        << "the common state was re-encoded";
+    EXPECT_EQ(reader->metadata().common, common->value);
+  }
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 # accepts (exit 0) and refuses (exit 1, naming key and dimension), --spec gpt inference.
 # Then reshard gpt-tp2-pp2 to tp=1,pp=2 (threads, and MPI when mpirun is there) and diff
 # it with gpt-tp2-pp2-resaved-tp1pp2 (what Megatron's own load + save under tp=1,pp=2
-# wrote); cross-layout diffs; a flipped data byte must be refused (exit 2) naming the file.
+# wrote); cross-layout diffs; DP-only reshards keep rng_state and the common state byte for
+# byte (`dump` of each object), and, with the torch 2 chroot (DISTCKPT_TORCH2_PYTHON, or
+# /opt/distckpt-torch2 as root), torch.load gives the same Python values, tuples included;
+# a flipped data byte must be refused (exit 2) naming the file.
 # Needs python3 (standard library) and sha256sum. Prints every failing command with its output, then
 # "N/M checks passed"; exit 1 on any failure.
 set -uo pipefail
@@ -144,6 +147,87 @@ expect 0 "reshard gpt-tp2-dp2-fullyparallel to tp=1,pp=2" -- "$exe" reshard \
   --out "$work/reshard-fp"
 expect 0 "reshard of gpt-tp2-dp2-fullyparallel diff the resave (tensors)" --grep "^identical" \
   -- "$exe" diff "$work/reshard-fp" "$resaved" --exclude common --exclude 'optimizer.*'
+
+# DP-only reshards (TP and PP kept) keep rng_state, whose Python values (random.getstate()'s
+# tuples, numpy's ndarray, a tensor) our JSON cannot hold: it and the common state must be
+# written as stored, not pickled again from JSON.
+# same_object A B KEY: `distckpt dump` of object KEY is the same bytes in A and B.
+same_object() {
+  "$exe" dump "$1" "$3" --out "$work/a.obj" >/dev/null || return 1
+  "$exe" dump "$2" "$3" --out "$work/b.obj" >/dev/null || return 1
+  cmp "$work/a.obj" "$work/b.obj"
+}
+torch2=${DISTCKPT_TORCH2_PYTHON:-}
+root=/opt/distckpt-torch2
+if [ -z "$torch2" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
+   mountpoint -q "$root/tmp"; then
+  torch2="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
+fi
+# torch.load of every object item of A (rng_state, common_state) equals B's, types included.
+cat >"$work/same_objects.py" <<'PY'
+import argparse, io, sys
+import numpy as np
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+def objects(d):
+    md = FileSystemReader(d).read_metadata()
+    out = {}
+    for index, info in md.storage_data.items():
+        if isinstance(md.state_dict_metadata[index.fqn], BytesStorageMetadata):
+            with open(f"{d}/{info.relative_path}", "rb") as f:
+                f.seek(info.offset)
+                out[index.fqn] = torch.load(io.BytesIO(f.read(info.length)), weights_only=False)
+    return out
+
+def same(a, b, at):
+    assert type(a) is type(b), f"{at}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, (tuple, list)):
+        assert len(a) == len(b), f"{at}: length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{at}[{i}]")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), f"{at}: keys {list(a)} != {list(b)}"
+        for k in a:
+            same(a[k], b[k], f"{at}[{k!r}]")
+    elif isinstance(a, argparse.Namespace):
+        same(vars(a), vars(b), at)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), at
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), at
+    else:
+        assert a == b, f"{at}: {a!r} != {b!r}"
+
+a, b = objects(sys.argv[1]), objects(sys.argv[2])
+keys = sorted(k for k in a if k.startswith(("rng_state/", "common_state/")))
+assert any(k.startswith("rng_state/") for k in keys), sorted(a)
+for k in keys:
+    same(a[k], b[k], k)
+    if k.startswith("rng_state/"):
+        rng = b[k][0][0]
+        assert isinstance(rng["random_rng_state"], tuple), type(rng["random_rng_state"])
+        assert isinstance(rng["np_rng_state"][1], np.ndarray), type(rng["np_rng_state"][1])
+print(f"torch.load: {', '.join(keys)} equal, Python types kept")
+PY
+for pair in "gpt-tp2-dp2-fullyparallel tp=2" "gpt-tp2-pp2 tp=2,pp=2,dp=2"; do
+  read -r f t <<<"$pair"
+  out=$work/reshard-dp-$f
+  expect 0 "reshard $f to $t (DP only)" -- "$exe" reshard "$dir/$f" --topology "$t" \
+    --spec "$spec" --format dcp --out "$out"
+  objects=$("$exe" inspect "$dir/$f" | grep -oE '^ *rng_state/shard_[0-9._]+' | tr -d ' ')
+  for key in $objects common_state/shard_0_1; do
+    expect 0 "reshard $f to $t stores $key as stored" -- same_object "$dir/$f" "$out" "$key"
+  done
+  if [ -n "$torch2" ]; then
+    cp -r "$dir/$f" "$work/orig-$f"  # the chroot sees /tmp only
+    expect 0 "reshard $f to $t: torch.load of rng_state and common state unchanged" \
+      --grep "Python types kept" -- $torch2 "$work/same_objects.py" "$work/orig-$f" "$out"
+  else
+    echo "skip torch.load of $f's resharded objects (no torch 2 chroot)"
+  fi
+done
 
 # Damage: flip one byte inside the tensor data of a copy (the record holding tp rank 0's
 # embedding rows, found by its bytes): refused with exit 2 naming the file.

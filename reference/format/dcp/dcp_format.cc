@@ -148,6 +148,7 @@ class DcpFormatImpl : public Format {
 
   std::string_view name() const override { return name_; }
   bool CommonStateAsObject() const override { return common_object_; }
+  std::string_view ObjectRecordEncoding() const override { return kTorchSaveEncoding; }
 
   bool Detect(Env* env, const std::string& dir) const override {
     return env->FileExists(JoinPath(dir, kDcpMetadataFileName));

@@ -110,6 +110,47 @@ TEST(DcpFormatTest, ReadsBackWhatItWrote) {
   }
 }
 
+// An object's record (kTorchSaveEncoding) is stored as it is and read back
+// byte for byte, with its value; JSON text is pickled as before.
+TEST(DcpFormatTest, ObjectRecordsAreStoredAsTheyAre) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  EXPECT_EQ(DcpFormat().ObjectRecordEncoding(), kTorchSaveEncoding);
+  PickleWriter p;  // [(1, (2.5, None))]: tuples, which the JSON value makes lists
+  p.List(false, [&] {
+    p.Tuple(2, [&] {
+      p.Int(1);
+      p.Tuple(2, [&] {
+        p.Float(2.5);
+        p.None();
+      });
+    });
+  });
+  const std::string pickle = p.Finish();
+  const std::string record =
+      ZipToString([&](ZipWriter& zip) { zip.AddRecord("data.pkl", pickle); });
+  auto w = DcpFormat().NewWriter(env, tmp.path(), 0);
+  w->WriteObject("rec", "rec/shard_0_1", {1}, {0}, Bytes(record));
+  w->WriteObject("json", "json/shard_0_1", {1}, {0}, Bytes(std::string("[1,[2.5,null]]")));
+  const std::string no_pickle = ZipToString([&](ZipWriter& zip) { zip.AddRecord("x", "y"); });
+  EXPECT_THAT([&] { w->WriteObject("bad", "bad/shard_0_1", {1}, {0}, Bytes(no_pickle)); },
+              ThrowsError(ErrorKind::kCorruption, "object 'bad/shard_0_1': record"));
+  CheckpointMetadata md = w->Finish();
+  md.format = "dcp";
+  DcpFormat().Commit(env, tmp.path(), tmp.path(), md);
+  auto reader = DcpFormat().OpenReader(env, tmp.path());
+  std::shared_ptr<const ObjectRecord> rec =
+      reader->ReadObjectRecord(reader->metadata().objects.at("rec/shard_0_1"));
+  EXPECT_EQ(rec->encoding, kTorchSaveEncoding);
+  EXPECT_TRUE(rec->bytes == record);
+  EXPECT_EQ(rec->value, nlohmann::json({1, {2.5, nullptr}}));
+  std::shared_ptr<const ObjectRecord> json =
+      reader->ReadObjectRecord(reader->metadata().objects.at("json/shard_0_1"));
+  EXPECT_FALSE(json->bytes == record);  // pickled from JSON: lists, not tuples
+  EXPECT_EQ(json->value, rec->value);
+  EXPECT_EQ(reader->CommonRecord(), nullptr);  // no common_state object
+}
+
 TEST(DcpFormatTest, StreamWritersWriteOneFileEach) {
   ScopedTempDir tmp;
   Env* env = Env::Default();

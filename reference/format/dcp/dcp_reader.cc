@@ -109,7 +109,8 @@ DcpReader::DcpReader(Env* env, std::string dir, DcpLayout layout)
 }
 
 ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t length,
-                              const Describe& what, std::shared_ptr<const std::string>* whole) {
+                              const Describe& what, std::shared_ptr<const std::string>* whole,
+                              bool read_whole) {
   auto item = layout_.items.find({file, offset});
   if (item != layout_.items.end() && !item->second.transforms.empty()) {
     Fail(ErrorKind::kUnsupported,
@@ -123,7 +124,7 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
   std::string source =
       fmt::format("{} (item at bytes [{}, {}) as {} records, {})", f.path(), offset,
                   offset + length, JoinPath(dir_, kDcpMetadataFileName), what());
-  if (length <= kSmallItem) {  // headers and data in one read
+  if (length <= kSmallItem || read_whole) {  // headers and data in one read
     auto bytes = std::make_shared<std::string>(length, '\0');
     f.Read(offset, std::as_writable_bytes(std::span(bytes->data(), bytes->size())));
     stats_.bytes_read += length;
@@ -434,11 +435,21 @@ nlohmann::json DcpReader::ReadValue(const std::string& file, uint64_t offset, ui
 }
 
 std::string DcpReader::ReadObject(const StoredObject& object) {
-  nlohmann::json value = ReadValue(object.file, object.offset, object.length,
-                                   fmt::format("object '{}'", object.unique_key));
+  return ReadObjectRecord(object)->value.dump();
+}
+
+std::shared_ptr<const ObjectRecord> DcpReader::ReadObjectRecord(const StoredObject& object) {
+  std::shared_ptr<const std::string> bytes;
+  ZipReader zip = OpenItem(
+      object.file, object.offset, object.length,
+      [&] { return fmt::format("object '{}'", object.unique_key); }, &bytes, true);
+  // Copied byte for byte by a resave: every record is checked, not only those a load reads.
+  for (const ZipReader::Entry& e : zip.entries()) zip.ReadRecord(e);
+  nlohmann::json value = TorchLoadJson(zip);
   // Megatron stores the list [data of each local replica] under a unique key.
-  if (value.is_array() && !value.empty()) value = value[0];
-  return value.dump();
+  if (value.is_array() && !value.empty()) value = std::move(value[0]);
+  return std::make_shared<const ObjectRecord>(
+      ObjectRecord{std::string(kTorchSaveEncoding), *bytes, std::move(value)});
 }
 
 nlohmann::json DcpReader::ReadCommonState() {
@@ -463,7 +474,8 @@ nlohmann::json DcpReader::ReadCommonState() {
         ++it;
         continue;
       }
-      common = nlohmann::json::parse(ReadObject(it->second));
+      common_record_ = ReadObjectRecord(it->second);
+      common = common_record_->value;
       it = objects.erase(it);
     }
   }

@@ -60,6 +60,10 @@ class DcpReader : public CheckpointReader {
   void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                  std::span<const ReadRun> runs, VerifyPolicy policy) override;
   std::string ReadObject(const StoredObject& object) override;
+  // The item (torch.save of the list [value], Megatron's form; the record
+  // keeps any other elements), read whole, every zip record's CRC32 checked.
+  std::shared_ptr<const ObjectRecord> ReadObjectRecord(const StoredObject& object) override;
+  std::shared_ptr<const ObjectRecord> CommonRecord() const override { return common_record_; }
   const ReadStats& stats() const override { return stats_; }
 
  private:
@@ -76,10 +80,11 @@ class DcpReader : public CheckpointReader {
   using FileIndex = std::map<uint64_t, DcpIndexEntry>;  // by item offset
 
   // The torch.save archive of the item at (file, offset), read through a
-  // cache; a small item is read whole into `*whole` when given.
+  // cache; a small item, or any with `read_whole`, is read whole into
+  // `*whole` when given.
   ZipReader OpenItem(const std::string& file, uint64_t offset, uint64_t length,
                      const std::function<std::string()>& what,
-                     std::shared_ptr<const std::string>* whole = nullptr);
+                     std::shared_ptr<const std::string>* whole = nullptr, bool read_whole = false);
   // The item, from the file's item index when it has one, else from its
   // zip headers; cached.
   const TensorItem& Item(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -102,6 +107,7 @@ class DcpReader : public CheckpointReader {
   const std::string dir_;
   DcpLayout layout_;
   DataFiles files_;
+  std::shared_ptr<const ObjectRecord> common_record_;  // set by ReadCommonState
   std::mutex mu_;
   std::map<DcpItemKey, TensorItem> tensor_items_;  // guarded by mu_
   // Per data file, the head and tail of its tensor items: learnt from the

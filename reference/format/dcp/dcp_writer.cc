@@ -74,8 +74,15 @@ void DcpWriter::FinishItems(uint64_t size) {
 }
 
 void DcpWriter::StoreObject(StoredObject& object, std::span<const std::byte> bytes) {
-  nlohmann::json value = nlohmann::json::parse(
-      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), nullptr, false);
+  const std::string_view payload(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (payload.starts_with("PK\x03\x04")) {
+    // A stored item (kTorchSaveEncoding), which JSON text never starts like: kept as it is.
+    ZipReader(payload, fmt::format("object '{}': record", object.unique_key)).Get("data.pkl");
+    object.length = bytes.size();
+    object.offset = Append(bytes);
+    return;
+  }
+  nlohmann::json value = nlohmann::json::parse(payload, nullptr, false);
   if (value.is_discarded()) {
     Fail(ErrorKind::kInvalidArgument, "object '{}': payload is not JSON", object.unique_key);
   }

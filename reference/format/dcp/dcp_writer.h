@@ -4,7 +4,8 @@
 // (torch_save.h), appended with no padding between items. A tensor chunk is
 // saved with the chunk's shape (a flat chunk as shape (1, ..., 1, n), the
 // shape Megatron's N-D flattened layout reads it with); an object as the
-// list [value] (Megatron's convention).
+// list [value] (Megatron's convention), or, given an ObjectRecord's bytes of
+// kTorchSaveEncoding (a zip archive), as those bytes.
 //
 // The returned metadata records each item's offset; StoredChunk.length is
 // the chunk's element bytes, StoredObject.length the item's bytes. Items
@@ -14,7 +15,8 @@
 // (item_index.h: data offsets, CRC32s, block CRC32s), which torch never reads.
 //
 // Errors: those of DataFileWriter (data_file_writer.h: chunk checks and
-// bookkeeping), and an object payload that is not JSON (kInvalidArgument).
+// bookkeeping), an object payload that is not JSON (kInvalidArgument), and
+// one that is a zip archive without data.pkl (kCorruption).
 //
 // Thread-safety: a writer belongs to one rank and is used by one thread.
 #ifndef DISTCKPT_FORMAT_DCP_DCP_WRITER_H_

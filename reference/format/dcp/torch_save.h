@@ -42,6 +42,9 @@
 
 namespace distckpt {
 
+// The ObjectRecord encoding (format.h) of DCP's object items: a torch.save archive.
+inline constexpr char kTorchSaveEncoding[] = "torch.save";
+
 // "float32", ... (torch.<name>).
 std::string_view TorchDTypeName(DType dtype);
 
