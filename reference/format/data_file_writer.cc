@@ -1,6 +1,8 @@
 #include "format/data_file_writer.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -53,23 +55,57 @@ WritableFile& DataFileWriter::File() {
   return *file_;
 }
 
+uint64_t DataFileWriter::Size() { return File().size() + pending_.size(); }
+
+void DataFileWriter::Flush() {
+  if (pending_.empty()) return;
+  file_->Append(std::as_bytes(std::span(pending_)));
+  pending_.clear();
+}
+
 uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
-  const uint64_t offset = File().size();
-  file_->Append(bytes);
+  const uint64_t offset = Size();
+  if (bytes.size() < kJoinedAppendBytes) {
+    if (pending_.size() + bytes.size() > kPendingBytes) Flush();
+    pending_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  } else if (pending_.empty()) {
+    file_->Append(bytes);
+  } else {
+    const std::span<const std::byte> parts[] = {std::as_bytes(std::span(pending_)), bytes};
+    file_->AppendGathered(parts);
+    pending_.clear();
+  }
   bytes_written_ += bytes.size();
   return offset;
 }
 
 uint64_t DataFileWriter::AppendGathered(std::span<const std::span<const std::byte>> parts,
                                         uint64_t payload_bytes) {
-  const uint64_t offset = File().size();
-  file_->AppendGathered(parts);
+  const uint64_t offset = Size();
+  if (pending_.empty()) {
+    file_->AppendGathered(parts);
+  } else {
+    std::vector<std::span<const std::byte>> joined;
+    joined.reserve(parts.size() + 1);
+    joined.push_back(std::as_bytes(std::span(pending_)));
+    joined.insert(joined.end(), parts.begin(), parts.end());
+    file_->AppendGathered(joined);
+    pending_.clear();
+  }
   bytes_written_ += payload_bytes;
   return offset;
 }
 
 void DataFileWriter::Overwrite(uint64_t offset, std::span<const std::byte> bytes) {
-  file_->WriteAt(offset, bytes);
+  // Bytes in the file are written over; bytes still pending are patched.
+  const uint64_t in_file = file_->size();
+  if (offset < in_file) {
+    const size_t head = static_cast<size_t>(std::min<uint64_t>(bytes.size(), in_file - offset));
+    file_->WriteAt(offset, bytes.first(head));
+    bytes = bytes.subspan(head);
+    offset = in_file;
+  }
+  std::memcpy(pending_.data() + (offset - in_file), bytes.data(), bytes.size());
 }
 
 void DataFileWriter::AppendChecksums(std::span<const std::byte> bytes) {
@@ -157,7 +193,8 @@ CheckpointMetadata DataFileWriter::Finish() {
   CheckOpen();
   finished_ = true;
   if (file_) {
-    FinishItems(file_->size());
+    FinishItems(Size());
+    Flush();
     file_->Sync();
     file_->Close();
   }

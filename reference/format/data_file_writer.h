@@ -5,6 +5,8 @@
 // file per (rank, stream) opened on first use, and fsyncs and closes it in
 // Finish. A format says only how an item is stored: StoreChunk/StoreObject
 // append it (through Append) and fill its offset, length and checksum.
+// Small appends are held back and joined to the next larger write (one
+// gathered system call); the file has every byte once Finish returns.
 //
 // Errors: a chunk outside its tensor, a flat range outside its box, or
 // bytes that disagree with the elements are CheckpointError
@@ -86,7 +88,16 @@ class DataFileWriter : public CheckpointWriter {
   int helpers() const { return helpers_; }
 
  private:
+  // Appends smaller than this wait in `pending_` (up to kPendingBytes) and go
+  // out with the next larger write, in one gathered write: a DCP item's zip
+  // headers and pickles, a native chunk's checksums, small objects.
+  static constexpr size_t kJoinedAppendBytes = 4096;
+  static constexpr size_t kPendingBytes = 64 << 10;
+
   void CheckOpen() const;
+  // The data file's size, pending bytes included (opens the file on first use).
+  uint64_t Size();
+  void Flush();  // writes the pending bytes
   // Checks a chunk against its tensor (recording the tensor on first use).
   PendingChunk Prepare(const std::string& key, DType dtype, const Shape& global_shape,
                        const Box& box, const std::optional<FlatRange>& flat,
@@ -98,6 +109,7 @@ class DataFileWriter : public CheckpointWriter {
   const int rank_;
   const std::string file_name_;
   std::unique_ptr<WritableFile> file_;
+  std::string pending_;  // appended, not yet written to file_
   CheckpointMetadata metadata_;
   uint64_t bytes_written_ = 0;
   int helpers_ = 0;
