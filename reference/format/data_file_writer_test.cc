@@ -8,43 +8,10 @@
 #include <filesystem>
 #include <random>
 
-#include "io/forwarding_env.h"
 #include "io/testing.h"
 
 namespace distckpt {
 namespace {
-
-// Counts the writes that reach the file.
-class CountingEnv : public ForwardingEnv {
- public:
-  using ForwardingEnv::ForwardingEnv;
-  std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override {
-    return std::make_unique<File>(ForwardingEnv::NewWritableFile(path), this);
-  }
-  int writes = 0;
-
- private:
-  class File : public ForwardingWritableFile {
-   public:
-    File(std::unique_ptr<WritableFile> target, CountingEnv* env)
-        : ForwardingWritableFile(std::move(target)), env_(env) {}
-    void Append(std::span<const std::byte> data) override {
-      ++env_->writes;
-      target()->Append(data);
-    }
-    void AppendGathered(std::span<const std::span<const std::byte>> parts) override {
-      ++env_->writes;
-      target()->AppendGathered(parts);
-    }
-    void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
-      ++env_->writes;
-      target()->WriteAt(offset, data);
-    }
-
-   private:
-    CountingEnv* env_;
-  };
-};
 
 // A format whose items are what the test appends: the file operations of
 // DataFileWriter made callable.

@@ -10,17 +10,6 @@
 namespace distckpt {
 namespace {
 
-// Counts the files a ForwardingEnv subclass opens for writing; forwards the rest.
-class CountingEnv : public ForwardingEnv {
- public:
-  using ForwardingEnv::ForwardingEnv;
-  std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override {
-    ++opened;
-    return ForwardingEnv::NewWritableFile(path);
-  }
-  int opened = 0;
-};
-
 TEST(ForwardingEnvTest, ForwardsEveryCallAndLetsSubclassesOverride) {
   ScopedTempDir tmp;
   CountingEnv env(Env::Default());

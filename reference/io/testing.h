@@ -1,5 +1,6 @@
 // Test helpers shared by the io/ and format/ tests: a scoped temporary
-// directory, string bytes and a gmock matcher for CheckpointError.
+// directory, string bytes, a gmock matcher for CheckpointError and an Env
+// that counts files opened for writing and the writes reaching them.
 //
 // Thread-safety: ScopedTempDir::path() may be read concurrently.
 #ifndef DISTCKPT_IO_TESTING_H_
@@ -10,12 +11,14 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
 
 #include "core/error.h"
 #include "core/error_testing.h"  // ThrowsError
+#include "io/forwarding_env.h"
 
 namespace distckpt {
 
@@ -50,6 +53,41 @@ class ScopedTempDir {
 inline std::span<const std::byte> Bytes(const std::string& s) {
   return std::as_bytes(std::span(s.data(), s.size()));
 }
+
+// Forwards everything; counts the files opened for writing and the writes
+// that reach them (an Append, AppendGathered or WriteAt each).
+class CountingEnv : public ForwardingEnv {
+ public:
+  using ForwardingEnv::ForwardingEnv;
+  std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override {
+    ++opened;
+    return std::make_unique<File>(ForwardingEnv::NewWritableFile(path), this);
+  }
+  int opened = 0;
+  int writes = 0;
+
+ private:
+  class File : public ForwardingWritableFile {
+   public:
+    File(std::unique_ptr<WritableFile> target, CountingEnv* env)
+        : ForwardingWritableFile(std::move(target)), env_(env) {}
+    void Append(std::span<const std::byte> data) override {
+      ++env_->writes;
+      target()->Append(data);
+    }
+    void AppendGathered(std::span<const std::span<const std::byte>> parts) override {
+      ++env_->writes;
+      target()->AppendGathered(parts);
+    }
+    void WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+      ++env_->writes;
+      target()->WriteAt(offset, data);
+    }
+
+   private:
+    CountingEnv* env_;
+  };
+};
 
 }  // namespace distckpt
 
