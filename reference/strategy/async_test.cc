@@ -58,12 +58,13 @@ TEST(SplitBySizeAndTypeTest, ObjectsRoundRobinTensorsLargestFirstToTheLightestBu
 }
 
 // Stages `n` items of 100 + i bytes (value i) into one buffer.
-std::pair<std::vector<WriteItem>, std::shared_ptr<StagingBuffer>> Staged(int n) {
+std::pair<std::vector<WriteItem>, std::shared_ptr<StagingBuffer>> Staged(int n,
+                                                                         size_t bytes = 100) {
   std::vector<WriteItem> items;
   size_t total = 0;
   for (int i = 0; i < n; ++i) {
-    items.push_back(TensorItem("t" + std::to_string(i), 100 + i, total));
-    total += 100 + i;
+    items.push_back(TensorItem("t" + std::to_string(i), bytes + i, total));
+    total += bytes + i;
   }
   auto buffer = StagingPool::Unpooled(total);
   for (const WriteItem& item : items)
@@ -114,18 +115,27 @@ TEST(WriterJobTest, AFailingWriterIsReportedWithRankWriterAndFile) {
   EXPECT_THAT([&] { job.Result(); }, ThrowsError(ErrorKind::kIo, "__2_1.bin"));
 }
 
+// Items large enough to go to the file at once hang the writer at the
+// first; small ones are held back (DataFileWriter) and hang it in its last
+// writes, after every item was handed over.
 TEST(WriterJobTest, AHungWriterIsPendingUntilItMovesOn) {
-  ScopedTempDir tmp;
-  GatedEnv env;
-  auto [items, staged] = Staged(3);
-  WriterJob job(NativeFormat(), &env, tmp.path(), 5, items, staged, 1);
-  EXPECT_FALSE(job.WaitUntil(Clock::now() + std::chrono::milliseconds(50)));
-  EXPECT_FALSE(job.Done());
-  EXPECT_THAT(job.Pending(), HasSubstr("writer 0 of rank 5: 0 of 3 items written"));
-  EXPECT_THAT([&] { job.Result(); }, ThrowsError(ErrorKind::kInvalidArgument, "have not finished"));
-  env.Open();
-  EXPECT_TRUE(job.WaitUntil(Clock::now() + std::chrono::seconds(30)));
-  EXPECT_EQ(job.Result().tensors.size(), 3u);
+  for (size_t bytes : {size_t{5000}, size_t{100}}) {
+    ScopedTempDir tmp;
+    GatedEnv env;
+    auto [items, staged] = Staged(3, bytes);
+    WriterJob job(NativeFormat(), &env, tmp.path(), 5, items, staged, 1);
+    EXPECT_FALSE(job.WaitUntil(Clock::now() + std::chrono::milliseconds(50)));
+    EXPECT_FALSE(job.Done());
+    EXPECT_THAT(job.Pending(),
+                HasSubstr(bytes > 4096 ? "writer 0 of rank 5: 0 of 3 items written"
+                                       : "writer 0 of rank 5: 3 of 3 items written"));
+    EXPECT_EQ(job.Pending().ends_with("flushing and syncing"), bytes < 4096);
+    EXPECT_THAT([&] { job.Result(); },
+                ThrowsError(ErrorKind::kInvalidArgument, "have not finished"));
+    env.Open();
+    EXPECT_TRUE(job.WaitUntil(Clock::now() + std::chrono::seconds(30)));
+    EXPECT_EQ(job.Result().tensors.size(), 3u);
+  }
 }
 
 TEST(WriterJobTest, DestroyingAJobWithAHungWriterDoesNotBlock) {

@@ -112,9 +112,12 @@ std::string WriterJob::Pending() const {
   std::string out;
   for (size_t w = 0; w < state_->buckets.size(); ++w) {
     if (state_->finished[w]) continue;
-    out += fmt::format("{}writer {} of rank {}: {} of {} items written to {}",
+    // Every item handed to the writer: what is left is its last writes and fsync.
+    const bool syncing = state_->written[w] == state_->buckets[w].size();
+    out += fmt::format("{}writer {} of rank {}: {} of {} items written to {}{}",
                        out.empty() ? "" : "; ", w, state_->rank, state_->written[w],
-                       state_->buckets[w].size(), state_->write_dir);
+                       state_->buckets[w].size(), state_->write_dir,
+                       syncing ? ", flushing and syncing" : "");
   }
   return out;
 }

@@ -63,7 +63,8 @@ class WriterJob : public AsyncWork {
   bool Done() const;
   // Waits until every writer finished or `deadline`; returns Done().
   bool WaitUntil(std::chrono::steady_clock::time_point deadline) override;
-  // What is still running: "writer 1 of rank 3: 2 of 5 items written to DIR".
+  // What is still running: "writer 1 of rank 3: 2 of 5 items written to DIR"
+  // (", flushing and syncing" once every item is handed to its writer).
   std::string Pending() const override;
   // After Done(): this rank's metadata (every writer's, merged), or throws
   // the first writer failure.
