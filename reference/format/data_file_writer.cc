@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "format/hashed_writes.h"
 
 namespace distckpt {
 namespace {
@@ -168,6 +169,23 @@ void DataFileWriter::WriteTensorChunks(std::span<const ChunkToWrite> chunks) {
     pending.push_back(Prepare(*c.key, c.dtype, *c.global_shape, c.box, c.flat, c.bytes));
   StoreChunks(pending);
   for (PendingChunk& p : pending) p.tensor->chunks.push_back(std::move(p.chunk));
+}
+
+void DataFileWriter::StoreInRuns(std::span<PendingChunk> chunks,
+                                 const std::function<void(std::span<PendingChunk>)>& store_run) {
+  size_t i = 0;
+  while (i < chunks.size()) {
+    size_t end = i;  // [i, end): small chunks
+    while (end < chunks.size() && chunks[end].bytes.size() < kHashOffloadMinBytes) ++end;
+    if (helpers() > 0 && end - i >= 2) {
+      store_run(chunks.subspan(i, end - i));
+    } else {
+      for (size_t k = i; k < end; ++k)
+        StoreChunk(*chunks[k].tensor, chunks[k].chunk, chunks[k].bytes);
+    }
+    if (end < chunks.size()) StoreChunk(*chunks[end].tensor, chunks[end].chunk, chunks[end].bytes);
+    i = end + 1;
+  }
 }
 
 StoredObject DataFileWriter::WriteObject(const std::string& key, const std::string& unique_key,

@@ -18,6 +18,7 @@
 #ifndef DISTCKPT_FORMAT_DATA_FILE_WRITER_H_
 #define DISTCKPT_FORMAT_DATA_FILE_WRITER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -66,6 +67,11 @@ class DataFileWriter : public CheckpointWriter {
   virtual void StoreChunks(std::span<PendingChunk> chunks) {
     for (PendingChunk& c : chunks) StoreChunk(*c.tensor, c.chunk, c.bytes);
   }
+  // Stores `chunks` in order: runs of at least two chunks smaller than
+  // kHashOffloadMinBytes through `store_run` when the writer has helpers,
+  // every other chunk through StoreChunk.
+  void StoreInRuns(std::span<PendingChunk> chunks,
+                   const std::function<void(std::span<PendingChunk>)>& store_run);
   // Appends the object's payload and sets object.offset and length (and checksum).
   virtual void StoreObject(StoredObject& object, std::span<const std::byte> bytes) = 0;
   // Called by Finish, before the data file is synced, when it holds items

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "format/dcp/torch_save.h"
 #include "format/dcp/torch_zip.h"
+#include "format/hashed_writes.h"
 #include "format/native/block_checksums.h"
 
 namespace distckpt {
@@ -25,8 +26,15 @@ DcpWriter::DcpWriter(Env* env, std::string dir, int rank, int stream, std::strin
     : DataFileWriter(env, std::move(dir), rank, DcpDataFileName(rank, stream),
                      DcpHeader(std::move(format_name))) {}
 
-void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
-                           std::span<const std::byte> bytes) {
+namespace {
+
+// The shape a chunk's record is saved with and its item-index block size.
+struct RecordLayout {
+  Shape shape;
+  uint32_t block_size;
+};
+
+RecordLayout LayoutOf(const StoredTensor& tensor, const StoredChunk& chunk, uint64_t bytes) {
   // Megatron reads a flattened piece as a tensor of shape (1, ..., 1, n); a
   // tensor of no elements is not reformulated (DcpFromMetadata).
   Shape shape = chunk.box.shape;
@@ -34,12 +42,44 @@ void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
     shape.assign(chunk.box.rank(), 1);
     shape.push_back(chunk.flat->size());
   }
+  const uint32_t block =
+      DcpBlockSize(shape.empty() ? bytes : shape.back() * DTypeSize(tensor.dtype));
+  return {std::move(shape), bytes > block ? block : 0};
+}
+
+}  // namespace
+
+void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
+                           std::span<const std::byte> bytes) {
+  StoreRecord(tensor, chunk, bytes, nullptr);
+}
+
+void DcpWriter::StoreChunks(std::span<PendingChunk> chunks) {
+  StoreInRuns(chunks, [&](std::span<PendingChunk> run) {
+    std::vector<Hashed> hashed(run.size());
+    AppendWhileHelpersHash(
+        run.size(), run.size(), helpers(),
+        [&](size_t i) {  // on this thread or a helper
+          const uint32_t block_size =
+              LayoutOf(*run[i].tensor, run[i].chunk, run[i].bytes.size()).block_size;
+          hashed[i].crc = DcpBlockCrcs(run[i].bytes, block_size, &hashed[i].blocks);
+        },
+        [&](size_t begin, size_t end) {
+          for (size_t i = begin; i < end; ++i)
+            StoreRecord(*run[i].tensor, run[i].chunk, run[i].bytes, &hashed[i]);
+        });
+  });
+}
+
+void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
+                            std::span<const std::byte> bytes, Hashed* hashed) {
   // Streamed to the file (no copy of the chunk), hashed piece by piece while
   // cached: the record's CRC32 (patched into its local header) and its
-  // blocks' (the item index) in the one pass that writes it.
-  const uint32_t block =
-      DcpBlockSize(shape.empty() ? bytes.size() : shape.back() * DTypeSize(tensor.dtype));
-  const uint32_t block_size = bytes.size() > block ? block : 0;
+  // blocks' (the item index) in the one pass that writes it, unless hashed
+  // ahead.
+  const RecordLayout layout = LayoutOf(tensor, chunk, bytes.size());
+  const Shape& shape = layout.shape;
+  const uint32_t block_size = layout.block_size;
   std::vector<uint32_t> blocks;
   uint32_t crc = 0;
   std::optional<uint64_t> start;
@@ -52,7 +92,13 @@ void DcpWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
       [&](uint64_t at, std::span<const std::byte> b) { Overwrite(*start + at, b); });
   const uint64_t data_offset =
       WriteTensorRecords(zip, tensor.dtype, shape, bytes, [&](const ZipWriter::Sink& sink) {
-        crc = DcpBlockCrcs(bytes, block_size, &blocks, sink, helpers());
+        if (hashed) {
+          sink(bytes);
+          blocks = std::move(hashed->blocks);
+          crc = hashed->crc;
+        } else {
+          crc = DcpBlockCrcs(bytes, block_size, &blocks, sink, helpers());
+        }
         return crc;
       });
   zip.Finish();

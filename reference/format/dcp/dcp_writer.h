@@ -18,6 +18,10 @@
 // bookkeeping), an object payload that is not JSON (kInvalidArgument), and
 // one that is a zip archive without data.pkl (kCorruption).
 //
+// Hashing: as the native writer's (native_writer.h), helper-pool threads
+// (SetHelpers) compute the CRCs of large records while they are written and
+// of small records handed over together (WriteTensorChunks) ahead of them.
+//
 // Thread-safety: a writer belongs to one rank and is used by one thread.
 #ifndef DISTCKPT_FORMAT_DCP_DCP_WRITER_H_
 #define DISTCKPT_FORMAT_DCP_DCP_WRITER_H_
@@ -40,8 +44,18 @@ class DcpWriter : public DataFileWriter {
   DcpWriter(Env* env, std::string dir, int rank, int stream, std::string format_name);
 
  private:
+  // A record's CRC32 and its blocks' (item_index.h), hashed ahead.
+  struct Hashed {
+    uint32_t crc = 0;
+    std::vector<uint32_t> blocks;
+  };
   void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                   std::span<const std::byte> bytes) override;
+  // Runs of small chunks: helpers hash records ahead of their writes.
+  void StoreChunks(std::span<PendingChunk> chunks) override;
+  // `hashed`: the record's CRCs, computed ahead; else hashed while written.
+  void StoreRecord(const StoredTensor& tensor, StoredChunk& chunk, std::span<const std::byte> bytes,
+                   Hashed* hashed);
   void StoreObject(StoredObject& object, std::span<const std::byte> bytes) override;
   void FinishItems(uint64_t size) override;
 

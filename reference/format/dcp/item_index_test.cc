@@ -6,9 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "core/error_testing.h"
+#include "format/dcp/dcp_writer.h"
 #include "format/dcp/torch_zip.h"
 #include "format/hashed_writes.h"
+#include "io/testing.h"
 
 namespace distckpt {
 namespace {
@@ -51,6 +55,58 @@ TEST(ItemIndexTest, HelpedBlockCrcsEqualTheWritersOwn) {
       EXPECT_EQ(helped, alone) << size << " " << block_size;
       EXPECT_EQ(seen, data) << size;
     }
+  }
+}
+
+// Small records handed over together and hashed ahead by helpers, large and
+// empty ones among them, in u8 and f32 tensors with rows of several block
+// sizes: the same .distcp file and metadata as one by one without helpers.
+TEST(ItemIndexTest, RecordsHashedAheadWriteTheSameFile) {
+  std::mt19937_64 rng(13);
+  std::vector<std::string> keys;
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  std::vector<std::string> data;
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t kind = rng() % 20;
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 8);
+    const int64_t cols = kind == 0 ? 0
+                         : kind == 1
+                             ? static_cast<int64_t>(kHashOffloadMinBytes / 4 / rows + rng() % 5000)
+                             : 1 + static_cast<int64_t>(rng() % 9000);
+    keys.push_back("t" + std::to_string(i));
+    shapes.push_back({rows, cols});
+    dtypes.push_back(rng() % 2 ? DType::kF32 : DType::kU8);
+    std::string bytes(static_cast<size_t>(rows * cols) * DTypeSize(dtypes.back()), '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    data.push_back(std::move(bytes));
+  }
+  std::vector<ChunkToWrite> chunks;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    chunks.push_back(
+        {&keys[i], dtypes[i], &shapes[i], Box{{0, 0}, shapes[i]}, std::nullopt, AsBytes(data[i])});
+  }
+  ScopedTempDir tmp;
+  auto write = [&](const std::string& name, int helpers, bool together) {
+    const std::string dir = JoinPath(tmp.path(), name);
+    Env::Default()->CreateDirs(dir);
+    DcpWriter writer(Env::Default(), dir, /*rank=*/0, /*stream=*/0, "dcp");
+    writer.SetHelpers(helpers);
+    if (together) {
+      writer.WriteTensorChunks(chunks);
+    } else {
+      for (const ChunkToWrite& c : chunks)
+        writer.WriteTensorChunk(*c.key, c.dtype, *c.global_shape, c.box, c.flat, c.bytes);
+    }
+    CheckpointMetadata md = writer.Finish();
+    return std::make_pair(md, ReadFileToString(Env::Default(), JoinPath(dir, "__0_0.distcp")));
+  };
+  const auto [alone_md, alone_file] = write("alone", 0, false);
+  EXPECT_GT(alone_file.size(), kHashOffloadMinBytes);
+  for (int helpers : {1, 2}) {
+    const auto [md, file] = write("helped" + std::to_string(helpers), helpers, true);
+    EXPECT_EQ(md, alone_md) << helpers;
+    EXPECT_TRUE(file == alone_file) << helpers;
   }
 }
 

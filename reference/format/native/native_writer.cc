@@ -83,19 +83,7 @@ void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
 }
 
 void NativeWriter::StoreChunks(std::span<PendingChunk> chunks) {
-  size_t i = 0;
-  while (i < chunks.size()) {
-    size_t end = i;  // [i, end): small chunks
-    while (end < chunks.size() && chunks[end].bytes.size() < kHashOffloadMinBytes) ++end;
-    if (helpers() > 0 && end - i >= 2) {
-      StoreSmallChunks(chunks.subspan(i, end - i));
-    } else {
-      for (size_t k = i; k < end; ++k)
-        StoreChunk(*chunks[k].tensor, chunks[k].chunk, chunks[k].bytes);
-    }
-    if (end < chunks.size()) StoreChunk(*chunks[end].tensor, chunks[end].chunk, chunks[end].bytes);
-    i = end + 1;
-  }
+  StoreInRuns(chunks, [&](std::span<PendingChunk> run) { StoreSmallChunks(run); });
 }
 
 // The same bytes as StoreChunk of each in turn: payload, then its sums.
