@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
-#include <thread>
 
 #include "core/error.h"
+#include "core/helper_pool.h"
 
 namespace distckpt {
 namespace {
@@ -92,7 +92,7 @@ void AgreeOnOutcome(Communicator& comm, const std::function<void()>& fn) {
 }
 
 int ThreadsPerRank(const Communicator& comm) {
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.ranks_on_node());
+  return std::max(1, HardwareThreads() / comm.ranks_on_node());
 }
 
 }  // namespace distckpt

@@ -81,9 +81,12 @@ Pool& ThePool() {
 
 }  // namespace
 
-int HelperPoolSize() {
-  return static_cast<int>(std::max(2u, std::thread::hardware_concurrency()) - 1);
+int HardwareThreads() {
+  static const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return threads;
 }
+
+int HelperPoolSize() { return std::max(2, HardwareThreads()) - 1; }
 
 void RunWithHelpers(int helpers, const std::function<void(size_t call)>& work) {
   helpers = std::clamp(helpers, 0, HelperPoolSize());

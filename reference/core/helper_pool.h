@@ -21,6 +21,11 @@
 
 namespace distckpt {
 
+// The hardware threads, at least 1: std::thread::hardware_concurrency() read
+// once per process (glibc reads /sys on every call, ~15 us: a cost per save
+// and per load of small tensors).
+int HardwareThreads();
+
 // The pool's threads: one fewer than the hardware threads, at least one.
 int HelperPoolSize();
 

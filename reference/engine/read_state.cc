@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -162,7 +161,7 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
   const ChunkIndexes indexes = IndexChunks(reader.metadata(), requests);
   // Leaves are read by a few workers (the reader serves concurrent reads);
   // each keeps its own byte counts and the first error wins.
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = HardwareThreads();
   threads = static_cast<int>(std::min<size_t>(threads, leaves.size()));
   std::vector<LoadSummary> partial(std::max(threads, 1));
   std::vector<std::exception_ptr> errors(partial.size());

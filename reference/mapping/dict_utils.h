@@ -53,6 +53,12 @@ struct LoadPieces {
 };
 LoadPieces LoadPreprocess(const Node& state_dict);
 
+// The same pieces by Megatron's sequence of passes, which the functions above
+// take only for a tree holding a factory, a nonpersistent object or an empty
+// flattened range (else one split gives the same); for tests.
+SavePieces SavePreprocessInPasses(const Node& state_dict);
+LoadPieces LoadPreprocessInPasses(const Node& state_dict);
+
 }  // namespace distckpt
 
 #endif  // DISTCKPT_MAPPING_DICT_UTILS_H_

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "mapping/testing.h"
 
 namespace distckpt {
@@ -291,6 +293,127 @@ TEST(PreprocessTest, LoadExtractsFactoriesAndNonpersistent) {
   EXPECT_EQ(Keys(pieces.factories), "{f:F(f),lst:{1:F(g)}}");  // data dropped
   EXPECT_EQ(Keys(pieces.nonpersistent), "{np:7}");
   EXPECT_EQ(Keys(sd.at("f")), "F(f,data)");
+}
+
+// Random trees for the one-split shortcut: dicts and lists nested up to three
+// deep with every kind of leaf, empty containers anywhere; `special` (if not
+// kNone) is the one kind of leaf that makes the passes necessary.
+enum class Special { kNone, kFactory, kNonpersistent, kEmptyFlat };
+
+struct TreeGen {
+  std::mt19937 rng;
+  Special special;
+  int next_key = 0;
+  // What the trees held (the distribution the test checks).
+  bool empty_in_dict = false, empty_in_list = false, only_empties = false, mixed_list = false;
+
+  int Pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); }
+  Node Leaf() {
+    const std::string key = "k" + std::to_string(next_key++);
+    switch (Pick(special == Special::kNone ? 6 : 8)) {
+      case 0:
+        return Node(St(key));
+      case 1:
+        return Node(ShardedTensor::FromRankOffsetsFlat(key, Arange({2}), {6}, {}, FlatRange{1, 3}));
+      case 2:
+        return Node(ShardedObject{key, json(1), {1}, {0}});
+      case 3:
+        return J(Pick(100));
+      case 4:
+        return Node(Dict{});
+      case 5:
+        return Node(List{});
+      default:
+        switch (special) {
+          case Special::kFactory:
+            return Node(SplitFactory(key));
+          case Special::kNonpersistent:
+            return Node(LocalNonpersistentObject{json(key)});
+          default: {
+            ShardedTensor t = EmptyFlat();
+            t.key = key;
+            return Node(std::move(t));
+          }
+        }
+    }
+  }
+  Node Tree(int depth) {
+    if (depth == 0 || Pick(3) == 0) return Leaf();
+    const int n = Pick(5);
+    auto empty = [](const Node& v) { return v.is_container() && !Truthy(v); };
+    if (Pick(2) == 0) {
+      Dict d;
+      bool all_empty = n > 0;
+      for (int i = 0; i < n; ++i) {
+        Node v = Tree(depth - 1);
+        empty_in_dict = empty_in_dict || empty(v);
+        all_empty = all_empty && empty(v);
+        d["d" + std::to_string(i)] = std::move(v);
+      }
+      only_empties = only_empties || all_empty;
+      return Node(std::move(d));
+    }
+    List l;
+    bool sharded = false, other = false;
+    for (int i = 0; i < n; ++i) {
+      l.push_back(Tree(depth - 1));
+      empty_in_list = empty_in_list || empty(l.back());
+      (l.back().is<ShardedTensor>() ? sharded : other) = true;
+    }
+    mixed_list = mixed_list || (sharded && other);
+    return Node(std::move(l));
+  }
+  static bool Truthy(const Node& n) {
+    if (const Dict* d = n.get_if<Dict>()) return !d->empty();
+    if (const List* l = n.get_if<List>()) return !l->empty();
+    return true;
+  }
+};
+
+// Save/LoadPreprocess split a tree without factories, nonpersistent objects
+// and empty flat ranges once; the pieces must be the passes' pieces exactly
+// (empty containers kept or dropped as the passes do, lists compacted), and
+// a tree with any of those leaves must still give the passes' pieces.
+TEST(PreprocessTest, OneSplitGivesThePassesPieces) {
+  int shortcut_cases = 0, top_lists = 0;
+  for (Special special :
+       {Special::kNone, Special::kFactory, Special::kNonpersistent, Special::kEmptyFlat}) {
+    TreeGen gen{std::mt19937(static_cast<unsigned>(special) + 7), special};
+    for (int i = 0; i < 400; ++i) {
+      Node top = gen.Pick(4) == 0 ? Node(List{}) : Node(Dict{});
+      const int n = 1 + gen.Pick(5);
+      for (int j = 0; j < n; ++j) {
+        Node v = gen.Tree(3);
+        if (Dict* d = top.get_if<Dict>())
+          (*d)["t" + std::to_string(j)] = std::move(v);
+        else
+          top.as<List>().push_back(std::move(v));
+      }
+      if (special == Special::kNone) {
+        ++shortcut_cases;
+        top_lists += top.is<List>();
+      }
+      SCOPED_TRACE(Keys(top));
+      const SavePieces save = SavePreprocess(top), save_passes = SavePreprocessInPasses(top);
+      EXPECT_EQ(Keys(save.sharded), Keys(save_passes.sharded));
+      EXPECT_EQ(Keys(save.common), Keys(save_passes.common));
+      const LoadPieces load = LoadPreprocess(top), load_passes = LoadPreprocessInPasses(top);
+      EXPECT_EQ(Keys(load.sharded), Keys(load_passes.sharded));
+      EXPECT_EQ(Keys(load.nonpersistent), Keys(load_passes.nonpersistent));
+      EXPECT_EQ(Keys(load.factories), Keys(load_passes.factories));
+    }
+    if (special == Special::kNone) {
+      // Every case where a pass could differ from the one split occurs.
+      EXPECT_TRUE(gen.empty_in_dict && gen.empty_in_list && gen.only_empties && gen.mixed_list);
+    }
+  }
+  EXPECT_GE(top_lists, 50);
+  EXPECT_EQ(shortcut_cases, 400);
+  // A leaf at the top fails either way, with the passes' message.
+  EXPECT_EQ(ErrorMessage(ErrorKind::kInvalidArgument, [] { SavePreprocess(J(1)); }),
+            "Unexpected top-level object type: <class 'int'>");
+  EXPECT_EQ(ErrorMessage(ErrorKind::kInvalidArgument, [] { LoadPreprocess(J(1)); }),
+            "Unexpected top-level object type: <class 'int'>");
 }
 
 }  // namespace
