@@ -202,6 +202,15 @@ bool Contains(const Box& outer, const Box& inner) {
   return true;
 }
 
+bool InsideShape(const Box& box, const Shape& shape) {
+  if (box.rank() != shape.size() || box.offset.size() != box.rank()) return false;
+  if (box.empty()) return true;
+  for (size_t axis = 0; axis < shape.size(); ++axis) {
+    if (box.offset[axis] < 0 || End(box.offset[axis], box.shape[axis]) > shape[axis]) return false;
+  }
+  return true;
+}
+
 std::vector<ByteRun> SubBoxRuns(const Box& chunk, const Box& sub, size_t elem_size) {
   // The runs of `sub` contiguous in both the chunk and `sub` itself: `sub` is
   // contiguous in its own layout, so these are exactly its runs in the chunk.

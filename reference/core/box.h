@@ -37,6 +37,8 @@ struct Box {
 std::optional<Box> Intersect(const Box& a, const Box& b);
 // True iff `inner` lies within `outer` (an empty inner box is contained anywhere).
 bool Contains(const Box& outer, const Box& inner);
+// Contains(Box{zeros, shape}, box), false for another rank; builds no box.
+bool InsideShape(const Box& box, const Shape& shape);
 
 // Half-open range [start, stop) of a row-major flattening.
 struct FlatRange {

@@ -58,6 +58,39 @@ TEST(BoxTest, IntersectAndContains) {
   EXPECT_THAT([&] { Contains(a, Box{{0}, {4, 6}}); }, kThrowsInvalidArgument);
 }
 
+// InsideShape is Contains(Box{zeros, shape}, box) without the box: the same
+// verdict on boxes in, across, outside and far outside a shape, empty ones,
+// and other ranks (false, where Contains throws).
+TEST(BoxTest, InsideShapeAgreesWithContains) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  std::mt19937 rng(5);
+  const std::vector<int64_t> values = {-3, -1, 0, 1, 2, 3, 5, 8, kMax - 1, kMax};
+  auto pick = [&] {
+    return values[std::uniform_int_distribution<size_t>(0, values.size() - 1)(rng)];
+  };
+  int inside = 0, outside = 0, empty = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const size_t rank = std::uniform_int_distribution<size_t>(0, 3)(rng);
+    Shape shape(rank), offset(rank), extent(rank);
+    for (size_t a = 0; a < rank; ++a) {
+      shape[a] = std::uniform_int_distribution<int64_t>(0, 8)(rng);
+      offset[a] = pick();
+      extent[a] = std::uniform_int_distribution<int64_t>(0, 1)(rng) ? pick() % 9 : shape[a];
+      if (extent[a] < 0) extent[a] = -extent[a];
+    }
+    const Box box{offset, extent};
+    const bool verdict = Contains(Box{Shape(rank, 0), shape}, box);
+    EXPECT_EQ(InsideShape(box, shape), verdict) << box.ToString() << " in " << ShapeToString(shape);
+    (verdict ? inside : outside) += 1;
+    empty += box.empty() && rank > 0;
+  }
+  EXPECT_GE(inside, 500);
+  EXPECT_GE(outside, 500);
+  EXPECT_GE(empty, 100);
+  EXPECT_FALSE(InsideShape(Box{{0}, {2}}, Shape{2, 2}));
+  EXPECT_FALSE(InsideShape(Box{{0, 0}, {2}}, Shape{2}));
+}
+
 // Issue 15 defect 6: a chunk offset near INT64_MAX (from a damaged file)
 // overflowed in Box::ToString, Contains and Intersect.
 TEST(BoxTest, OffsetsNearInt64MaxDoNotOverflow) {

@@ -119,8 +119,7 @@ DataFileWriter::PendingChunk DataFileWriter::Prepare(const std::string& key, DTy
                                                      const std::optional<FlatRange>& flat,
                                                      std::span<const std::byte> bytes) {
   CheckOpen();
-  if (box.rank() != global_shape.size() || box.offset.size() != box.rank() ||
-      !Contains(Box{Shape(global_shape.size(), 0), global_shape}, box)) {
+  if (!InsideShape(box, global_shape)) {
     Fail(ErrorKind::kInvalidArgument, "chunk {} of tensor '{}' lies outside its global shape {}",
          box.ToString(), key, ShapeToString(global_shape));
   }

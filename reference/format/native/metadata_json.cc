@@ -440,6 +440,7 @@ class MetadataTextWriter {
   }
   // An array of integers that is not empty: a container the layout may break.
   void ShapeMembers(const Shape& shape, LayoutNode& node) {
+    node.members.reserve(shape.size());
     for (size_t i = 0; i < shape.size(); ++i) {
       LayoutNode& dim = node.members.emplace_back();
       dim.text.begin = Mark() + 1;  // after the "[" or ","
@@ -449,11 +450,13 @@ class MetadataTextWriter {
     }
     compact_ += ']';
   }
+  // `name` is one of the record's fixed field names (no character to escape).
   void Field(bool& first, std::string_view name) {
-    compact_ += first ? '{' : ',';
+    const char open[2] = {first ? '{' : ',', '"'};
+    compact_.append(open, 2);
+    compact_ += name;
+    compact_.append("\":", 2);
     first = false;
-    AppendJsonString(name, compact_);
-    compact_ += ':';
   }
   void HexField(bool& first, std::string_view name, uint64_t checksum) {
     Field(first, name);
@@ -519,8 +522,10 @@ class MetadataTextWriter {
     node.object = !tensor.chunks.empty();
     LayoutNode unbroken;
     LayoutNode& parent = node.object ? node : unbroken;
+    parent.members.reserve(3);
     parent.members.push_back(Member(parent, "chunks", [&](LayoutNode& chunks) {
       compact_ += '[';
+      chunks.members.reserve(tensor.chunks.size());
       for (size_t i = 0; i < tensor.chunks.size(); ++i) {
         if (i > 0) compact_ += ',';
         LayoutNode& record = chunks.members.emplace_back();
@@ -546,6 +551,7 @@ class MetadataTextWriter {
   template <typename Entries, typename Fn>  // fn(value, node)
   void Map(const Entries& map, LayoutNode& node, Fn&& fn) {
     node.object = true;
+    node.members.reserve(map.size());
     if (map.empty()) compact_ += '{';
     for (const auto& [key, value] : map) {
       node.members.push_back(Member(node, key, [&](LayoutNode& member) { fn(value, member); }));
@@ -554,8 +560,14 @@ class MetadataTextWriter {
   }
 
   LayoutNode Compact() {
+    // About 250 bytes per chunk record and 100 per tensor or object: one
+    // allocation for most texts (the common state comes on top).
+    size_t chunks = 0;
+    for (const auto& [key, tensor] : md_.tensors) chunks += tensor.chunks.size();
+    compact_.reserve(4096 + 256 * chunks + 128 * (md_.tensors.size() + md_.objects.size()));
     LayoutNode top;
     top.object = true;
+    top.members.reserve(10);
     auto tree = [&](const json& value) {
       return [&value, this](LayoutNode& member) {
         member.tree = &value;
