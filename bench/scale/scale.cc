@@ -313,7 +313,7 @@ int Main(int argc, char** argv) {
     LoadSummary summary;
     try {
       LoadPieces pieces = LoadPreprocess(request);
-      PlanShardedState(reader, pieces.sharded, &summary);
+      PlanShardedState(reader, pieces.sharded(), &summary);
       plans.push_back({{"rank", rank},
                        {"request_s", build},
                        {"plan_s", Since(t)},

@@ -46,18 +46,18 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
   });
 
   if (RequiresExplicitCkptMismatchCheck(options.strict)) {
-    std::set<std::string> mine = RequestedKeys(pieces.sharded);
+    std::set<std::string> mine = RequestedKeys(pieces.sharded());
     std::set<std::string> all;
     if (RequiresGlobalAppMetadata(options.strict)) all = AllRanksKeys(mine, comm);
     AgreeOnOutcome(comm, [&] {
       std::vector<std::string> stored = reader->metadata().Keys();
       std::string log;
-      result.mismatch = ApplyStrictHandling(options.strict, pieces.sharded,
+      result.mismatch = ApplyStrictHandling(options.strict, pieces.mutable_sharded(),
                                             {stored.begin(), stored.end()}, all, &log);
       if (!log.empty()) result.summary.warnings.push_back(std::move(log));
     });
   }
-  if (options.validate_access_integrity) ValidateGlobalSharding(pieces.sharded, comm);
+  if (options.validate_access_integrity) ValidateGlobalSharding(pieces.sharded(), comm);
 
   // The ranks on this machine load at once: each takes its share of the
   // hardware threads as readers (8 ranks on 2 cores read with one each rather
@@ -67,12 +67,13 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
     return ReadShardedState(*reader, sharded, options.verify, &result.summary, readers);
   };
   if (options.plan_only) {
-    AgreeOnOutcome(comm, [&] { PlanShardedState(*reader, pieces.sharded, &result.summary); });
+    AgreeOnOutcome(comm, [&] { PlanShardedState(*reader, pieces.sharded(), &result.summary); });
     result.summary.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
-  Node loaded = LoadSharded(options.strategy, pieces.sharded, read, comm, &result.summary.exchange);
+  Node loaded =
+      LoadSharded(options.strategy, pieces.sharded(), read, comm, &result.summary.exchange);
 
   AgreeOnOutcome(comm, [&] {
     result.state_dict = AssembleLoadResult(reader->metadata().common, pieces, std::move(loaded));

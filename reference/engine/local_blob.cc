@@ -93,7 +93,7 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
   }
 
   LoadPieces pieces = LoadPreprocess(request);
-  Node loaded = pieces.sharded;
+  Node loaded = pieces.sharded();
   ForEachLeaf(loaded, [&](const NodePath&, Node& leaf) {
     if (const ShardedTensor* want = leaf.get_if<ShardedTensor>()) {
       auto it = tensors.find(ShardIdOf(*want));

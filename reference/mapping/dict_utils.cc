@@ -367,7 +367,42 @@ SavePieces SavePreprocessInPasses(const Node& state_dict) {
   return SavePieces{std::move(kept), std::move(common)};
 }
 
+Node& LoadPieces::mutable_sharded() {
+  if (request_) {
+    sharded_ = *request_;
+    request_ = nullptr;
+  }
+  return sharded_;
+}
+
+LoadPieces LoadPieces::OfShardedRequest(const Node& request) {
+  LoadPieces pieces(Node(), request.is<List>() ? Node(List{}) : Node(Dict{}), Node(Dict{}));
+  pieces.request_ = &request;
+  return pieces;
+}
+
+namespace {
+
+// Whether every leaf below a container is sharded (no empty flat range) and
+// no container below it is empty: then the passes keep the tree as it is.
+bool OnlyShardedBelow(const Node& tree) {
+  auto kept = [](const Node& v) {
+    if (v.is_container()) return Truthy(v) && OnlyShardedBelow(v);
+    return IsShardedBase(v) && !IsEmptyFlattened(v);
+  };
+  if (const Dict* d = tree.get_if<Dict>()) {
+    return std::all_of(d->begin(), d->end(), [&](const auto& kv) { return kept(kv.second); });
+  }
+  const List& l = tree.as<List>();
+  return std::all_of(l.begin(), l.end(), kept);
+}
+
+}  // namespace
+
 LoadPieces LoadPreprocess(const Node& state_dict) {
+  if (state_dict.is_container() && OnlyShardedBelow(state_dict)) {
+    return LoadPieces::OfShardedRequest(state_dict);
+  }
   if (state_dict.is_container() && OnlySplitNeeded(state_dict)) {
     auto [sharded, unused] = Extract(state_dict, IsShardedBase, false);
     // What the passes leave of an empty match: a container of the top's kind.

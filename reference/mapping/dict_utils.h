@@ -46,10 +46,30 @@ struct SavePieces {
 };
 SavePieces SavePreprocess(const Node& state_dict);
 
-struct LoadPieces {
-  Node sharded;        // ShardedTensors / ShardedObjects to load (factories applied)
+class LoadPieces {
+ public:
+  LoadPieces() = default;
+  LoadPieces(Node sharded, Node nonpersistent, Node factories)
+      : nonpersistent(std::move(nonpersistent)),
+        factories(std::move(factories)),
+        sharded_(std::move(sharded)) {}
+  // Pieces of a request whose every leaf is a ShardedTensor or ShardedObject
+  // (no empty flat range) and that holds no empty container below its top:
+  // its sharded part is the request itself, read in place (no copy of every
+  // leaf per load); `request` must outlive the pieces.
+  static LoadPieces OfShardedRequest(const Node& request);
+
+  // ShardedTensors / ShardedObjects to load (factories applied).
+  const Node& sharded() const { return request_ ? *request_ : sharded_; }
+  // The same, copied out of the request first when it is read in place.
+  Node& mutable_sharded();
+
   Node nonpersistent;  // unwrapped LocalNonpersistentObject values
   Node factories;      // the factories, to merge after load
+
+ private:
+  Node sharded_;
+  const Node* request_ = nullptr;
 };
 LoadPieces LoadPreprocess(const Node& state_dict);
 

@@ -288,7 +288,7 @@ TEST(PreprocessTest, LoadExtractsFactoriesAndNonpersistent) {
   Node sd = MixedStateDict();
   sd["lst"] = Node(List{Node(St("l0")), Node(SplitFactory("g")), J(3)});
   const LoadPieces pieces = LoadPreprocess(sd);
-  EXPECT_EQ(Keys(pieces.sharded),
+  EXPECT_EQ(Keys(pieces.sharded()),
             "{f:{p1:ST(f.p1),p2:ST(f.p2)},lst:[ST(l0),{p1:ST(g.p1),p2:ST(g.p2)}],w:ST(w)}");
   EXPECT_EQ(Keys(pieces.factories), "{f:F(f),lst:{1:F(g)}}");  // data dropped
   EXPECT_EQ(Keys(pieces.nonpersistent), "{np:7}");
@@ -298,7 +298,9 @@ TEST(PreprocessTest, LoadExtractsFactoriesAndNonpersistent) {
 // Random trees for the one-split shortcut: dicts and lists nested up to three
 // deep with every kind of leaf, empty containers anywhere; `special` (if not
 // kNone) is the one kind of leaf that makes the passes necessary.
-enum class Special { kNone, kFactory, kNonpersistent, kEmptyFlat };
+// kShardedOnly: no leaf but sharded ones and no empty container (a model's
+// sharded state dict), which a load reads in place.
+enum class Special { kNone, kShardedOnly, kFactory, kNonpersistent, kEmptyFlat };
 
 struct TreeGen {
   std::mt19937 rng;
@@ -310,6 +312,10 @@ struct TreeGen {
   int Pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); }
   Node Leaf() {
     const std::string key = "k" + std::to_string(next_key++);
+    if (special == Special::kShardedOnly) {
+      if (Pick(2) == 0) return Node(St(key));
+      return Node(ShardedObject{key, json(1), {1}, {0}});
+    }
     switch (Pick(special == Special::kNone ? 6 : 8)) {
       case 0:
         return Node(St(key));
@@ -339,7 +345,7 @@ struct TreeGen {
   }
   Node Tree(int depth) {
     if (depth == 0 || Pick(3) == 0) return Leaf();
-    const int n = Pick(5);
+    const int n = special == Special::kShardedOnly ? 1 + Pick(4) : Pick(5);
     auto empty = [](const Node& v) { return v.is_container() && !Truthy(v); };
     if (Pick(2) == 0) {
       Dict d;
@@ -375,9 +381,9 @@ struct TreeGen {
 // (empty containers kept or dropped as the passes do, lists compacted), and
 // a tree with any of those leaves must still give the passes' pieces.
 TEST(PreprocessTest, OneSplitGivesThePassesPieces) {
-  int shortcut_cases = 0, top_lists = 0;
-  for (Special special :
-       {Special::kNone, Special::kFactory, Special::kNonpersistent, Special::kEmptyFlat}) {
+  int shortcut_cases = 0, top_lists = 0, in_place = 0;
+  for (Special special : {Special::kNone, Special::kShardedOnly, Special::kFactory,
+                          Special::kNonpersistent, Special::kEmptyFlat}) {
     TreeGen gen{std::mt19937(static_cast<unsigned>(special) + 7), special};
     for (int i = 0; i < 400; ++i) {
       Node top = gen.Pick(4) == 0 ? Node(List{}) : Node(Dict{});
@@ -398,9 +404,20 @@ TEST(PreprocessTest, OneSplitGivesThePassesPieces) {
       EXPECT_EQ(Keys(save.sharded), Keys(save_passes.sharded));
       EXPECT_EQ(Keys(save.common), Keys(save_passes.common));
       const LoadPieces load = LoadPreprocess(top), load_passes = LoadPreprocessInPasses(top);
-      EXPECT_EQ(Keys(load.sharded), Keys(load_passes.sharded));
+      EXPECT_EQ(Keys(load.sharded()), Keys(load_passes.sharded()));
       EXPECT_EQ(Keys(load.nonpersistent), Keys(load_passes.nonpersistent));
       EXPECT_EQ(Keys(load.factories), Keys(load_passes.factories));
+      // A request of sharded leaves only is read in place (the comparison
+      // above fails one read in place that the passes would change).
+      const bool read_in_place = &load.sharded() == &top;
+      if (special == Special::kShardedOnly) EXPECT_TRUE(read_in_place);
+      in_place += read_in_place;
+      if (read_in_place) {
+        LoadPieces copy = LoadPreprocess(top);
+        Node& own = copy.mutable_sharded();  // copied out of the request
+        EXPECT_NE(&own, &top);
+        EXPECT_EQ(Keys(own), Keys(top));
+      }
     }
     if (special == Special::kNone) {
       // Every case where a pass could differ from the one split occurs.
@@ -409,6 +426,7 @@ TEST(PreprocessTest, OneSplitGivesThePassesPieces) {
   }
   EXPECT_GE(top_lists, 50);
   EXPECT_EQ(shortcut_cases, 400);
+  EXPECT_GE(in_place, 400);
   // A leaf at the top fails either way, with the passes' message.
   EXPECT_EQ(ErrorMessage(ErrorKind::kInvalidArgument, [] { SavePreprocess(J(1)); }),
             "Unexpected top-level object type: <class 'int'>");

@@ -83,7 +83,7 @@ VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std:
     load.plan_only = true;
     loads[rank] = Load(request, dir, comm, load);
     LoadPieces pieces = LoadPreprocess(request);
-    ForEachLeaf(pieces.sharded, [&](const NodePath&, const Node& leaf) {
+    ForEachLeaf(pieces.sharded(), [&](const NodePath&, const Node& leaf) {
       tensors[rank] += leaf.is<ShardedTensor>();
       objects[rank] += leaf.is<ShardedObject>();
     });
