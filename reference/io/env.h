@@ -42,6 +42,15 @@ class RandomAccessFile {
   virtual ~RandomAccessFile() = default;
   // Reads exactly dst.size() bytes at offset (loops over short preads).
   virtual void Read(uint64_t offset, std::span<std::byte> dst) const = 0;
+  // Reads `parts` from consecutive bytes starting at `offset`, with the bytes
+  // and errors of Read of each part in turn (POSIX: one preadv for the few
+  // parts a verified read of a small chunk takes, payload and its sums).
+  virtual void ReadGathered(uint64_t offset, std::span<const std::span<std::byte>> parts) const {
+    for (std::span<std::byte> part : parts) {
+      Read(offset, part);
+      offset += part.size();
+    }
+  }
   virtual uint64_t size() const = 0;
   virtual const std::string& path() const = 0;
 };

@@ -155,6 +155,58 @@ TEST(PosixEnvTest, ReadPastEndIsTruncation) {
   EXPECT_NO_THROW(in->Read(2, dst));
 }
 
+// ReadGathered: the bytes of Read of each part in turn, from 1 to 8 parts
+// (empty ones too) at random offsets; past the end, the error Read gives for
+// the first part that does not fit, whether the call reads none of the parts
+// or a short prefix.
+TEST(PosixEnvTest, ReadGatheredReadsWhatReadsOfEachPartRead) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = JoinPath(tmp.path(), "f");
+  std::mt19937 rng(11);
+  std::string contents(300000, '\0');
+  for (char& c : contents) c = static_cast<char>(rng());
+  WriteFile(env, path, contents);
+  std::unique_ptr<RandomAccessFile> in = env->NewRandomAccessFile(path);
+  int past_end = 0, short_prefix = 0;
+  for (int i = 0; i < 400; ++i) {
+    const uint64_t offset = rng() % contents.size();
+    std::vector<std::vector<std::byte>> bufs(1 + rng() % 8);
+    std::vector<std::span<std::byte>> parts;
+    uint64_t total = 0;
+    for (auto& b : bufs) {
+      b.resize(rng() % 3 == 0 ? 0 : rng() % 70000);
+      parts.push_back(b);
+      total += b.size();
+    }
+    // What Read of each part in turn gives: the bytes, or the first error.
+    std::string want, error;
+    uint64_t at = offset;
+    for (const auto& b : bufs) {
+      if (at + b.size() > contents.size()) {
+        error = fmt::format("truncated file {}: wanted {} bytes at offset {}, file has {}", path,
+                            b.size(), at, contents.size());
+        break;
+      }
+      want += contents.substr(at, b.size());
+      at += b.size();
+    }
+    if (error.empty()) {
+      in->ReadGathered(offset, parts);
+      std::string got;
+      for (const auto& b : bufs) got.append(reinterpret_cast<const char*>(b.data()), b.size());
+      EXPECT_TRUE(got == want) << "offset " << offset;
+    } else {
+      ++past_end;
+      short_prefix += offset + bufs[0].size() <= contents.size();
+      EXPECT_THAT([&] { in->ReadGathered(offset, parts); },
+                  ThrowsError(ErrorKind::kCorruption, error));
+    }
+  }
+  EXPECT_GE(past_end, 40);
+  EXPECT_GE(short_prefix, 20);
+}
+
 TEST(PosixEnvTest, ErrorsNameThePath) {
   ScopedTempDir tmp;
   Env* env = Env::Default();

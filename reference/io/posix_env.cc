@@ -139,6 +139,31 @@ class PosixRandomAccessFile : public RandomAccessFile {
     }
   }
 
+  void ReadGathered(uint64_t offset, std::span<const std::span<std::byte>> parts) const override {
+    if (parts.size() > IOV_MAX) return RandomAccessFile::ReadGathered(offset, parts);
+    std::vector<iovec> iov;
+    iov.reserve(parts.size());
+    uint64_t total = 0;
+    for (std::span<std::byte> part : parts) {
+      iov.push_back({part.data(), part.size()});
+      total += part.size();
+    }
+    ssize_t n;
+    do {
+      n = ::preadv(fd_, iov.data(), static_cast<int>(iov.size()), static_cast<off_t>(offset));
+    } while (n < 0 && errno == EINTR);
+    if (n >= 0 && static_cast<uint64_t>(n) == total) return;
+    // Short (or failed): read again from the first part not read whole, part
+    // by part, so the error is the one Read gives for that part.
+    uint64_t done = n > 0 ? static_cast<uint64_t>(n) : 0;
+    size_t first = 0;
+    while (first < parts.size() && done >= parts[first].size()) {
+      done -= parts[first].size();
+      offset += parts[first++].size();
+    }
+    RandomAccessFile::ReadGathered(offset, parts.subspan(first));
+  }
+
   uint64_t size() const override { return size_; }
   const std::string& path() const override { return path_; }
 

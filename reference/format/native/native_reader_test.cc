@@ -219,6 +219,43 @@ TEST_F(NativeReaderTest, FlippedBlockChecksumIsCaught) {
   EXPECT_EQ(reader_->stats().chunks_verified, 0u);
 }
 
+// A whole chunk read into one destination takes payload and block checksums
+// in one gathered read; it must catch what reading them apart catches, with
+// the same message, and count the same bytes: two runs that tile the chunk
+// take the windowed path, one run the gathered one.
+TEST_F(NativeReaderTest, GatheredWholeReadsCatchWhatWindowedReadsCatch) {
+  const StoredChunk& w1 = W1();
+  auto message = [&](bool gathered) {
+    std::vector<std::byte> got(80);
+    const ReadRun one[] = {{0, 80, got.data()}};
+    const ReadRun two[] = {{0, 40, got.data()}, {40, 40, got.data() + 40}};
+    const uint64_t bytes = reader_->stats().bytes_read, sums = reader_->stats().checksum_bytes_read;
+    std::string error;
+    try {
+      reader_->ReadChunk(Tensor("w"), w1,
+                         gathered ? std::span<const ReadRun>(one) : std::span<const ReadRun>(two),
+                         VerifyPolicy::kWhenWhole);
+      EXPECT_EQ(got, ExampleChunkBytes("w", w1));
+      EXPECT_EQ(reader_->stats().bytes_read - bytes, 80u);
+      EXPECT_EQ(reader_->stats().checksum_bytes_read - sums, 40u);
+    } catch (const CheckpointError& e) {
+      error = e.what();
+    }
+    return error;
+  };
+  EXPECT_EQ(message(true), "");
+  EXPECT_EQ(message(false), "");
+  // A payload byte of each block, then a byte of each block's checksum.
+  for (uint64_t at : {3, 17, 40, 63, 79, 80 + 1, 80 + 8 * 4 + 7}) {
+    FlipByte(w1.file, w1.offset + at);
+    const std::string windowed = message(false);
+    EXPECT_THAT(windowed, testing::HasSubstr("checksum mismatch in ")) << at;
+    EXPECT_EQ(message(true), windowed) << at;
+    FlipByte(w1.file, w1.offset + at);  // back
+  }
+  EXPECT_EQ(message(true), "");
+}
+
 // Checksums are bound to the chunk: the bytes of W1 checked against another
 // key, box or dtype do not verify.
 TEST_F(NativeReaderTest, ChecksumsAreBoundToKeyBoxAndDtype) {
