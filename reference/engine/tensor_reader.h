@@ -12,6 +12,8 @@
 #ifndef DISTCKPT_ENGINE_TENSOR_READER_H_
 #define DISTCKPT_ENGINE_TENSOR_READER_H_
 
+#include <vector>
+
 #include "core/tensor.h"
 #include "engine/load_plan.h"
 #include "format/format.h"
@@ -27,6 +29,33 @@ struct PlanBytes {
 
 PlanBytes ExecuteTensorPlan(CheckpointReader& reader, const StoredTensor& stored,
                             const TensorPlan& plan, Tensor& dst, VerifyPolicy policy);
+
+// ExecuteTensorPlan for several tensors: same-dtype reads are queued and
+// issued together by Flush (CheckpointReader::ReadChunks, which may merge
+// chunks lying back to back in a file into one system call); converting
+// plans are streamed at once. Each destination must stay alive, and its
+// bytes unread, until Flush returns.
+//
+// Thread-safety: one batch per thread.
+class PlanReads {
+ public:
+  PlanReads(CheckpointReader& reader, VerifyPolicy policy) : reader_(reader), policy_(policy) {}
+
+  PlanBytes Add(const StoredTensor& stored, const TensorPlan& plan, Tensor& dst);
+  void Flush();
+
+ private:
+  struct Queued {
+    const StoredTensor* tensor;
+    const StoredChunk* chunk;
+    size_t first_run, runs;  // into runs_
+  };
+
+  CheckpointReader& reader_;
+  const VerifyPolicy policy_;
+  std::vector<ReadRun> runs_;
+  std::vector<Queued> queued_;
+};
 
 }  // namespace distckpt
 

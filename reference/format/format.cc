@@ -33,6 +33,10 @@ void CheckpointReader::StreamChunk(const StoredTensor& tensor, const StoredChunk
   for (const ReadRun& run : runs) consume(run.offset_in_chunk, std::span(run.dst, run.length));
 }
 
+void CheckpointReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy) {
+  for (const ChunkRead& read : reads) ReadChunk(*read.tensor, *read.chunk, read.runs, policy);
+}
+
 const std::vector<const Format*>& AllFormats() {
   // New formats are added here; detection tries them in order ("dcp" reads
   // every DCP checkpoint, so "dcp-1.13", "dcp-common-pt" and "fsdp-dtensor"

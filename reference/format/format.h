@@ -110,6 +110,13 @@ struct ReadStats {
   std::atomic<uint64_t> chunks_unverified{0};  // partially read, not verifiable
 };
 
+// One chunk read of a batch (CheckpointReader::ReadChunks).
+struct ChunkRead {
+  const StoredTensor* tensor = nullptr;
+  const StoredChunk* chunk = nullptr;
+  std::span<const ReadRun> runs;
+};
+
 // StreamChunk's consumer: chunk bytes [offset_in_chunk, + bytes.size()).
 using ConsumeBytes =
     std::function<void(uint64_t offset_in_chunk, std::span<const std::byte> bytes)>;
@@ -123,6 +130,11 @@ class CheckpointReader {
   // CheckpointError(kCorruption) naming file, key and chunk offset.
   virtual void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                          std::span<const ReadRun> runs, VerifyPolicy policy) = 0;
+  // ReadChunk of each of `reads` in turn: the same bytes, checks, errors and
+  // stats. A format may read chunks that lie back to back in one file with
+  // fewer system calls (native: small verified chunks read whole, one preadv
+  // for several). This default calls ReadChunk for each.
+  virtual void ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy);
   // Reads the byte ranges `ranges` of chunk `chunk` (ReadRuns whose dst is
   // unused; sorted, non-overlapping) and hands them to `consume(offset in
   // the chunk, bytes)` in order, in pieces of about `piece_bytes`, each

@@ -131,12 +131,17 @@ void MergeAt(Node& x1, X2&& x2, const KeyTuple& key) {
   };
   if (x1.is<Dict>() && x2.template is<Dict>()) {
     Dict& d1 = x1.as<Dict>();
-    for (auto& [k, v2] : x2.template as<Dict>()) {
-      auto it = d1.find(k);
-      if (it == d1.end()) {
-        d1.emplace(k, pass(v2));
+    auto& d2 = x2.template as<Dict>();
+    for (auto it2 = d2.begin(); it2 != d2.end();) {
+      auto it = d1.find(it2->first);
+      if (it != d1.end()) {
+        MergeAt(it->second, pass(it2->second), Append(key, PyRepr(it2->first)));
+        ++it2;
+      } else if constexpr (kMove) {
+        d1.insert(d2.extract(it2++));  // the entry itself moves: no key or node copied
       } else {
-        MergeAt(it->second, pass(v2), Append(key, PyRepr(k)));
+        d1.emplace(it2->first, it2->second);
+        ++it2;
       }
     }
   } else if (x1.is<List>() && x2.template is<List>()) {

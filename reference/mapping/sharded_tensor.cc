@@ -148,17 +148,21 @@ Box ShardedTensor::GlobalBox() const {
 }
 
 Shape ShardedTensor::LocalChunkOffsetInGlobal() const {
-  Shape chunk(global_offset.begin(), global_offset.begin() + prepend_axis_num);
-  for (size_t i = 0; i < local_shape.size(); ++i) {
-    const int64_t off = global_offset[prepend_axis_num + i];
-    const int64_t sh = local_shape[i];
-    if (sh == 0 || off % sh != 0) {
-      Fail(ErrorKind::kInvalidSharding,
-           "Global offset ({}) must be divisible by local shape ({}) for {}.", off, sh, ToString());
-    }
-    chunk.push_back(off / sh);
-  }
+  Shape chunk(prepend_axis_num + local_shape.size());
+  for (size_t axis = 0; axis < chunk.size(); ++axis) chunk[axis] = LocalChunkOffsetInGlobal(axis);
   return chunk;
+}
+
+int64_t ShardedTensor::LocalChunkOffsetInGlobal(size_t axis) const {
+  const size_t prepend = static_cast<size_t>(prepend_axis_num);
+  if (axis < prepend) return global_offset[axis];
+  const int64_t off = global_offset[axis];
+  const int64_t sh = local_shape[axis - prepend];
+  if (sh == 0 || off % sh != 0) {
+    Fail(ErrorKind::kInvalidSharding,
+         "Global offset ({}) must be divisible by local shape ({}) for {}.", off, sh, ToString());
+  }
+  return off / sh;
 }
 
 int64_t ShardedTensor::LocalNumel() const {

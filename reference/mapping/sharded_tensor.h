@@ -57,6 +57,8 @@ struct ShardedTensor {
   Box GlobalBox() const;
   // Prepended offsets followed by global_offset[i] / local size, per axis.
   Shape LocalChunkOffsetInGlobal() const;
+  // LocalChunkOffsetInGlobal()[axis], with its error, without building it.
+  int64_t LocalChunkOffsetInGlobal(size_t axis) const;
   // Elements this shard holds (flattened range size, or chunk volume).
   int64_t LocalNumel() const;
   // The shape of `data`: (flattened range size,) or local_shape.

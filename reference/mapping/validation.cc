@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 
@@ -85,7 +86,7 @@ struct RankObject {
 // Megatron's _validate_objects_for_key: main replicas' unique keys must be
 // distinct and as many as the grid has cells. We also name the key and
 // report offsets outside the grid and examples of missing shards.
-std::optional<std::string> CheckObjectKey(const std::vector<RankObject>& objects) {
+std::optional<std::string> CheckObjectKey(std::span<const RankObject> objects) {
   const ShardedObject& first = *objects[0].object;
   std::vector<std::string> unique_keys;
   std::map<std::string, int> counts;
@@ -224,40 +225,73 @@ void ValidateShardingIntegrity(const GlobalMetadata& global_metadata) {
 }
 
 void ValidateShardingIntegrity(const std::vector<std::vector<ShardRef>>& global_shards) {
-  struct KeyShards {
-    std::vector<RankTensor> tensors;
-    std::vector<RankObject> objects;
-  };
-  // Keys in order of first appearance, as Megatron; they point into the shards.
+  // Keys in order of first appearance, as Megatron (they point into the
+  // shards); each key's tensors and objects gathered in rank order into one
+  // flat array per kind (a counting sort: no container per key).
+  size_t total = 0;
+  for (const std::vector<ShardRef>& refs : global_shards) total += refs.size();
   std::vector<const std::string*> order;
-  std::unordered_map<std::string_view, KeyShards> by_key;
-  for (size_t rank = 0; rank < global_shards.size(); ++rank) {
-    for (const ShardRef& ref : global_shards[rank]) {
+  std::unordered_map<std::string_view, uint32_t> ids;
+  ids.reserve(total);
+  std::vector<uint32_t> id_of;  // per ref, in (rank, position) order
+  id_of.reserve(total);
+  for (const std::vector<ShardRef>& refs : global_shards) {
+    for (const ShardRef& ref : refs) {
       const std::string& key =
           std::visit([](const auto* x) -> const std::string& { return x->key; }, ref);
-      auto [it, inserted] = by_key.try_emplace(key);
+      auto [it, inserted] = ids.try_emplace(key, static_cast<uint32_t>(order.size()));
       if (inserted) order.push_back(&key);
-      if (const ShardedTensor* const* t = std::get_if<const ShardedTensor*>(&ref)) {
-        it->second.tensors.push_back({static_cast<int>(rank), *t});
-      } else {
-        it->second.objects.push_back({static_cast<int>(rank), std::get<const ShardedObject*>(ref)});
+      id_of.push_back(it->second);
+    }
+  }
+  // begin[k] .. begin[k + 1]: key k's entries of each kind.
+  std::vector<size_t> tensors_begin(order.size() + 1, 0), objects_begin(order.size() + 1, 0);
+  size_t at = 0;
+  for (const std::vector<ShardRef>& refs : global_shards) {
+    for (const ShardRef& ref : refs) {
+      auto& begin =
+          std::holds_alternative<const ShardedTensor*>(ref) ? tensors_begin : objects_begin;
+      ++begin[id_of[at++] + 1];
+    }
+  }
+  for (size_t k = 0; k < order.size(); ++k) {
+    tensors_begin[k + 1] += tensors_begin[k];
+    objects_begin[k + 1] += objects_begin[k];
+  }
+  std::vector<RankTensor> tensors(tensors_begin.back());
+  std::vector<RankObject> objects(objects_begin.back());
+  {
+    std::vector<size_t> next_tensor(tensors_begin.begin(), tensors_begin.end() - 1);
+    std::vector<size_t> next_object(objects_begin.begin(), objects_begin.end() - 1);
+    at = 0;
+    for (size_t rank = 0; rank < global_shards.size(); ++rank) {
+      for (const ShardRef& ref : global_shards[rank]) {
+        const uint32_t id = id_of[at++];
+        if (const ShardedTensor* const* t = std::get_if<const ShardedTensor*>(&ref)) {
+          tensors[next_tensor[id]++] = {static_cast<int>(rank), *t};
+        } else {
+          objects[next_object[id]++] = {static_cast<int>(rank),
+                                        std::get<const ShardedObject*>(ref)};
+        }
       }
     }
   }
   std::vector<std::string> errors;
-  for (const std::string* key_ptr : order) {
-    const std::string& key = *key_ptr;
-    const KeyShards& shards = by_key.at(key);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const std::span<const RankTensor> key_tensors(tensors.data() + tensors_begin[k],
+                                                  tensors_begin[k + 1] - tensors_begin[k]);
+    const std::span<const RankObject> key_objects(objects.data() + objects_begin[k],
+                                                  objects_begin[k + 1] - objects_begin[k]);
     std::optional<std::string> error;
     try {
-      if (!shards.tensors.empty() && !shards.objects.empty()) {
+      if (!key_tensors.empty() && !key_objects.empty()) {
         error = fmt::format(
             "Key {} is used by a ShardedTensor on rank {} and by a ShardedObject on rank {}",
-            PyRepr(key), shards.tensors[0].rank, shards.objects[0].rank);
-      } else if (!shards.objects.empty()) {
-        error = CheckObjectKey(shards.objects);
+            PyRepr(*order[k]), key_tensors[0].rank, key_objects[0].rank);
+      } else if (!key_objects.empty()) {
+        error = CheckObjectKey(key_objects);
       } else {
-        error = CheckTensorKey(shards.tensors);
+        error = CheckTensorKey(key_tensors);
       }
     } catch (const CheckpointError& e) {  // an entry breaking the metadata rules
       error = e.what();

@@ -6,6 +6,7 @@
 #define DISTCKPT_MAPPING_VALIDATION_INTERNAL_H_
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,7 @@ struct RankTensor {
 // The error line for one key's ShardedTensors (all ranks), or nullopt when
 // they are consistent and their main replicas cover the tensor exactly once.
 // May throw CheckpointError for metadata that breaks ShardedTensor's rules.
-std::optional<std::string> CheckTensorKey(const std::vector<RankTensor>& shards);
+std::optional<std::string> CheckTensorKey(std::span<const RankTensor> shards);
 
 }  // namespace distckpt
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <unordered_map>
 
@@ -30,7 +31,7 @@ std::vector<std::pair<std::string_view, std::string>> AgreedFields(const Sharded
 
 // Megatron asserts these with a bare `assert`; we name the key, the ranks
 // and the two values.
-std::optional<std::string> CheckConsistency(const std::vector<RankTensor>& shards) {
+std::optional<std::string> CheckConsistency(std::span<const RankTensor> shards) {
   const RankTensor& first = shards[0];
   const ShardedTensor& a = *first.tensor;
   for (const RankTensor& other : shards) {
@@ -59,7 +60,7 @@ std::optional<std::string> CheckConsistency(const std::vector<RankTensor>& shard
 // Flattened keys: per local chunk, the main replicas' flat ranges must tile
 // [0, numel). Fills `mains` with one entry per chunk that has main replicas
 // (Megatron clamps the chunk's count to 1).
-std::optional<std::string> CheckFlattened(const std::vector<RankTensor>& shards,
+std::optional<std::string> CheckFlattened(std::span<const RankTensor> shards,
                                           std::vector<RankTensor>& mains) {
   struct Chunk {
     const RankTensor* first = nullptr;
@@ -101,7 +102,7 @@ std::optional<std::string> CheckFlattened(const std::vector<RankTensor>& shards,
 // Regular grid: main-replica count per chunk of the axis_fragmentations grid;
 // every count must be 1.
 std::optional<std::string> CheckGrid(const ShardedTensor& first,
-                                     const std::vector<RankTensor>& mains) {
+                                     std::span<const RankTensor> mains) {
   const Shape& grid = *first.axis_fragmentations;
   if (grid.size() != first.global_shape.size()) {
     return fmt::format(
@@ -114,23 +115,30 @@ std::optional<std::string> CheckGrid(const ShardedTensor& first,
         "Invalid access pattern for {}: empty local chunks cannot cover global shape {}",
         first.ToString(), ShapeToString(first.global_shape));
   }
-  std::unordered_map<int64_t, int64_t> counts;
+  // Each main replica's cell of the grid, in row-major order; sorted, they
+  // must be exactly 0, 1, ..., cells - 1.
+  std::vector<int64_t> cells;
+  cells.reserve(mains.size());
   for (const RankTensor& m : mains) {
-    const Shape chunk = m.tensor->LocalChunkOffsetInGlobal();
     int64_t linear = 0;
     for (size_t axis = 0; axis < grid.size(); ++axis) {
-      if (chunk[axis] < 0 || chunk[axis] >= grid[axis]) {
+      const int64_t at = m.tensor->LocalChunkOffsetInGlobal(axis);
+      if (at < 0 || at >= grid[axis]) {
         return fmt::format(
             "Invalid access pattern for {}: chunk {} on rank {} lies outside the chunk grid {}",
-            first.ToString(), ShapeToString(chunk), m.rank, ShapeToString(grid));
+            first.ToString(), ShapeToString(m.tensor->LocalChunkOffsetInGlobal()), m.rank,
+            ShapeToString(grid));
       }
-      linear = linear * grid[axis] + chunk[axis];
+      linear = linear * grid[axis] + at;
     }
-    ++counts[linear];
+    cells.push_back(linear);
   }
-  bool ok = static_cast<int64_t>(counts.size()) == Volume(grid);
-  for (const auto& [linear, count] : counts) ok = ok && count == 1;
+  std::sort(cells.begin(), cells.end());
+  bool ok = static_cast<int64_t>(cells.size()) == Volume(grid);
+  for (size_t i = 0; ok && i < cells.size(); ++i) ok = cells[i] == static_cast<int64_t>(i);
   if (ok) return std::nullopt;
+  std::unordered_map<int64_t, int64_t> counts;
+  for (int64_t linear : cells) ++counts[linear];
   const std::string grid_text = NumpyIntArrayStr(grid, [&counts](int64_t linear) {
     auto it = counts.find(linear);
     return it == counts.end() ? int64_t{0} : it->second;
@@ -141,7 +149,7 @@ std::optional<std::string> CheckGrid(const ShardedTensor& first,
 // Uneven sharding (no grid): Megatron defers to DCP; we require the main
 // replicas' boxes to tile the global box exactly.
 std::optional<std::string> CheckUneven(const ShardedTensor& first,
-                                       const std::vector<RankTensor>& mains) {
+                                       std::span<const RankTensor> mains) {
   std::vector<Box> boxes;
   for (const RankTensor& m : mains) boxes.push_back(m.tensor->GlobalBox());
   const TilingCheck tiling = CheckTiling(first.global_shape, boxes, kMaxExamples);
@@ -168,16 +176,21 @@ std::optional<std::string> CheckUneven(const ShardedTensor& first,
 
 }  // namespace
 
-std::optional<std::string> CheckTensorKey(const std::vector<RankTensor>& shards) {
+std::optional<std::string> CheckTensorKey(std::span<const RankTensor> shards) {
   if (std::optional<std::string> error = CheckConsistency(shards)) return error;
   const ShardedTensor& first = *shards[0].tensor;
-  std::vector<RankTensor> mains;
+  // The main replicas: often every shard (then no copy).
+  std::vector<RankTensor> kept;
+  std::span<const RankTensor> mains = shards;
   if (first.flattened_range) {
-    if (std::optional<std::string> error = CheckFlattened(shards, mains)) return error;
-  } else {
-    for (const RankTensor& s : shards) {
-      if (IsMainReplica(s.tensor->replica_id)) mains.push_back(s);
-    }
+    if (std::optional<std::string> error = CheckFlattened(shards, kept)) return error;
+    mains = kept;
+  } else if (!std::all_of(shards.begin(), shards.end(), [](const RankTensor& s) {
+               return IsMainReplica(s.tensor->replica_id);
+             })) {
+    std::copy_if(shards.begin(), shards.end(), std::back_inserter(kept),
+                 [](const RankTensor& s) { return IsMainReplica(s.tensor->replica_id); });
+    mains = kept;
   }
   return first.has_regular_grid() ? CheckGrid(first, mains) : CheckUneven(first, mains);
 }

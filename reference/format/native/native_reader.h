@@ -43,6 +43,9 @@ class NativeReader : public CheckpointReader {
   // copies the runs out of it (bytes_read counts the whole chunk).
   void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                  std::span<const ReadRun> runs, VerifyPolicy policy) override;
+  // Small verified chunks read whole, lying back to back in one file: one
+  // preadv for several (payload and block checksums of each).
+  void ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy) override;
   // Versions 2 and 3 (kWhenWhole) and kNever: pieces of whole blocks, read
   // and verified one at a time into one buffer of about `piece_bytes`;
   // version 1 and kAlways: the default (every range at once).
@@ -56,6 +59,9 @@ class NativeReader : public CheckpointReader {
   std::span<const uint64_t> BlockSums(const RandomAccessFile& file, const StoredChunk& chunk,
                                       uint64_t seed, const DataFiles::Describe& what,
                                       std::vector<uint64_t>& storage);
+  // `reads`: small verified chunks read whole, back to back in `file`
+  // (checked to hold them): one ReadGathered, then each chunk's checks.
+  void ReadWholeWithSums(const RandomAccessFile& file, std::span<const ChunkRead> reads);
 
   const std::shared_ptr<const CheckpointMetadata> metadata_;
   DataFiles files_;

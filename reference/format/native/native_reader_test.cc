@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "format/native/block_checksums.h"
 #include "format/native/example_checkpoint.h"
 #include "io/fault_env.h"
+#include "io/forwarding_env.h"
 #include "io/testing.h"
 
 namespace distckpt {
@@ -254,6 +256,142 @@ TEST_F(NativeReaderTest, GatheredWholeReadsCatchWhatWindowedReadsCatch) {
     FlipByte(w1.file, w1.offset + at);  // back
   }
   EXPECT_EQ(message(true), "");
+}
+
+// Counts the gathered reads (system calls, on POSIX) of the files it opens.
+class GatherCountingEnv : public ForwardingEnv {
+ public:
+  using ForwardingEnv::ForwardingEnv;
+  std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) override {
+    return std::make_unique<File>(this, ForwardingEnv::NewRandomAccessFile(path));
+  }
+  uint64_t gathered() const { return gathered_; }
+
+ private:
+  class File : public RandomAccessFile {
+   public:
+    File(GatherCountingEnv* env, std::unique_ptr<RandomAccessFile> base)
+        : env_(env), base_(std::move(base)) {}
+    void Read(uint64_t offset, std::span<std::byte> dst) const override {
+      base_->Read(offset, dst);
+    }
+    void ReadGathered(uint64_t offset, std::span<const std::span<std::byte>> parts) const override {
+      ++env_->gathered_;
+      base_->ReadGathered(offset, parts);
+    }
+    uint64_t size() const override { return base_->size(); }
+    const std::string& path() const override { return base_->path(); }
+
+   private:
+    GatherCountingEnv* env_;
+    std::unique_ptr<RandomAccessFile> base_;
+  };
+  std::atomic<uint64_t> gathered_{0};
+};
+
+// ReadChunks of chunks lying back to back in their files (each read whole)
+// takes one gathered read per run of them, and gives what ReadChunk of each
+// in turn gives: the bytes, the stats, and for a flipped byte anywhere (a
+// payload block or a block checksum of any chunk of a batch) or a file cut
+// short, the same error.
+TEST_F(NativeReaderTest, BatchedReadsOfBackToBackChunksEqualReadsOfEach) {
+  struct Item {
+    const StoredTensor* tensor;
+    const StoredChunk* chunk;
+  };
+  std::vector<Item> items;  // every chunk, in file order
+  for (const auto& [key, tensor] : reader_->metadata().tensors) {
+    for (const StoredChunk& chunk : tensor.chunks) items.push_back({&tensor, &chunk});
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return std::tie(a.chunk->file, a.chunk->offset) < std::tie(b.chunk->file, b.chunk->offset);
+  });
+  // Runs of chunks that start where the one before ends (its sums included).
+  size_t runs = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StoredChunk& c = *items[i].chunk;
+    const StoredChunk* before = i > 0 ? items[i - 1].chunk : nullptr;
+    if (!before || before->file != c.file ||
+        before->offset + before->length + SumsBytes(*before) != c.offset) {
+      ++runs;
+    }
+  }
+  ASSERT_LT(runs, items.size()) << "no two chunks lie back to back: nothing is batched";
+
+  struct Outcome {
+    std::vector<std::vector<std::byte>> bytes;
+    uint64_t bytes_read = 0, sums_read = 0, verified = 0, gathered = 0;
+    std::string error;
+  };
+  auto read = [&](bool batched, VerifyPolicy policy) {
+    GatherCountingEnv env(Env::Default());
+    std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(&env, dir_);
+    Outcome out;
+    std::vector<ReadRun> whole(items.size());
+    std::vector<ChunkRead> reads;
+    for (size_t i = 0; i < items.size(); ++i) {
+      out.bytes.emplace_back(items[i].chunk->length);
+      whole[i] = {0, items[i].chunk->length, out.bytes.back().data()};
+      reads.push_back({items[i].tensor, items[i].chunk, std::span(&whole[i], 1)});
+    }
+    try {
+      if (batched) {
+        reader->ReadChunks(reads, policy);
+      } else {
+        for (const ChunkRead& r : reads) reader->ReadChunk(*r.tensor, *r.chunk, r.runs, policy);
+      }
+    } catch (const CheckpointError& e) {
+      out.error = e.what();
+    }
+    out.bytes_read = reader->stats().bytes_read;
+    out.sums_read = reader->stats().checksum_bytes_read;
+    out.verified = reader->stats().chunks_verified;
+    out.gathered = env.gathered();
+    return out;
+  };
+  for (VerifyPolicy policy : {VerifyPolicy::kWhenWhole, VerifyPolicy::kNever}) {
+    const Outcome each = read(false, policy), batched = read(true, policy);
+    EXPECT_EQ(batched.error, "");
+    for (size_t i = 0; i < items.size(); ++i) {
+      EXPECT_EQ(batched.bytes[i], ExampleChunkBytes(items[i].tensor->key, *items[i].chunk));
+      EXPECT_EQ(batched.bytes[i], each.bytes[i]);
+    }
+    EXPECT_EQ(batched.bytes_read, each.bytes_read);
+    EXPECT_EQ(batched.sums_read, each.sums_read);
+    EXPECT_EQ(batched.verified, each.verified);
+    // Unverified reads take no sums and are not gathered.
+    EXPECT_EQ(each.gathered, policy == VerifyPolicy::kNever ? 0 : items.size());
+    EXPECT_EQ(batched.gathered, policy == VerifyPolicy::kNever ? 0 : runs);
+  }
+  for (const Item& item : items) {
+    const StoredChunk& c = *item.chunk;
+    const uint64_t sums = SumsBytes(c);
+    for (uint64_t at : {uint64_t{0}, c.length / 2, c.length - 1, c.length, c.length + sums - 1}) {
+      FlipByte(c.file, c.offset + at);
+      const Outcome each = read(false, VerifyPolicy::kWhenWhole);
+      EXPECT_THAT(each.error, testing::HasSubstr("checksum mismatch in ")) << at;
+      EXPECT_EQ(read(true, VerifyPolicy::kWhenWhole).error, each.error) << item.tensor->key;
+      FlipByte(c.file, c.offset + at);  // back
+    }
+  }
+  // Each file cut inside its last chunk's sums, then inside its payload.
+  int truncated = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StoredChunk& c = *items[i].chunk;
+    if (i + 1 < items.size() && items[i + 1].chunk->file == c.file) continue;
+    const std::string path = JoinPath(dir_, c.file);
+    std::filesystem::copy_file(path, path + ".whole");
+    for (uint64_t keep : {c.offset + c.length + 1, c.offset + c.length / 2}) {
+      std::filesystem::resize_file(path, keep);
+      const Outcome each = read(false, VerifyPolicy::kWhenWhole);
+      EXPECT_THAT(each.error, testing::HasSubstr("is truncated")) << path;
+      EXPECT_EQ(read(true, VerifyPolicy::kWhenWhole).error, each.error) << path;
+      std::filesystem::copy_file(path + ".whole", path,
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+    ++truncated;
+  }
+  EXPECT_EQ(truncated, 2);  // both ranks' files
 }
 
 // Checksums are bound to the chunk: the bytes of W1 checked against another
