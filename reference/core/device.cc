@@ -37,10 +37,18 @@ int SimulatedDevices() {
   return n;
 }
 
+// Out of memory is an error of the request (a checkpoint or scenario naming
+// a tensor larger than this machine holds), reported as such, not a
+// std::bad_alloc that callers would print as "std::bad_alloc".
 std::shared_ptr<std::byte> AllocateHost(size_t bytes) {
   constexpr std::align_val_t kAlignment{64};
-  return std::shared_ptr<std::byte>(static_cast<std::byte*>(::operator new(bytes, kAlignment)),
-                                    [](std::byte* p) { ::operator delete(p, kAlignment); });
+  void* p = ::operator new(bytes, kAlignment, std::nothrow);
+  if (p == nullptr) {
+    Fail(ErrorKind::kIo, "out of memory: cannot allocate {} bytes ({:.1f} GiB) of host memory",
+         bytes, static_cast<double>(bytes) / (1 << 30));
+  }
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
+                                    [](std::byte* q) { ::operator delete(q, kAlignment); });
 }
 
 #ifdef DISTCKPT_HAVE_CUDA

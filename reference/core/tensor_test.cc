@@ -54,6 +54,17 @@ TEST(TensorTest, EmptyIsAlignedAndZerosIsZero) {
   EXPECT_THAT([] { Tensor::Empty(DType::kF32, {3, -1}); }, kThrowsInvalidArgument);
 }
 
+TEST(TensorTest, AnAllocationPastMemoryIsAnErrorNamingItsSize) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizer allocators abort on a 1 PiB request instead of failing it";
+#else
+  // Before: std::bad_alloc, which the CLI printed as "error: std::bad_alloc".
+  EXPECT_THAT([] { Tensor::Empty(DType::kU8, {int64_t{1} << 50}); },
+              ThrowsError(ErrorKind::kIo,
+                          "out of memory: cannot allocate 1125899906842624 bytes (1048576.0 GiB)"));
+#endif
+}
+
 TEST(TensorTest, CopiesShareStorageAndCloneDoesNot) {
   Tensor t = Iota({2, 3});
   Tensor shared = t;

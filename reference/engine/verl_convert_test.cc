@@ -17,6 +17,7 @@
 #include "engine/load.h"
 #include "format/dcp/dcp_format.h"
 #include "format/dcp/torch_save.h"
+#include "format/dcp/torch_zip.h"
 #include "format/format.h"
 #include "fsdp/layout.h"
 #include "io/testing.h"
@@ -179,6 +180,45 @@ TEST(VerlFilesTest, RefusesMissingAndForeignFiles) {
   }
   EXPECT_THAT([&] { VerlWorldSize(dir.path()); },
               ThrowsError(ErrorKind::kCorruption, "world_size 8"));
+}
+
+// The device mesh is read from the file: a mesh of size 0 (before: a
+// division by zero in torch.chunk's arithmetic) or a coordinate outside it
+// is refused naming the file and tensor.
+TEST(VerlFilesTest, RefusesAnEmptyMeshOrACoordinateOutsideIt) {
+  using namespace std::string_literals;
+  const std::string fixture = std::string(DISTCKPT_VERL_FIXTURES) + "/fsdp2-w4";  // committed
+  const std::string name = VerlModelFile(4, 2);
+  std::ifstream in(fixture + "/" + name, std::ios::binary);
+  const std::string original{std::istreambuf_iterator<char>(in), {}};
+  // data.pkl holds the first mesh tensor's size as BININT1 0, BININT1 4,
+  // TUPLE1, BINPUT 43 (storage offset 0, size (4,)): made (0,) or (2,),
+  // where rank 2's coordinate 2 is outside.
+  const auto resaved = [&](const std::string& pattern, size_t at, char value) {
+    ZipReader zip(original, name);
+    return ZipToString([&](ZipWriter& out) {
+      for (const ZipReader::Entry& e : zip.entries()) {
+        std::string bytes = zip.ReadRecord(e);
+        if (e.name == "data.pkl") {
+          const size_t i = bytes.find(pattern);
+          EXPECT_NE(i, std::string::npos) << "fixture's data.pkl changed";
+          if (i != std::string::npos) bytes[i + at] = value;
+        }
+        out.AddRecord(e.name, bytes);
+      }
+    });
+  };
+  for (const auto& [bytes, message] :
+       {std::pair{resaved("K\x00K\x04\x85q+"s, 3, '\0'), "outside device mesh (0,)"s},
+        std::pair{resaved("K\x00K\x04\x85q+"s, 3, '\x02'), "outside device mesh (2,)"s}}) {
+    ScopedTempDir dir;
+    fs::copy(fixture, dir.path(), fs::copy_options::recursive);
+    std::ofstream(dir.path() + "/" + name, std::ios::binary | std::ios::trunc) << bytes;
+    EXPECT_THAT([&] { ReadVerlRank(dir.path(), 4, 2); },
+                ThrowsError(ErrorKind::kCorruption, name + ": '"));
+    EXPECT_THAT([&] { ReadVerlRank(dir.path(), 4, 2); },
+                ThrowsError(ErrorKind::kCorruption, message));
+  }
 }
 
 }  // namespace

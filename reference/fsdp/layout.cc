@@ -80,9 +80,14 @@ FlatRange MegatronFsdpRows(const MegatronFsdpBucket& bucket, const std::vector<S
 }
 
 FlatRange Fsdp2Rows(int64_t rows, int64_t dp, int64_t rank) {
-  int64_t chunk = (rows + dp - 1) / dp;
-  int64_t start = std::min(rank * chunk, rows);
-  return {start, std::min(start + chunk, rows)};
+  if (rows < 0 || dp < 1 || rank < 0 || rank >= dp) {
+    Fail(ErrorKind::kInvalidArgument, "torch.chunk of {} rows into {} parts has no part {}", rows,
+         dp, rank);
+  }
+  const int64_t chunk = rows / dp + (rows % dp != 0);  // ceil, without overflow near 2^63
+  // rank * chunk may pass int64 when it is past the end anyway.
+  const int64_t start = chunk == 0 || rank > rows / chunk ? rows : rank * chunk;
+  return {start, start + std::min(chunk, rows - start)};
 }
 
 FsdpLayout ParseFsdpLayout(std::string_view name) {

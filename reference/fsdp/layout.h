@@ -44,7 +44,8 @@ FlatRange MegatronFsdpRows(const MegatronFsdpBucket& bucket, const std::vector<S
                            int param, int64_t rank);
 
 // torch.chunk(rows, dp)[rank] as a row range: ceil-sized chunks, trailing
-// ones short or empty.
+// ones short or empty. Throws kInvalidArgument unless rows >= 0 and
+// 0 <= rank < dp.
 FlatRange Fsdp2Rows(int64_t rows, int64_t dp, int64_t rank);
 
 enum class FsdpLayout { kNone, kMegatron, kFsdp2 };

@@ -1,6 +1,10 @@
 #include "fsdp/layout.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <limits>
+#include <tuple>
 
 #include "core/error_testing.h"
 
@@ -69,6 +73,20 @@ TEST(Fsdp2LayoutTest, TorchChunkWithEmptyTrailingChunks) {
   // torch.chunk(5, 4) gives chunks of 2, 2, 1 and no fourth.
   EXPECT_EQ(Fsdp2Rows(5, 4, 2), (FlatRange{4, 5}));
   EXPECT_EQ(Fsdp2Rows(5, 4, 3).size(), 0);
+}
+
+TEST(Fsdp2LayoutTest, RowCountsNearInt64MaxAndBadPartsAreHandled) {
+  // A DTensor's global size and mesh come from a file: before, rows near
+  // 2^63 overflowed (rows + dp - 1) and dp = 0 divided by zero.
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(Fsdp2Rows(max, 2, 0), (FlatRange{0, max / 2 + 1}));
+  EXPECT_EQ(Fsdp2Rows(max, 2, 1), (FlatRange{max / 2 + 1, max}));
+  EXPECT_EQ(Fsdp2Rows(max - 1, max, max - 1), (FlatRange{max - 1, max - 1}));
+  EXPECT_EQ(Fsdp2Rows(0, 3, 2), (FlatRange{0, 0}));
+  for (auto [rows, dp, rank] : {std::tuple{4, 0, 0}, {4, 2, 2}, {4, 2, -1}, {-1, 2, 0}}) {
+    EXPECT_THAT([&] { Fsdp2Rows(rows, dp, rank); },
+                ThrowsError(ErrorKind::kInvalidArgument, "torch.chunk of"));
+  }
 }
 
 TEST(ShardForFsdpTest, UnevenShardsDropDpFromReplicaId) {

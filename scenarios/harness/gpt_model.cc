@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "harness/expand_tensor.h"
+#include "harness/limits.h"
 #include "harness/values.h"
 
 namespace distckpt {
@@ -63,7 +64,12 @@ std::vector<Stage> Stages(const GptConfig& c, const Topology& t) {
 class Expander {
  public:
   Expander(const GptConfig& c, const Topology& t, int rank)
-      : c_(c), t_(t), me_(t.Coords(rank)), dpcp_(me_.dp * t.cp + me_.cp), stages_(Stages(c, t)) {}
+      : c_(c),
+        t_(t),
+        me_(t.Coords(rank)),
+        dpcp_(me_.dp * t.cp + me_.cp),
+        homogeneous_(c.homogeneous()),
+        stages_(Stages(c, t)) {}
 
   std::vector<Param> Params() {
     const int64_t vp = PaddedVocab();
@@ -145,7 +151,7 @@ class Expander {
   // the global layer number and no layer axis (Megatron's non-homogeneous /
   // MoE-frequency case). Returns (key, prepended shape, prepended offset).
   std::tuple<std::string, Shape, Shape> LayerKey(int64_t g, const std::string& name) const {
-    if (c_.homogeneous()) return {"decoder.layers." + name, {c_.layers}, {g}};
+    if (homogeneous_) return {"decoder.layers." + name, {c_.layers}, {g}};
     return {fmt::format("decoder.layers.{}.{}", g, name), {}, {}};
   }
 
@@ -242,14 +248,20 @@ class Expander {
   const Topology& t_;
   RankCoords me_;
   int64_t dpcp_;
+  bool homogeneous_;  // O(layers) to compute: once, not per key
   std::vector<Stage> stages_;
   std::vector<Param> params_;
 };
 
-void SetInt(const json& j, const std::string& path, const char* name, int64_t& out, int64_t min) {
+// Sizes up to kMaxScenarioSize, layer and expert counts up to
+// kMaxScenarioCount (harness/limits.h).
+void SetInt(const json& j, const std::string& path, const char* name, int64_t& out, int64_t min,
+            int64_t max = kMaxScenarioSize) {
   if (!j.contains(name)) return;
-  if (!j[name].is_number_integer() || j[name].get<int64_t>() < min) {
-    Fail(ErrorKind::kInvalidArgument, "{}.{}: expected an integer >= {}", path, name, min);
+  if (!j[name].is_number_integer() || j[name].get<int64_t>() < min ||
+      j[name].get<int64_t>() > max) {
+    Fail(ErrorKind::kInvalidArgument, "{}.{}: expected an integer from {} to {}", path, name, min,
+         max);
   }
   out = j[name].get<int64_t>();
 }
@@ -299,14 +311,18 @@ void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
       Fail(ErrorKind::kInvalidArgument, "{}.prefix: expected a string", path);
     c.prefix = j["prefix"].get<std::string>();
   }
-  SetInt(j, path, "layers", c.layers, 1);
+  SetInt(j, path, "layers", c.layers, 1, kMaxScenarioCount);
   SetInt(j, path, "hidden", c.hidden, 1);
   SetInt(j, path, "ffn", c.ffn, 1);
   SetInt(j, path, "heads", c.heads, 1);
   SetInt(j, path, "query_groups", c.query_groups, 0);
   SetInt(j, path, "vocab", c.vocab, 1);
   SetInt(j, path, "vocab_multiple", c.vocab_multiple, 1);
-  SetInt(j, path, "experts", c.experts, 0);
+  SetInt(j, path, "experts", c.experts, 0, kMaxScenarioCount);
+  if (c.layers * std::max<int64_t>(c.experts, 1) > kMaxScenarioLayerExperts) {
+    Fail(ErrorKind::kInvalidArgument, "{}: {} layers of {} experts exceed {} expert layers", path,
+         c.layers, c.experts, kMaxScenarioLayerExperts);
+  }
   SetBool(j, path, "glu", c.glu);
   SetBool(j, path, "tied", c.tied);
   if (j.contains("dtype")) {
@@ -369,7 +385,7 @@ GptConfig ApplyGptOverrides(const GptConfig& base, const json& overrides, const 
 }
 
 void CheckGptTopology(const GptConfig& c, const Topology& t) {
-  auto divides = [&](const char* what, int64_t value, const char* dim, int size) {
+  auto divides = [&](const char* what, int64_t value, const char* dim, int64_t size) {
     if (value % size != 0) {
       Fail(ErrorKind::kInvalidArgument, "gpt {}={} is not divisible by {}={} (topology {})", what,
            value, dim, size, t.ToString());

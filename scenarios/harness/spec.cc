@@ -9,11 +9,21 @@
 
 #include "core/error.h"
 #include "harness/fp8_section.h"
+#include "harness/limits.h"
 
 namespace distckpt {
 namespace {
 
 using nlohmann::json;
+
+// `v` as an integer from `min` to `max`; `what` names it in the error.
+int64_t InRange(const json& v, int64_t min, int64_t max, const std::string& what) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max)) ||
+      v.get<int64_t>() < min || v.get<int64_t>() > max) {
+    Fail(ErrorKind::kInvalidArgument, "{}: expected an integer from {} to {}", what, min, max);
+  }
+  return v.get<int64_t>();
+}
 
 // Reads fields of one JSON object, rejecting unknown ones.
 class Fields {
@@ -46,6 +56,11 @@ class Fields {
     const json& v = j_.at(k);
     if (!v.is_number_integer()) Fail(ErrorKind::kInvalidArgument, "{}: expected an integer", at(k));
     return v.get<int64_t>();
+  }
+  // An integer from `min` to `max`, or `dflt` when absent.
+  int64_t integer(const std::string& k, int64_t dflt, int64_t min, int64_t max) const {
+    if (!has(k)) return dflt;
+    return InRange(get(k), min, max, at(k));
   }
   bool boolean(const std::string& k, bool dflt) const {
     if (!has(k)) return dflt;
@@ -155,7 +170,7 @@ BreakSpec ParseBreak(const json& v, const std::string& path) {
   if (f.has("dtype") && !dtype)
     Fail(ErrorKind::kInvalidArgument, "{}: only for kind \"dtype\"", f.at("dtype"));
   b.axis = static_cast<int>(f.integer("axis", 0));
-  b.by = f.integer("by", 1);
+  b.by = f.integer("by", 1, -kMaxScenarioSize, kMaxScenarioSize);
   if (b.axis < 0) Fail(ErrorKind::kInvalidArgument, "{}: must be >= 0", f.at("axis"));
   if (dtype) b.dtype = AtPath(f.at("dtype"), [&] { return DTypeFromName(f.str("dtype")); });
   return b;
@@ -310,11 +325,8 @@ OptimizerConfig ParseOptimizerConfig(const json& v, const std::string& path, Opt
   }
   base.step = f.integer("step", base.step);
   base.uneven_step = f.boolean("uneven_step", base.uneven_step);
-  base.pad_divisor = f.integer("pad_divisor", base.pad_divisor);
-  base.bucket_numel = f.integer("bucket_numel", base.bucket_numel);
-  if (base.pad_divisor < 1 || base.bucket_numel < 0) {
-    Fail(ErrorKind::kInvalidArgument, "{}: pad_divisor must be >= 1 and bucket_numel >= 0", path);
-  }
+  base.pad_divisor = f.integer("pad_divisor", base.pad_divisor, 1, kMaxScenarioSize);
+  base.bucket_numel = f.integer("bucket_numel", base.bucket_numel, 0, kMaxScenarioSize);
   return base;
 }
 
@@ -332,10 +344,7 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
          path);
   }
   for (const json& d : f.array("shape")) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-      Fail(ErrorKind::kInvalidArgument, "{}: sizes must be non-negative integers", f.at("shape"));
-    }
-    t.shape.push_back(d.get<int64_t>());
+    t.shape.push_back(InRange(d, 0, kMaxScenarioSize, f.at("shape") + " sizes"));
   }
   t.dtype = AtPath(f.at("dtype"), [&] { return DTypeFromName(f.str("dtype", "f32")); });
   if (f.has("load_dtype")) {
@@ -387,8 +396,8 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   }
   t.flatten_jitter = f.boolean("flatten_jitter", false);
   t.replica = ParseReplicaKind(f, "replica");
-  t.pad_multiple = f.integer("pad_multiple", 0);
-  if (t.pad_multiple < 0 || (t.pad_multiple > 0 && t.shape.empty())) {
+  t.pad_multiple = f.integer("pad_multiple", 0, 0, kMaxScenarioSize);
+  if (t.pad_multiple > 0 && t.shape.empty()) {
     Fail(ErrorKind::kInvalidArgument, "{}: must be positive and the tensor at least 1-d",
          f.at("pad_multiple"));
   }
@@ -402,11 +411,14 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
   }
   if (f.has("stack")) {
     Fields sf(f.get("stack"), f.at("stack"), {"shape", "over"});
+    int64_t entries = 1;
     for (const json& d : sf.array("shape")) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 1) {
-        Fail(ErrorKind::kInvalidArgument, "{}: sizes must be positive integers", sf.at("shape"));
+      t.stack.push_back(InRange(d, 1, kMaxScenarioCount, sf.at("shape") + " sizes"));
+      entries *= t.stack.back();
+      if (entries > kMaxScenarioCount) {
+        Fail(ErrorKind::kInvalidArgument, "{}: more than {} stacked entries", sf.at("shape"),
+             kMaxScenarioCount);
       }
-      t.stack.push_back(d.get<int64_t>());
     }
     if (t.stack.empty()) Fail(ErrorKind::kInvalidArgument, "{}: at least one axis", sf.at("shape"));
     if (sf.has("over")) {
@@ -424,6 +436,9 @@ TensorSpec ParseTensorSpec(const json& v, const std::string& path) {
       }
     }
   }
+  Shape stacked = t.stack;
+  stacked.insert(stacked.end(), t.shape.begin(), t.shape.end());
+  AtPath(f.at("shape"), [&] { return Volume(stacked); });  // the element count fits int64
   return t;
 }
 

@@ -1,9 +1,11 @@
 #include "harness/spec.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/error_testing.h"
+#include "harness/limits.h"
 
 namespace distckpt {
 namespace {
@@ -50,7 +52,7 @@ TEST(SpecTest, ErrorsNameTheJsonPath) {
   EXPECT_THAT(
       [] { Parse(R"({"tensors": [{"key": "w", "shape": [2], "stack": {"shape": [0]}}]})"); },
       ThrowsError(ErrorKind::kInvalidArgument,
-                  "$.tensors[0].stack.shape: sizes must be positive integers"));
+                  "$.tensors[0].stack.shape sizes: expected an integer from 1 to 4096"));
   EXPECT_THAT(
       [] {
         Parse(
@@ -209,6 +211,58 @@ TEST(SpecTest, OptimizerWithoutModelOrWithTensorsIsRefused) {
       ThrowsError(ErrorKind::kInvalidArgument, "would get no optimizer state"));
   EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w"}]})"); },
               ThrowsError(ErrorKind::kInvalidArgument, "missing field 'shape'"));
+}
+
+TEST(SpecTest, SizesAndCountsPastTheirBoundsAreRefused) {
+  // Before: such numbers reached 64-bit arithmetic (signed overflow) or
+  // per-layer tables (a 10^13-layer model asked for 1.6 TB).
+  const std::string too_big = std::to_string(kMaxScenarioSize + 1);
+  EXPECT_THAT([&] { Parse(R"({"tensors": [{"key": "w", "shape": [2, )" + too_big + "]}]}"); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "$.tensors[0].shape sizes: expected an integer from 0 to 1099511627776"));
+  EXPECT_THAT([] { Parse(R"({"tensors": [{"key": "w", "shape": [18446744073709551615]}]})"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "$.tensors[0].shape sizes"));
+  EXPECT_THAT(
+      [] { Parse(R"({"tensors": [{"key": "w", "shape": [1099511627776, 1099511627776]}]})"); },
+      ThrowsError(ErrorKind::kInvalidArgument, "$.tensors[0].shape: shape (1099511627776, "));
+  EXPECT_THAT(
+      [] {
+        Parse(R"({"tensors": [{"key": "w", "shape": [4294967296, 4194304],
+                                "stack": {"shape": [4096]}}]})");
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "has too many elements"));
+  EXPECT_THAT(
+      [] { Parse(R"({"tensors": [{"key": "w", "shape": [2], "stack": {"shape": [64, 65]}}]})"); },
+      ThrowsError(ErrorKind::kInvalidArgument,
+                  "$.tensors[0].stack.shape: more than 4096 stacked entries"));
+  EXPECT_THAT(
+      [&] {
+        Parse(R"({"tensors": [{"key": "w", "shape": [2], "pad_multiple": )" + too_big + "}]}");
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "$.tensors[0].pad_multiple: expected an integer"));
+  for (const char* field : {"layers", "experts"}) {
+    EXPECT_THAT([&] { Parse(fmt::format(R"({{"model": {{"{}": 4097}}}})", field)); },
+                ThrowsError(ErrorKind::kInvalidArgument,
+                            fmt::format("$.model.{}: expected an integer from", field)));
+  }
+  for (const char* field : {"hidden", "ffn", "heads", "query_groups", "vocab", "vocab_multiple"}) {
+    EXPECT_THAT([&] { Parse(fmt::format(R"({{"model": {{"{}": {}}}}})", field, too_big)); },
+                ThrowsError(ErrorKind::kInvalidArgument,
+                            fmt::format("$.model.{}: expected an integer from", field)));
+  }
+  EXPECT_THAT([] { Parse(R"({"model": {"layers": 257, "experts": 256}})"); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "$.model: 257 layers of 256 experts exceed 65536 expert layers"));
+  EXPECT_EQ(Parse(R"({"model": {"layers": 256, "experts": 256}})").models[0].experts, 256);
+  EXPECT_THAT(
+      [&] { Parse(R"({"model": {}, "optimizer": {"pad_divisor": )" + too_big + "}}"); },
+      ThrowsError(ErrorKind::kInvalidArgument, "$.optimizer.pad_divisor: expected an integer"));
+  // At the bounds: accepted.
+  Scenario s = Parse(R"({"tensors": [{"key": "w", "shape": [1099511627776],
+                                       "stack": {"shape": [4096]}}],
+                         "model": {"layers": 4096, "vocab": 1099511627776}})");
+  EXPECT_EQ(s.tensors[0].shape[0], kMaxScenarioSize);
+  EXPECT_EQ(s.models[0].layers, kMaxScenarioCount);
 }
 
 TEST(SpecTest, MissingFileIsAnInputError) {

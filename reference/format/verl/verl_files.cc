@@ -107,6 +107,12 @@ ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string&
     Fail(ErrorKind::kCorruption, "{}: mesh of {} dims, coordinate {}, {} placements", what,
          mesh_shape.size(), ShapeToString(coord), placements.size());
   }
+  for (size_t i = 0; i < mesh_shape.size(); ++i) {
+    if (mesh_shape[i] < 1 || coord[i] < 0 || coord[i] >= mesh_shape[i]) {
+      Fail(ErrorKind::kCorruption, "{}: coordinate {} is outside device mesh {}", what,
+           ShapeToString(coord), ShapeToString(mesh_shape));
+    }
+  }
   Shape offset(global.size(), 0), size = global;
   int64_t replica = 0;
   for (size_t i = 0; i < placements.size(); ++i) {
