@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/little_endian.h"
 #include "engine/common_state.h"
 #include "engine/read_state.h"
 #include "io/checksum.h"
@@ -59,8 +60,7 @@ std::string SerializeLocalState(const Node& state_dict, int64_t iteration, int r
   });
   const std::string text = header.dump();
   std::string blob(kMagic, kMagicSize);
-  const uint64_t length = text.size();
-  for (int i = 0; i < 8; ++i) blob.push_back(static_cast<char>((length >> (8 * i)) & 0xff));
+  AppendLittleEndian(blob, text.size(), 8);
   return blob + text + data;
 }
 
@@ -71,9 +71,7 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
   if (blob.size() < kMagicSize + 8 || blob.compare(0, kMagicSize, kMagic) != 0) {
     Fail(ErrorKind::kCorruption, "{} is not a distckpt local checkpoint", what);
   }
-  uint64_t length = 0;
-  for (int i = 0; i < 8; ++i)
-    length |= uint64_t{static_cast<unsigned char>(blob[kMagicSize + i])} << (8 * i);
+  const uint64_t length = LoadLittleEndian(blob.data() + kMagicSize, 8);
   const size_t data_start = kMagicSize + 8 + length;
   if (length > blob.size() || data_start > blob.size())
     Fail(ErrorKind::kCorruption, "{} is truncated", what);

@@ -56,12 +56,40 @@ WritableFile& DataFileWriter::File() {
   return *file_;
 }
 
-uint64_t DataFileWriter::Size() { return File().size() + pending_.size(); }
+uint64_t DataFileWriter::Size() { return File().size() + pending_.size() + held_bytes_; }
 
-void DataFileWriter::Flush() {
-  if (pending_.empty()) return;
-  file_->Append(std::as_bytes(std::span(pending_)));
+template <typename Fn>
+void DataFileWriter::ForEachQueued(Fn&& fn) const {
+  size_t begin = 0;  // of pending_ bytes not yet given
+  auto pending_to = [&](size_t end) {
+    if (end > begin) fn(std::as_bytes(std::span(pending_).subspan(begin, end - begin)), begin);
+    begin = end;
+  };
+  for (const Held& h : held_) {
+    pending_to(h.pending_before);
+    fn(h.bytes, std::string::npos);
+  }
+  pending_to(pending_.size());
+}
+
+void DataFileWriter::Flush(std::span<const std::byte> also) {
+  if (held_.empty()) {  // the common case: at most two parts
+    if (pending_.empty()) {
+      if (!also.empty()) file_->Append(also);
+    } else {
+      const std::span<const std::byte> parts[] = {std::as_bytes(std::span(pending_)), also};
+      file_->AppendGathered(parts);
+    }
+  } else {
+    std::vector<std::span<const std::byte>> parts;
+    parts.reserve(2 * held_.size() + 2);
+    ForEachQueued([&](std::span<const std::byte> part, size_t) { parts.push_back(part); });
+    parts.push_back(also);
+    file_->AppendGathered(parts);
+  }
   pending_.clear();
+  held_.clear();
+  held_bytes_ = 0;
 }
 
 uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
@@ -69,48 +97,55 @@ uint64_t DataFileWriter::Append(std::span<const std::byte> bytes) {
   if (bytes.size() < kJoinedAppendBytes) {
     if (pending_.size() + bytes.size() > kPendingBytes) Flush();
     pending_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  } else if (pending_.empty()) {
-    file_->Append(bytes);
   } else {
-    const std::span<const std::byte> parts[] = {std::as_bytes(std::span(pending_)), bytes};
-    file_->AppendGathered(parts);
-    pending_.clear();
+    Flush(bytes);
   }
   bytes_written_ += bytes.size();
   return offset;
 }
 
-uint64_t DataFileWriter::AppendGathered(std::span<const std::span<const std::byte>> parts,
-                                        uint64_t payload_bytes) {
+uint64_t DataFileWriter::AppendHeld(std::span<const std::byte> bytes) {
+  if (bytes.size() < kJoinedAppendBytes) return Append(bytes);
   const uint64_t offset = Size();
-  if (pending_.empty()) {
-    file_->AppendGathered(parts);
-  } else {
-    std::vector<std::span<const std::byte>> joined;
-    joined.reserve(parts.size() + 1);
-    joined.push_back(std::as_bytes(std::span(pending_)));
-    joined.insert(joined.end(), parts.begin(), parts.end());
-    file_->AppendGathered(joined);
-    pending_.clear();
-  }
-  bytes_written_ += payload_bytes;
+  held_.push_back({pending_.size(), bytes});
+  held_bytes_ += bytes.size();
+  bytes_written_ += bytes.size();
+  if (held_bytes_ + pending_.size() >= kMaxHashedRunBytes) Flush();
   return offset;
 }
 
 void DataFileWriter::Overwrite(uint64_t offset, std::span<const std::byte> bytes) {
-  // Bytes in the file are written over; bytes still pending are patched.
+  // Bytes in the file are written over; bytes still queued are patched,
+  // unless they are held (checked first: nothing is patched then).
   const uint64_t in_file = file_->size();
+  auto for_each_queued_overlap = [&](auto&& fn) {
+    uint64_t at = in_file;
+    ForEachQueued([&](std::span<const std::byte> part, size_t pending_begin) {
+      const uint64_t begin = std::max(at, offset),
+                     end = std::min(at + part.size(), offset + bytes.size());
+      if (begin < end)
+        fn(begin, end,
+           pending_begin == std::string::npos ? pending_begin : pending_begin + (begin - at));
+      at += part.size();
+    });
+  };
+  for_each_queued_overlap([&](uint64_t begin, uint64_t, size_t pending_at) {
+    if (pending_at == std::string::npos) {
+      Fail(ErrorKind::kInvalidArgument, "{}: bytes at offset {} are held, not overwritable",
+           file_name_, begin);
+    }
+  });
   if (offset < in_file) {
     const size_t head = static_cast<size_t>(std::min<uint64_t>(bytes.size(), in_file - offset));
     file_->WriteAt(offset, bytes.first(head));
-    bytes = bytes.subspan(head);
-    offset = in_file;
   }
-  std::memcpy(pending_.data() + (offset - in_file), bytes.data(), bytes.size());
+  for_each_queued_overlap([&](uint64_t begin, uint64_t end, size_t pending_at) {
+    std::memcpy(pending_.data() + pending_at, bytes.data() + (begin - offset), end - begin);
+  });
 }
 
-void DataFileWriter::AppendChecksums(std::span<const std::byte> bytes) {
-  Append(bytes);
+void DataFileWriter::AppendChecksums(std::span<const std::byte> bytes, bool held) {
+  held ? AppendHeld(bytes) : Append(bytes);
   bytes_written_ -= bytes.size();
 }
 

@@ -6,7 +6,8 @@
 // Finish. A format says only how an item is stored: StoreChunk/StoreObject
 // append it (through Append) and fill its offset, length and checksum.
 // Small appends are held back and joined to the next larger write (one
-// gathered system call); the file has every byte once Finish returns.
+// gathered system call), as are a format's AppendHeld bytes up to about
+// 1 MiB; the file has every byte once Finish returns.
 //
 // Errors: a chunk outside its tensor, a flat range outside its box, or
 // bytes that disagree with the elements are CheckpointError
@@ -22,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "format/format.h"
 
@@ -80,15 +82,19 @@ class DataFileWriter : public CheckpointWriter {
 
   // Appends payload bytes to the data file; returns the offset they start at.
   uint64_t Append(std::span<const std::byte> bytes);
-  // Appends `parts` in order in gathered writes, of which `payload_bytes`
-  // are payload (the rest the format's checksums); returns the offset they
-  // start at.
-  uint64_t AppendGathered(std::span<const std::span<const std::byte>> parts,
-                          uint64_t payload_bytes);
-  // Overwrites bytes already appended, at `offset` of the data file.
+  // Append of bytes the caller keeps unchanged until FlushHeld: they are not
+  // copied but queued, and go out with the appends around them in gathered
+  // writes of about kMaxHashedRunBytes (one system call for a run of small
+  // items instead of one or two each).
+  uint64_t AppendHeld(std::span<const std::byte> bytes);
+  // Writes what is queued; bytes given to AppendHeld may change after.
+  void FlushHeld() { Flush(); }
+  // Overwrites bytes already appended, at `offset` of the data file (not
+  // bytes still held: kInvalidArgument).
   void Overwrite(uint64_t offset, std::span<const std::byte> bytes);
-  // Appends bytes of the format's own (checksums), not counted in bytes_written.
-  void AppendChecksums(std::span<const std::byte> bytes);
+  // Appends bytes of the format's own (checksums), not counted in
+  // bytes_written; held as AppendHeld holds them when `held`.
+  void AppendChecksums(std::span<const std::byte> bytes, bool held = false);
   int rank() const { return rank_; }
   // Helper-pool threads the format may borrow for hashing (SetHelpers).
   int helpers() const { return helpers_; }
@@ -100,10 +106,22 @@ class DataFileWriter : public CheckpointWriter {
   static constexpr size_t kJoinedAppendBytes = 4096;
   static constexpr size_t kPendingBytes = 64 << 10;
 
+  // Bytes held (AppendHeld), queued after pending_[0, pending_before).
+  struct Held {
+    size_t pending_before;
+    std::span<const std::byte> bytes;
+  };
+
   void CheckOpen() const;
-  // The data file's size, pending bytes included (opens the file on first use).
+  // The data file's size, queued bytes included (opens the file on first use).
   uint64_t Size();
-  void Flush();  // writes the pending bytes
+  // Calls fn(part, pending_begin) for each queued part in file order: runs of
+  // pending_ (pending_begin: where the run starts there) and held bytes
+  // (pending_begin: npos).
+  template <typename Fn>
+  void ForEachQueued(Fn&& fn) const;
+  // Writes the queued bytes, then `also` (when given), in gathered writes.
+  void Flush(std::span<const std::byte> also = {});
   // Checks a chunk against its tensor (recording the tensor on first use).
   PendingChunk Prepare(const std::string& key, DType dtype, const Shape& global_shape,
                        const Box& box, const std::optional<FlatRange>& flat,
@@ -115,7 +133,9 @@ class DataFileWriter : public CheckpointWriter {
   const int rank_;
   const std::string file_name_;
   std::unique_ptr<WritableFile> file_;
-  std::string pending_;  // appended, not yet written to file_
+  std::string pending_;     // appended, not yet written to file_
+  std::vector<Held> held_;  // in file order, interleaved with pending_
+  uint64_t held_bytes_ = 0;
   CheckpointMetadata metadata_;
   uint64_t bytes_written_ = 0;
   int helpers_ = 0;

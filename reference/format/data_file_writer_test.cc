@@ -1,10 +1,12 @@
 // DataFileWriter's own file handling: small appends held back and joined to
 // the next larger write, patches of bytes in the file or still held back,
-// gathered appends; the file must hold exactly what was appended and patched.
+// held appends (queued, not copied); the file must hold exactly what was
+// appended and patched.
 #include "format/data_file_writer.h"
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
 #include <random>
 
@@ -20,7 +22,8 @@ class TestWriter : public DataFileWriter {
   TestWriter(Env* env, const std::string& dir)
       : DataFileWriter(env, dir, /*rank=*/0, "__0_0.bin", CheckpointMetadata{}) {}
   using DataFileWriter::Append;
-  using DataFileWriter::AppendGathered;
+  using DataFileWriter::AppendChecksums;
+  using DataFileWriter::AppendHeld;
   using DataFileWriter::Overwrite;
 
  private:
@@ -28,18 +31,21 @@ class TestWriter : public DataFileWriter {
   void StoreObject(StoredObject&, std::span<const std::byte>) override {}
 };
 
-// Random scripts of small, large and gathered appends and of patches
-// anywhere in what was appended (in the file, held back, or across both):
-// the file equals the same operations on a string, and the small appends
-// never reach the file on their own.
+// Random scripts of small, large and held appends and of patches anywhere
+// in what was appended (in the file, held back, or across both): the file
+// equals the same operations on a string, the small and held appends never
+// reach the file on their own, and a patch of held bytes still queued is
+// refused, patching nothing.
 TEST(DataFileWriterTest, HeldBackAppendsAndPatchesGiveTheSameFile) {
   std::mt19937_64 rng(5);
-  int patches_across = 0, patches_pending = 0, patches_in_file = 0;
+  int patches_across = 0, patches_pending = 0, patches_in_file = 0, patches_held = 0;
   for (int script = 0; script < 150; ++script) {
     ScopedTempDir tmp;
     CountingEnv env(Env::Default());
     TestWriter writer(&env, tmp.path());
     std::string model;
+    std::deque<std::string> held;                        // alive until Finish
+    std::vector<std::pair<size_t, size_t>> held_ranges;  // in `model`
     int large_writes = 0, writes_at = 0;
     auto random_bytes = [&](size_t n) {
       std::string s(n, '\0');
@@ -57,12 +63,11 @@ TEST(DataFileWriterTest, HeldBackAppendsAndPatchesGiveTheSameFile) {
         EXPECT_EQ(writer.Append(Bytes(s)), model.size());
         model += s;
         ++large_writes;
-      } else if (kind < 8) {  // gathered
-        const std::string a = random_bytes(rng() % 5000), b = random_bytes(rng() % 100);
-        const std::span<const std::byte> parts[] = {Bytes(a), Bytes(b)};
-        EXPECT_EQ(writer.AppendGathered(parts, a.size()), model.size());
-        model += a + b;
-        ++large_writes;
+      } else if (kind < 8) {  // held
+        const std::string& s = held.emplace_back(random_bytes(rng() % 9000));
+        EXPECT_EQ(writer.AppendHeld(Bytes(s)), model.size());
+        if (s.size() >= 4096) held_ranges.emplace_back(model.size(), model.size() + s.size());
+        model += s;
       } else if (!model.empty()) {  // patch
         const std::string path = JoinPath(tmp.path(), "__0_0.bin");
         const uint64_t in_file =
@@ -73,6 +78,14 @@ TEST(DataFileWriterTest, HeldBackAppendsAndPatchesGiveTheSameFile) {
         if (where == 1 && in_file > 0) at = in_file - 1 - rng() % std::min<uint64_t>(in_file, 32);
         if (where == 2 && in_file < model.size()) at = in_file + rng() % (model.size() - in_file);
         const std::string s = random_bytes(1 + rng() % std::min<size_t>(64, model.size() - at));
+        const bool on_held = std::ranges::any_of(held_ranges, [&](auto r) {
+          return r.first >= in_file && at < r.second && at + s.size() > r.first;
+        });
+        if (on_held) {
+          ++patches_held;
+          EXPECT_THROW(writer.Overwrite(at, Bytes(s)), CheckpointError);
+          continue;
+        }
         patches_across += at < in_file && at + s.size() > in_file;
         patches_pending += at >= in_file;
         patches_in_file += at + s.size() <= in_file;
@@ -85,13 +98,36 @@ TEST(DataFileWriterTest, HeldBackAppendsAndPatchesGiveTheSameFile) {
     writer.Finish();
     EXPECT_TRUE(ReadFileToString(Env::Default(), JoinPath(tmp.path(), "__0_0.bin")) == model)
         << "script " << script;
-    // Small appends join a large write, or go out when 60 KiB and more wait.
+    // Small and held appends join a large write, or go out when 60 KiB of
+    // small ones or 1 MiB in all wait.
     EXPECT_LE(writes_before_finish,
               large_writes + writes_at + static_cast<int>(model.size() / (60 << 10)));
   }
   EXPECT_GE(patches_across, 20);
   EXPECT_GE(patches_pending, 100);
   EXPECT_GE(patches_in_file, 100);
+  EXPECT_GE(patches_held, 20);
+}
+
+// A run of held chunks and their checksums goes out in gathered writes of
+// about 1 MiB: 2 MiB of 64 KiB chunks in two system calls, not 64 (a write
+// goes out once 1 MiB is queued; the last chunk's checksums wait for Finish).
+TEST(DataFileWriterTest, HeldAppendsGoOutInWritesOfAboutOneMiB) {
+  ScopedTempDir tmp;
+  CountingEnv env(Env::Default());
+  TestWriter writer(&env, tmp.path());
+  const std::string chunk(64 << 10, 'c'), sums(128, 's');
+  std::string model;
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(writer.AppendHeld(Bytes(chunk)), model.size());
+    writer.AppendChecksums(Bytes(sums), /*held=*/true);
+    model += chunk + sums;
+  }
+  EXPECT_EQ(env.writes, 2);
+  writer.Finish();
+  EXPECT_EQ(env.writes, 3);
+  EXPECT_EQ(writer.bytes_written(), 32u * chunk.size());
+  EXPECT_TRUE(ReadFileToString(Env::Default(), JoinPath(tmp.path(), "__0_0.bin")) == model);
 }
 
 }  // namespace

@@ -3,14 +3,11 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/little_endian.h"
 
 namespace distckpt {
 
-void WireWriter::U64(uint64_t v) {
-  char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(v >> (8 * i));
-  out_.append(bytes, 8);
-}
+void WireWriter::U64(uint64_t v) { AppendLittleEndian(out_, v, 8); }
 
 void WireWriter::Str(std::string_view s) {
   U64(s.size());
@@ -42,12 +39,7 @@ std::string_view WireReader::Take(size_t n) {
 
 uint8_t WireReader::U8() { return static_cast<uint8_t>(Take(1)[0]); }
 
-uint64_t WireReader::U64() {
-  std::string_view bytes = Take(8);
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
-  return v;
-}
+uint64_t WireReader::U64() { return LoadLittleEndian(Take(8).data(), 8); }
 
 bool WireReader::Bool() {
   const uint8_t v = U8();

@@ -196,7 +196,6 @@ class DcpFormatImpl : public Format {
     // Item extents from every item written, duplicates of empty chunks
     // included (each is an item in its rank's file), then one chunk per offset.
     const ItemLengths lengths(env, write_dir, metadata);
-    DcpMetadata dcp = DcpFromMetadata(WithoutDuplicateEmptyChunks(metadata), target_, lengths);
     // Megatron's files first, .metadata last: without it the directory is not a checkpoint.
     // The common state is in a data file already when the save wrote it as an object.
     const bool common_in_data =
@@ -207,6 +206,8 @@ class DcpFormatImpl : public Format {
                       TorchSaveJson(metadata.common));
     }
     WriteFileAtomic(env, JoinPath(write_dir, kMegatronConfigFileName), TorchDistConfigText());
+    const DcpMetadata dcp =
+        DcpFromMetadata(WithoutDuplicateEmptyChunks(std::move(metadata)), target_, lengths);
     WriteFileAtomic(env, JoinPath(write_dir, kDcpMetadataFileName), EncodeDcpMetadata(dcp));
     SwapInStaging(env, dir, write_dir);  // overwrite only
   }

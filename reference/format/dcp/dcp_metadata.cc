@@ -184,6 +184,9 @@ class Encoder {
   explicit Encoder(const DcpMetadata& md) : md_(md), paths_(PathsFor(md.target)) {}
 
   std::string Encode() {
+    size_t chunks = 0;
+    for (const DcpEntry& e : md_.entries) chunks += e.chunks.size();
+    w_.Reserve(4096 + 512 * md_.entries.size() + 256 * chunks + 384 * md_.storage.size());
     w_.Object(paths_.metadata, "Metadata", [&] {
       w_.Dict(false, [&] {
         w_.Str("state_dict_metadata");

@@ -67,6 +67,7 @@ void DcpWriter::StoreChunks(std::span<PendingChunk> chunks) {
         [&](size_t begin, size_t end) {
           for (size_t i = begin; i < end; ++i)
             StoreRecord(*run[i].tensor, run[i].chunk, run[i].bytes, &hashed[i]);
+          FlushHeld();  // what is hashed is written now, not after the next hashes
         });
   });
 }
@@ -76,7 +77,8 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
   // Streamed to the file (no copy of the chunk), hashed piece by piece while
   // cached: the record's CRC32 (patched into its local header) and its
   // blocks' (the item index) in the one pass that writes it, unless hashed
-  // ahead.
+  // ahead; then the chunk's bytes are held (the caller flushes them) and
+  // written with the records around them in one gathered write.
   const RecordLayout layout = LayoutOf(tensor, chunk, bytes.size());
   const Shape& shape = layout.shape;
   const uint32_t block_size = layout.block_size;
@@ -85,13 +87,13 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
   std::optional<uint64_t> start;
   ZipWriter zip(
       [&](std::span<const std::byte> b) {
-        const uint64_t at = Append(b);
+        const uint64_t at = hashed && b.data() == bytes.data() ? AppendHeld(b) : Append(b);
         if (!start) start = at;
       },
       "archive", false,
       [&](uint64_t at, std::span<const std::byte> b) { Overwrite(*start + at, b); });
-  const uint64_t data_offset =
-      WriteTensorRecords(zip, tensor.dtype, shape, bytes, [&](const ZipWriter::Sink& sink) {
+  const uint64_t data_offset = WriteTensorRecords(
+      zip, Pickle(tensor.dtype, shape, bytes.size()), bytes, [&](const ZipWriter::Sink& sink) {
         if (hashed) {
           sink(bytes);
           blocks = std::move(hashed->blocks);
@@ -111,6 +113,16 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
               .crc = crc,
               .block_size = block_size},
              std::move(blocks));
+}
+
+std::string_view DcpWriter::Pickle(DType dtype, const Shape& shape, uint64_t bytes) {
+  auto key = std::make_pair(dtype, shape);
+  if (auto it = pickles_.find(key); it != pickles_.end()) return it->second;
+  if (pickles_.size() < kMaxPickles) {
+    return pickles_.emplace(std::move(key), TensorPickle(dtype, shape, bytes)).first->second;
+  }
+  pickle_ = TensorPickle(dtype, shape, bytes);
+  return pickle_;
 }
 
 void DcpWriter::FinishItems(uint64_t size) {

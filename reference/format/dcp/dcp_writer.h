@@ -26,8 +26,10 @@
 #ifndef DISTCKPT_FORMAT_DCP_DCP_WRITER_H_
 #define DISTCKPT_FORMAT_DCP_DCP_WRITER_H_
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "format/data_file_writer.h"
 #include "format/dcp/item_index.h"
@@ -58,8 +60,14 @@ class DcpWriter : public DataFileWriter {
                    Hashed* hashed);
   void StoreObject(StoredObject& object, std::span<const std::byte> bytes) override;
   void FinishItems(uint64_t size) override;
+  // TensorPickle of a record, made once per dtype and shape (up to
+  // kMaxPickles of them; more are made each time).
+  std::string_view Pickle(DType dtype, const Shape& shape, uint64_t bytes);
 
+  static constexpr size_t kMaxPickles = 1024;
   DcpIndexWriter index_;
+  std::map<std::pair<DType, Shape>, std::string> pickles_;
+  std::string pickle_;  // the last one made past kMaxPickles
 };
 
 }  // namespace distckpt

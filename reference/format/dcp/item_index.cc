@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/little_endian.h"
 #include "format/dcp/torch_zip.h"
 #include "format/hashed_writes.h"
 #include "io/checksum.h"
@@ -20,15 +21,9 @@ constexpr uint32_t kMaxBlock = 4 << 10;
 constexpr uint32_t kMinBlock = 1 << 10;
 constexpr size_t kPieceBytes = 256 << 10;  // a multiple of every block size
 
-void Put(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
-}
+void Put(std::string& out, uint64_t value, int bytes) { AppendLittleEndian(out, value, bytes); }
 
-uint64_t Get(const std::byte* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t(std::to_integer<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
+uint64_t Get(const std::byte* p, int bytes) { return LoadLittleEndian(p, bytes); }
 
 }  // namespace
 

@@ -3,15 +3,14 @@
 #include <cstring>
 #include <optional>
 
+#include "core/little_endian.h"
 #include "format/dcp/allow_list.h"
 
 namespace distckpt {
 
 PickleWriter::PickleWriter() { out_ = "\x80\x02"; }
 
-void PickleWriter::LE(uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out_ += static_cast<char>((value >> (8 * i)) & 0xff);
-}
+void PickleWriter::LE(uint64_t value, int bytes) { AppendLittleEndian(out_, value, bytes); }
 
 void PickleWriter::None() { Op('N'); }
 

@@ -13,10 +13,11 @@
 #define DISTCKPT_FORMAT_DCP_PICKLER_H_
 
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "core/box.h"
 
@@ -24,7 +25,22 @@ namespace distckpt {
 
 class PickleWriter {
  public:
-  using Emit = std::function<void()>;
+  // A callback emitting a composite's items: a reference to a callable that
+  // outlives the call it is passed to (no copy, no allocation, as C++26's
+  // std::function_ref; nested values are emitted by nested lambdas).
+  class Emit {
+   public:
+    template <typename F>
+      requires(!std::is_same_v<std::remove_cvref_t<F>, Emit> && std::is_invocable_v<F&>)
+    Emit(F&& f)  // NOLINT: implicit, as a lambda is passed
+        : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+          call_([](void* c) { (*static_cast<std::remove_reference_t<F>*>(c))(); }) {}
+    void operator()() const { call_(callable_); }
+
+   private:
+    void* callable_;
+    void (*call_)(void*);
+  };
 
   PickleWriter();  // starts with PROTO 2
 
@@ -57,6 +73,8 @@ class PickleWriter {
   // as module.name(*args) then BUILD with S (state optional). Other dicts stay dicts.
   void Json(const nlohmann::json& value);
 
+  // Room for `bytes` more without reallocating (a large stream's estimate).
+  void Reserve(size_t bytes) { out_.reserve(out_.size() + bytes); }
   // Appends STOP and returns the stream.
   std::string Finish();
 

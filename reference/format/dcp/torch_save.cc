@@ -305,9 +305,7 @@ void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, st
   }
 }
 
-uint64_t WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
-                            std::span<const std::byte> data,
-                            const std::function<uint32_t(const ZipWriter::Sink&)>& stream) {
+std::string TensorPickle(DType dtype, const Shape& shape, uint64_t bytes) {
   const TorchDType& info = Info(dtype);
   const bool v3 = info.storage.empty();  // float8: UntypedStorage counted in bytes
   PickleWriter w;
@@ -319,7 +317,7 @@ uint64_t WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
                v3 ? w.Global("torch.storage", "UntypedStorage") : w.Global("torch", info.storage);
                w.Str("0");
                w.Str("cpu");
-               w.Int(v3 ? static_cast<int64_t>(data.size()) : Volume(shape));
+               w.Int(v3 ? static_cast<int64_t>(bytes) : Volume(shape));
              });
              w.BinPersId();
              w.Int(0);
@@ -329,7 +327,13 @@ uint64_t WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
              w.Reduce([&] { w.Global("collections", "OrderedDict"); }, 0, [] {});
              if (v3) w.Global("torch", info.name);
            });
-  zip.AddRecord("data.pkl", w.Finish());
+  return w.Finish();
+}
+
+uint64_t WriteTensorRecords(ZipWriter& zip, std::string_view pickle,
+                            std::span<const std::byte> data,
+                            const std::function<uint32_t(const ZipWriter::Sink&)>& stream) {
+  zip.AddRecord("data.pkl", pickle);
   zip.AddRecord("byteorder", "little");
   const uint64_t data_offset =
       stream ? zip.AddStreamedRecord("data/0", data.size(), stream) : zip.AddRecord("data/0", data);

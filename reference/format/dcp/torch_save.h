@@ -69,13 +69,22 @@ TorchTensor ReadTensorRecord(const ZipReader& zip);
 // Copies `t`'s elements, in row-major order, out of its storage bytes.
 void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, std::byte* dst);
 
+// The data.pkl of torch.save of a contiguous tensor of `shape` and `dtype`
+// (its storage: `bytes` bytes, key "0").
+std::string TensorPickle(DType dtype, const Shape& shape, uint64_t bytes);
 // torch.save of a contiguous tensor of `shape` whose row-major bytes are
-// `data`. With `stream`, the storage record is ZipWriter::AddStreamedRecord
-// of `data` through it (it writes the bytes and returns their CRC32). Returns
-// the offset of the storage record's first data byte in the archive.
+// `data`, its data.pkl `pickle` (TensorPickle: callers saving many tensors
+// of one shape make it once). With `stream`, the storage record is
+// ZipWriter::AddStreamedRecord of `data` through it (it writes the bytes and
+// returns their CRC32). Returns the offset of the storage record's first
+// data byte in the archive.
 uint64_t WriteTensorRecords(
-    ZipWriter& zip, DType dtype, const Shape& shape, std::span<const std::byte> data,
+    ZipWriter& zip, std::string_view pickle, std::span<const std::byte> data,
     const std::function<uint32_t(const ZipWriter::Sink&)>& stream = nullptr);
+inline uint64_t WriteTensorRecords(ZipWriter& zip, DType dtype, const Shape& shape,
+                                   std::span<const std::byte> data) {
+  return WriteTensorRecords(zip, TensorPickle(dtype, shape, data.size()), data);
+}
 // torch.save(value) of a JSON value.
 std::string TorchSaveJson(const nlohmann::json& value);
 // One unpickled value of `zip`'s data.pkl (its tensors read from `zip`), as JSON.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/little_endian.h"
 
 namespace distckpt {
 namespace {
@@ -19,21 +20,10 @@ constexpr uint64_t kMax32 = 0xffffffff;
 constexpr size_t kEndSize = 22;
 constexpr size_t kAlignment = 64;
 
-// `bytes` little-endian bytes of `value`; beyond its 8, zeros (runs of zero
-// fields are written as one wide PutLE(0, n)).
-void PutLE(std::string& out, uint64_t value, int bytes) {
-  const size_t at = out.size();
-  out.resize(at + static_cast<size_t>(bytes));  // zeros beyond the value's 8 bytes
-  for (int i = 0; i < bytes && i < 8; ++i) {
-    out[at + static_cast<size_t>(i)] = static_cast<char>((value >> (8 * i)) & 0xff);
-  }
-}
+// Runs of zero fields are written as one wide PutLE(0, n).
+void PutLE(std::string& out, uint64_t value, int bytes) { AppendLittleEndian(out, value, bytes); }
 
-uint64_t GetLE(const std::byte* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t(std::to_integer<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
+uint64_t GetLE(const std::byte* p, int bytes) { return LoadLittleEndian(p, bytes); }
 
 // Cursor over a parsed buffer; running past its end is corruption of `source`.
 struct Cursor {
@@ -70,7 +60,9 @@ ZipWriter::ZipWriter(Sink sink, std::string prefix, bool force_zip64, Patch patc
     : sink_(std::move(sink)),
       patch_(std::move(patch)),
       prefix_(std::move(prefix)),
-      force_zip64_(force_zip64) {}
+      force_zip64_(force_zip64) {
+  central_.reserve(8);  // torch.save writes 4 or 5 records
+}
 
 void ZipWriter::Put(const std::string& bytes) {
   sink_(std::as_bytes(std::span(bytes.data(), bytes.size())));
@@ -104,12 +96,15 @@ uint64_t ZipWriter::AddStreamedRecord(std::string_view name, uint64_t size,
 }
 
 uint64_t ZipWriter::PutLocalHeader(std::string_view name, uint32_t crc, uint64_t size) {
-  const std::string full = prefix_ + "/" + std::string(name);
+  const Central entry{names_.size(), prefix_.size() + 1 + name.size(), crc, size, offset_};
+  names_.append(prefix_).append(1, '/').append(name);
+  const std::string_view full = Name(entry);
   const bool zip64 = force_zip64_ || size >= kMax32;
   const size_t zip64_extra = zip64 ? 20 : 0;
   const size_t pad =
       (kAlignment - (offset_ + 30 + full.size() + zip64_extra + 4) % kAlignment) % kAlignment;
-  std::string header;
+  std::string& header = buf_;
+  header.clear();
   PutLE(header, kLocalSig, 4);
   PutLE(header, zip64 ? 45 : 20, 2);  // version needed
   PutLE(header, 0, 2 + 2 + 2 + 2);    // flags, method (stored), time, date
@@ -128,24 +123,21 @@ uint64_t ZipWriter::PutLocalHeader(std::string_view name, uint32_t crc, uint64_t
   header += "FB";
   PutLE(header, pad, 2);
   header.append(pad, 'Z');
-  central_.push_back({full, crc, size, offset_});
+  central_.push_back(entry);
   Put(header);
   return offset_;
 }
 
 void ZipWriter::Finish() {
   const uint64_t cd_offset = offset_;
-  std::string cd;
+  std::string& cd = buf_;
+  cd.clear();
+  cd.reserve(central_.size() * (46 + 28) + names_.size() + 56 + 20 + 22);
   bool any_zip64 = force_zip64_;
   for (const Central& c : central_) {
     const bool big_size = force_zip64_ || c.size >= kMax32;
     const bool big_offset = force_zip64_ || c.offset >= kMax32;
-    std::string extra;
-    if (big_size) {
-      PutLE(extra, c.size, 8);
-      PutLE(extra, c.size, 8);
-    }
-    if (big_offset) PutLE(extra, c.offset, 8);
+    const size_t extra = (big_size ? 16 : 0) + (big_offset ? 8 : 0);
     const bool zip64 = big_size || big_offset;
     any_zip64 |= zip64;
     PutLE(cd, kCentralSig, 4);
@@ -155,15 +147,19 @@ void ZipWriter::Finish() {
     PutLE(cd, c.crc, 4);
     PutLE(cd, big_size ? kMax32 : c.size, 4);
     PutLE(cd, big_size ? kMax32 : c.size, 4);
-    PutLE(cd, c.name.size(), 2);
-    PutLE(cd, extra.empty() ? 0 : extra.size() + 4, 2);
+    PutLE(cd, c.name_size, 2);
+    PutLE(cd, extra == 0 ? 0 : extra + 4, 2);
     PutLE(cd, 0, 2 + 2 + 2 + 4);  // comment length, disk, internal and external attributes
     PutLE(cd, big_offset ? kMax32 : c.offset, 4);
-    cd += c.name;
-    if (!extra.empty()) {
+    cd += Name(c);
+    if (extra != 0) {
       PutLE(cd, 0x0001, 2);
-      PutLE(cd, extra.size(), 2);
-      cd += extra;
+      PutLE(cd, extra, 2);
+      if (big_size) {
+        PutLE(cd, c.size, 8);
+        PutLE(cd, c.size, 8);
+      }
+      if (big_offset) PutLE(cd, c.offset, 8);
     }
   }
   const uint64_t n = central_.size();

@@ -58,12 +58,16 @@ class ZipWriter {
 
  private:
   struct Central {
-    std::string name;
+    size_t name_at;  // in names_
+    size_t name_size;
     uint32_t crc;
     uint64_t size;
     uint64_t offset;
   };
   void Put(const std::string& bytes);
+  std::string_view Name(const Central& c) const {
+    return std::string_view(names_).substr(c.name_at, c.name_size);
+  }
   // Writes a record's local header; returns where its data starts.
   uint64_t PutLocalHeader(std::string_view name, uint32_t crc, uint64_t size);
 
@@ -73,6 +77,8 @@ class ZipWriter {
   bool force_zip64_;
   uint64_t offset_ = 0;
   std::vector<Central> central_;
+  std::string names_;  // the records' full names, back to back
+  std::string buf_;    // a header or the central directory being written
 };
 
 // A whole archive in memory.

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/little_endian.h"
 
 namespace distckpt {
 namespace {
@@ -96,12 +97,7 @@ class Unpickler {
     return out;
   }
 
-  uint64_t ReadLE(size_t n) {
-    std::string_view b = Take(n);
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i) v |= uint64_t(static_cast<unsigned char>(b[i])) << (8 * i);
-    return v;
-  }
+  uint64_t ReadLE(size_t n) { return LoadLittleEndian(Take(n).data(), n); }
 
   std::string_view ReadLine() {
     size_t end = in_.find('\n', pos_);

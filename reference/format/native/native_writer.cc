@@ -113,23 +113,16 @@ void NativeWriter::StoreSmallChunks(std::span<PendingChunk> chunks) {
     HashBlocks(chunks[i].bytes, chunks[i].chunk.block_size, sums[i].seed, 0, chunk_sums(i));
     chunks[i].chunk.sums_checksum = SumsChecksum(chunk_sums(i), sums[i].seed);
   };
-  // Runs of about kMaxHashedRunBytes (two parts a chunk in one gathered write).
+  // Runs of about kMaxHashedRunBytes, each written as soon as it is hashed,
+  // in one gathered write (AppendHeld).
   const size_t run =
       std::clamp<size_t>(kMaxHashedRunBytes * chunks.size() / std::max<size_t>(payload, 1), 1, 512);
-  std::vector<std::span<const std::byte>> parts;
   AppendWhileHelpersHash(chunks.size(), run, helpers(), hash, [&](size_t begin, size_t end) {
-    parts.clear();
-    uint64_t run_payload = 0;
     for (size_t i = begin; i < end; ++i) {
-      parts.push_back(chunks[i].bytes);
-      parts.push_back(std::as_bytes(chunk_sums(i)));
-      run_payload += chunks[i].bytes.size();
+      chunks[i].chunk.offset = AppendHeld(chunks[i].bytes);
+      AppendChecksums(std::as_bytes(chunk_sums(i)), /*held=*/true);
     }
-    uint64_t offset = AppendGathered(parts, run_payload);
-    for (size_t i = begin; i < end; ++i) {
-      chunks[i].chunk.offset = offset;
-      offset += chunks[i].bytes.size() + chunk_sums(i).size_bytes();
-    }
+    FlushHeld();
   });
 }
 

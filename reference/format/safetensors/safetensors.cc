@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/little_endian.h"
 
 namespace distckpt {
 namespace {
@@ -81,8 +82,8 @@ SafetensorsWriter::SafetensorsWriter(Env* env, std::string path,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::string prefix(8, '\0');
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  std::string prefix;
+  AppendLittleEndian(prefix, text.size(), 8);
   file_ = env_->NewWritableFile(path_ + ".tmp");
   file_->Append(std::as_bytes(std::span(prefix)));
   file_->Append(std::as_bytes(std::span(text)));
@@ -145,8 +146,7 @@ SafetensorsFile OpenSafetensors(Env* env, const std::string& path) {
   if (size < 8) Fail(ErrorKind::kCorruption, "{}: {} bytes, too short for safetensors", path, size);
   std::byte prefix[8];
   f.file->Read(0, prefix);
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(prefix[i]) << (8 * i);
+  const uint64_t n = LoadLittleEndian(prefix, 8);
   if (n > kMaxHeader || n > size - 8) {
     Fail(ErrorKind::kCorruption, "{}: header length {} exceeds the file ({} bytes) or 100 MiB",
          path, n, size);
