@@ -1,6 +1,7 @@
 // Test helpers shared by the io/ and format/ tests: a scoped temporary
-// directory, string bytes, a gmock matcher for CheckpointError and an Env
-// that counts files opened for writing and the writes reaching them.
+// directory, string bytes, a gmock matcher for CheckpointError, an Env
+// that counts files opened for writing and the writes reaching them, and one
+// that counts gathered reads.
 //
 // Thread-safety: ScopedTempDir::path() may be read concurrently.
 #ifndef DISTCKPT_IO_TESTING_H_
@@ -9,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -87,6 +89,37 @@ class CountingEnv : public ForwardingEnv {
    private:
     CountingEnv* env_;
   };
+};
+
+// Counts the gathered reads (system calls, on POSIX) of the files it opens.
+class GatherCountingEnv : public ForwardingEnv {
+ public:
+  using ForwardingEnv::ForwardingEnv;
+  std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) override {
+    return std::make_unique<File>(this, ForwardingEnv::NewRandomAccessFile(path));
+  }
+  uint64_t gathered() const { return gathered_; }
+
+ private:
+  class File : public RandomAccessFile {
+   public:
+    File(GatherCountingEnv* env, std::unique_ptr<RandomAccessFile> base)
+        : env_(env), base_(std::move(base)) {}
+    void Read(uint64_t offset, std::span<std::byte> dst) const override {
+      base_->Read(offset, dst);
+    }
+    void ReadGathered(uint64_t offset, std::span<const std::span<std::byte>> parts) const override {
+      ++env_->gathered_;
+      base_->ReadGathered(offset, parts);
+    }
+    uint64_t size() const override { return base_->size(); }
+    const std::string& path() const override { return base_->path(); }
+
+   private:
+    GatherCountingEnv* env_;
+    std::unique_ptr<RandomAccessFile> base_;
+  };
+  std::atomic<uint64_t> gathered_{0};
 };
 
 }  // namespace distckpt

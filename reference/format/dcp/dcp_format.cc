@@ -231,10 +231,10 @@ class DcpFormatImpl : public Format {
              config, *backend);
       }
     }
-    // .metadata parsed once per text (metadata_cache.h); the reader gets its
-    // own copy, which it completes with the common state.
-    DcpLayout layout =
-        *ParsedLayouts().Get(path, ReadFileToString(env, path), [&](std::string_view text) {
+    // .metadata parsed once per text (metadata_cache.h) and shared; the
+    // reader completes its metadata with the common state.
+    std::shared_ptr<const DcpLayout> layout =
+        ParsedLayouts().Get(path, ReadFileToString(env, path), [&](std::string_view text) {
           DcpLayout parsed = LayoutFromDcp(DecodeDcpMetadata(text, path), path);
           CheckChunkTiling(parsed.metadata, path);
           return parsed;
@@ -243,7 +243,7 @@ class DcpFormatImpl : public Format {
     // inside its data file (a damaged offset or length is the metadata's
     // fault, reported as such, before any read).
     std::map<std::string, uint64_t> sizes;
-    for (const auto& [key, item] : layout.items) {
+    for (const auto& [key, item] : layout->items) {
       const auto& [file, offset] = key;
       auto size = sizes.find(file);
       if (size == sizes.end()) {

@@ -54,11 +54,15 @@ namespace distckpt {
 
 class DcpReader : public CheckpointReader {
  public:
-  DcpReader(Env* env, std::string dir, DcpLayout layout);
+  // `layout` is shared (a cached parse of .metadata); the reader's metadata
+  // is it with the common state read from the checkpoint.
+  DcpReader(Env* env, std::string dir, std::shared_ptr<const DcpLayout> layout);
 
-  const CheckpointMetadata& metadata() const override { return layout_.metadata; }
+  const CheckpointMetadata& metadata() const override { return *metadata_; }
   void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                  std::span<const ReadRun> runs, VerifyPolicy policy) override;
+  // Whole small records lying near one another in a file share one preadv.
+  void ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy) override;
   std::string ReadObject(const StoredObject& object) override;
   // The item (torch.save of the list [value], Megatron's form; the record
   // keeps any other elements), read whole, every zip record's CRC32 checked.
@@ -89,6 +93,12 @@ class DcpReader : public CheckpointReader {
   // zip headers; cached.
   const TensorItem& Item(const StoredTensor& tensor, const StoredChunk& chunk,
                          const std::function<std::string()>& what);
+  // The item of `read` when ReadChunks may read it with others: a whole
+  // contiguous record of at most 256 KiB (hashed once read, still in
+  // the cache), read into one destination, not held
+  // in memory; else null (also when its item cannot be opened: ReadChunk
+  // then reports that in turn).
+  const TensorItem* GatheredItem(const ChunkRead& read);
   // The item from its zip headers and data.pkl (not cached).
   TensorItem ZipItem(const StoredTensor& tensor, const StoredChunk& chunk,
                      const std::function<std::string()>& what);
@@ -101,11 +111,14 @@ class DcpReader : public CheckpointReader {
   const std::vector<uint32_t>& BlockCrcs(const DcpIndexEntry& entry, const RandomAccessFile& file);
   nlohmann::json ReadValue(const std::string& file, uint64_t offset, uint64_t length,
                            const std::string& what);
-  nlohmann::json ReadCommonState();
+  // The common state; `from_object` is set when it was the common_state
+  // ShardedObject (Megatron HEAD).
+  nlohmann::json ReadCommonState(bool& from_object);
 
   Env* const env_;
   const std::string dir_;
-  DcpLayout layout_;
+  const std::shared_ptr<const DcpLayout> layout_;
+  std::shared_ptr<const CheckpointMetadata> metadata_;  // set by the constructor
   DataFiles files_;
   std::shared_ptr<const ObjectRecord> common_record_;  // set by ReadCommonState
   std::mutex mu_;

@@ -258,37 +258,6 @@ TEST_F(NativeReaderTest, GatheredWholeReadsCatchWhatWindowedReadsCatch) {
   EXPECT_EQ(message(true), "");
 }
 
-// Counts the gathered reads (system calls, on POSIX) of the files it opens.
-class GatherCountingEnv : public ForwardingEnv {
- public:
-  using ForwardingEnv::ForwardingEnv;
-  std::unique_ptr<RandomAccessFile> NewRandomAccessFile(const std::string& path) override {
-    return std::make_unique<File>(this, ForwardingEnv::NewRandomAccessFile(path));
-  }
-  uint64_t gathered() const { return gathered_; }
-
- private:
-  class File : public RandomAccessFile {
-   public:
-    File(GatherCountingEnv* env, std::unique_ptr<RandomAccessFile> base)
-        : env_(env), base_(std::move(base)) {}
-    void Read(uint64_t offset, std::span<std::byte> dst) const override {
-      base_->Read(offset, dst);
-    }
-    void ReadGathered(uint64_t offset, std::span<const std::span<std::byte>> parts) const override {
-      ++env_->gathered_;
-      base_->ReadGathered(offset, parts);
-    }
-    uint64_t size() const override { return base_->size(); }
-    const std::string& path() const override { return base_->path(); }
-
-   private:
-    GatherCountingEnv* env_;
-    std::unique_ptr<RandomAccessFile> base_;
-  };
-  std::atomic<uint64_t> gathered_{0};
-};
-
 // ReadChunks of chunks lying back to back in their files (each read whole)
 // takes one gathered read per run of them, and gives what ReadChunk of each
 // in turn gives: the bytes, the stats, and for a flipped byte anywhere (a
