@@ -12,7 +12,9 @@
 //
 // Then, for a contiguous record, exactly the requested byte runs are read
 // (like the native format); a non-contiguous one (a transposed view keeps
-// its strides) is read whole and gathered. Verification (VerifyPolicy): runs
+// its strides) is read whole and gathered. ReadChunks reads whole records of
+// up to 256 KiB lying near one another in one gathered read (the zip headers
+// between them into scratch, counted in bytes_read). Verification (VerifyPolicy): runs
 // that cover the whole record are hashed as they are read (the zip's CRC32);
 // a partial read of an indexed item reads and checks the blocks it touches
 // (block CRC32s of the index, 1-4 KiB); a partial read of any other item
