@@ -56,6 +56,11 @@ Checksummer::Checksummer() : state_(std::make_unique<State>()) {
   XXH3_64bits_reset(state_->xxh);
 }
 
+Checksummer::Checksummer(uint64_t seed) : state_(std::make_unique<State>()) {
+  if (state_->xxh == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset_withSeed(state_->xxh, seed);
+}
+
 Checksummer::~Checksummer() = default;
 
 void Checksummer::Update(std::span<const std::byte> data) {

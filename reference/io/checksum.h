@@ -24,6 +24,7 @@ uint64_t ChecksumFromHex(const std::string& hex);  // throws kCorruption on malf
 class Checksummer {
  public:
   Checksummer();
+  explicit Checksummer(uint64_t seed);  // XXH3_64bits_withSeed's value, streamed
   ~Checksummer();
   void Update(std::span<const std::byte> data);
   uint64_t Digest() const;

@@ -8,9 +8,11 @@
 
 #include "format/dcp/dcp_layout.h"
 #include "format/dcp/dcp_writer.h"
+#include "format/dcp/item_index.h"
 #include "format/dcp/megatron_files.h"
 #include "format/dcp/testing.h"
 #include "format/dcp/torch_save.h"
+#include "io/checksum.h"
 #include "io/fault_env.h"
 
 namespace distckpt {
@@ -205,7 +207,7 @@ class LargeChunksTest : public testing::Test {
     path_ = tmp_.path() + "/" + md.tensors.at("a").chunks[0].file;
     if (!index) {
       const std::string file = ReadFileBytes(path_);
-      WriteFileBytes(path_, file.substr(0, file.size() - 40 - 2 * 48));  // trailer, two entries
+      WriteFileBytes(path_, file.substr(0, file.size() - 40 - 2 * 56));  // trailer, two entries
     }
     reader_ = DcpFormat().OpenReader(env, tmp_.path());
   }
@@ -258,11 +260,11 @@ class LargeChunksTest : public testing::Test {
 TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   Save(true);
   ReadElements("a", VerifyPolicy::kNever);
-  // The file's item index once (trailer, two 48-byte entries), then the run:
+  // The file's item index once (trailer, two 56-byte entries), then the run:
   // no zip header is read.
-  EXPECT_EQ(BytesRead(), 40 + 2 * 48 + sizeof got_);
+  EXPECT_EQ(BytesRead(), 40 + 2 * 56 + sizeof got_);
   ReadElements("b", VerifyPolicy::kNever);
-  EXPECT_EQ(BytesRead(), 40 + 2 * 48 + 2 * sizeof got_);
+  EXPECT_EQ(BytesRead(), 40 + 2 * 56 + 2 * sizeof got_);
   EXPECT_EQ(reader_->stats().chunks_unverified, 2u);
 
   // Verified partial reads: the touched 1 KiB block (rows of 2 KiB hold two)
@@ -311,14 +313,14 @@ TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   uint64_t table_offset, count;
   std::memcpy(&table_offset, good.data() + good.size() - 32, 8);
   std::memcpy(&count, good.data() + good.size() - 24, 8);
-  put(longer.size() - 32, table_offset - 10 * 48);
+  put(longer.size() - 32, table_offset - 10 * 56);  // 56-byte entries
   put(longer.size() - 24, count + 10);
   got_[3] = 0;
   EXPECT_NO_THROW(ReadAfterDamage(longer, "a", VerifyPolicy::kWhenWhole));
   EXPECT_EQ(got_[3], 300 * 512 + 10);
   // A damaged index table is refused, naming the file.
   EXPECT_THAT(
-      [&] { ReadAfterDamage(flipped(good.size() - 40 - 48 + 3), "a", VerifyPolicy::kNever); },
+      [&] { ReadAfterDamage(flipped(good.size() - 40 - 56 + 3), "a", VerifyPolicy::kNever); },
       ThrowsError(ErrorKind::kCorruption, path_ + " (its item index): the item index table"));
 }
 
@@ -455,13 +457,71 @@ TEST(DcpFormatTest, BatchedReadsOfNearbyRecordsEqualReadsOfEach) {
       bytes[record + at] ^= 0x20;
       WriteFileBytes(path, bytes);
       const Outcome each = read(false, VerifyPolicy::kWhenWhole);
-      EXPECT_THAT(each.error, testing::HasSubstr("CRC32 mismatch")) << key << " " << at;
+      EXPECT_THAT(each.error, testing::HasSubstr("checksum mismatch in " + path))
+          << key << " " << at;
       EXPECT_EQ(read(true, VerifyPolicy::kWhenWhole).error, each.error) << key << " " << at;
       ++damaged;
     }
   }
   WriteFileBytes(path, original);
   EXPECT_EQ(damaged, 30);
+}
+
+// A data file whose item index is of version 1 (distckpt before 2026-11-27:
+// no record hash) still loads, its whole records checked by their CRC32.
+TEST(DcpFormatTest, Version1ItemIndexesLoadAndVerifyByCrc32) {
+  ScopedTempDir tmp;
+  const std::string payload = Iota(DType::kF32, 8192, 3);
+  {
+    auto w = DcpFormat().NewWriter(Env::Default(), tmp.path(), 0);
+    w->WriteTensorChunk("t", DType::kF32, {8192}, Box{{0}, {8192}}, std::nullopt, Bytes(payload));
+    CheckpointMetadata md = w->Finish();
+    md.format = "dcp";
+    DcpFormat().Commit(Env::Default(), tmp.path(), tmp.path(), md);
+  }
+  // Rewrite the index as version 1: the same block CRCs, 48-byte entries.
+  const std::string path = JoinPath(tmp.path(), "__0_0.distcp");
+  std::string file = ReadFileBytes(path);
+  const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
+  const DcpIndexTrailer trailer =
+      *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), path);
+  ASSERT_EQ(trailer.version, 2);
+  const std::vector<DcpIndexEntry> entries =
+      ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
+                                       file.size() - kDcpIndexTrailerBytes - trailer.table_offset),
+                         trailer, path);
+  ASSERT_EQ(entries.size(), 1u);
+  ASSERT_TRUE(entries[0].hash.has_value());
+  auto put = [](std::string& out, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  std::string table;
+  for (uint64_t v : {entries[0].item_offset, entries[0].data_offset, entries[0].data_size,
+                     entries[0].binding, entries[0].crcs_offset})
+    put(table, v, 8);
+  put(table, entries[0].crc, 4);
+  put(table, entries[0].block_size, 4);
+  std::string v1 = file.substr(0, trailer.table_offset) + table;
+  put(v1, trailer.items_end, 8);
+  put(v1, trailer.table_offset, 8);
+  put(v1, 1, 8);
+  put(v1, Checksum(std::as_bytes(std::span(table.data(), table.size()))), 8);
+  v1 += "DCPINDX1";
+  WriteFileBytes(path, v1);
+
+  auto load = [&] {
+    auto reader = DcpFormat().OpenReader(Env::Default(), tmp.path());
+    const StoredTensor& t = reader->metadata().tensors.at("t");
+    std::string got(payload.size(), '\0');
+    const ReadRun run{0, got.size(), reinterpret_cast<std::byte*>(got.data())};
+    reader->ReadChunk(t, t.chunks[0], {&run, 1}, VerifyPolicy::kWhenWhole);
+    EXPECT_EQ(reader->stats().chunks_verified, 1u);
+    return got;
+  };
+  EXPECT_TRUE(load() == payload);
+  v1[entries[0].data_offset + 1000] ^= 1;
+  WriteFileBytes(path, v1);
+  EXPECT_THAT(load, ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path));
 }
 
 TEST(DcpFormatTest, StridedItemsAreReadWholeAndGathered) {

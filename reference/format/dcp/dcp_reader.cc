@@ -94,6 +94,42 @@ void CheckCrc(uint32_t actual, uint32_t expected, const std::string& file, const
   }
 }
 
+// A whole record's check: DcpRecordHasher's digest against the item
+// index's `hash` (an index of version 2), else the record's zip CRC32
+// (files torch or an older distckpt wrote, and kAlways, which checks what
+// torch would).
+class RecordCheck {
+ public:
+  RecordCheck(const DcpIndexEntry* index, uint32_t crc, VerifyPolicy policy)
+      : crc_expected_(crc),
+        expected_(index && policy != VerifyPolicy::kAlways ? index->hash : std::nullopt) {
+    if (expected_) hasher_.emplace(index->binding);
+  }
+  void Update(std::span<const std::byte> piece) {
+    if (hasher_) {
+      hasher_->Update(piece);
+    } else {
+      crc_ = Crc32(piece, crc_);
+    }
+  }
+  void Check(const std::string& file, const Describe& what) const {
+    if (!hasher_) return CheckCrc(crc_, crc_expected_, file, what);
+    const uint64_t actual = hasher_->Digest();
+    if (actual != *expected_) {
+      Fail(ErrorKind::kCorruption,
+           "checksum mismatch in {} for {}: the item index records {:016x}, the data hashes to "
+           "{:016x}",
+           file, what(), *expected_, actual);
+    }
+  }
+
+ private:
+  uint32_t crc_ = 0;
+  const uint32_t crc_expected_;
+  const std::optional<uint64_t> expected_;
+  std::optional<DcpRecordHasher> hasher_;
+};
+
 }  // namespace
 
 namespace {
@@ -345,8 +381,9 @@ void DcpReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy
         continue;
       }
       const ChunkRead& read = reads[i + k];
-      CheckCrc(Crc32(std::span<const std::byte>(read.runs[0].dst, items[k]->record_size)),
-               items[k]->crc, file.path(), [&] { return ChunkName(*read.tensor, *read.chunk); });
+      RecordCheck check(items[k]->index, items[k]->crc, policy);
+      check.Update(std::span<const std::byte>(read.runs[0].dst, items[k]->record_size));
+      check.Check(file.path(), [&] { return ChunkName(*read.tensor, *read.chunk); });
       ++stats_.chunks_verified;
     }
     i = j;
@@ -453,15 +490,11 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const bool whole =
       covered == chunk.length && t.IsContiguous() && start == 0 && item.record_size == chunk.length;
   const bool verify = policy != VerifyPolicy::kNever;
-  auto check = [&](uint32_t crc) {
-    CheckCrc(crc, item.crc, file.path(), what);
-    ++stats_.chunks_verified;
-  };
 
   if (t.IsContiguous() && (whole || !verify)) {
     // Exactly the runs; a verified whole record in pieces, each hashed while
     // it is still in the cache.
-    uint32_t crc = 0;
+    RecordCheck check(item.index, item.crc, policy);
     const uint64_t piece_bytes = verify ? kPieceBytes : ~uint64_t{0};
     for (size_t i = 0; i < runs.size();) {
       size_t j = i;  // merge runs adjacent both in the record and in memory
@@ -474,12 +507,13 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
       for (uint64_t done = 0; done < length; done += piece_bytes) {
         std::span<std::byte> piece(runs[i].dst + done, std::min(piece_bytes, length - done));
         read_record(start + runs[i].offset_in_chunk + done, piece);
-        if (verify) crc = Crc32(piece, crc);
+        if (verify) check.Update(piece);
       }
       i = j + 1;
     }
     if (verify) {
-      check(crc);
+      check.Check(file.path(), what);
+      ++stats_.chunks_verified;
     } else {
       ++stats_.chunks_unverified;
     }
@@ -512,7 +546,7 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
     // covers a window); the runs are copied out of the others. Returning
     // unverified bytes let a flipped data byte reach a resharded load as a
     // wrong value (issue 15).
-    uint32_t crc = 0;
+    RecordCheck check(item.index, item.crc, policy);
     std::vector<std::byte> scratch;
     size_t r = 0;  // first run that may reach into the current window
     for (uint64_t from = 0; from < item.record_size; from += kPieceBytes) {
@@ -532,7 +566,7 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
         window = scratch;
       }
       read_record(from, window);
-      crc = Crc32(window, crc);
+      check.Update(window);
       if (direct) continue;
       for (size_t k = r; k < runs.size() && runs[k].offset_in_chunk < hi; ++k) {
         const uint64_t a = std::max(lo, runs[k].offset_in_chunk);
@@ -543,14 +577,18 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
         }
       }
     }
-    check(crc);
+    check.Check(file.path(), what);
+    ++stats_.chunks_verified;
     return;
   }
   // A strided tensor: read the whole record and gather it into row-major order.
   std::vector<std::byte> record(item.record_size);
   read_record(0, record);
   if (verify) {
-    check(Crc32(record));
+    RecordCheck check(item.index, item.crc, policy);
+    check.Update(record);
+    check.Check(file.path(), what);
+    ++stats_.chunks_verified;
   } else {
     ++stats_.chunks_unverified;
   }

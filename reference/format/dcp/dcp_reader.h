@@ -4,7 +4,7 @@
 // offset) cached:
 //
 // - from the data file's item index (item_index.h) when distckpt wrote the
-//   checkpoint: the file's index is read once (trailer and table, 48 bytes
+//   checkpoint: the file's index is read once (trailer and table, 56 bytes
 //   per item) and no zip header is read;
 // - else from the item's zip headers: a head (data.pkl, the storage record's
 //   local header) and a tail (zip directory) sized by what the file's first
@@ -15,7 +15,9 @@
 // its strides) is read whole and gathered. ReadChunks reads whole records of
 // up to 256 KiB lying near one another in one gathered read (the zip headers
 // between them into scratch, counted in bytes_read). Verification (VerifyPolicy): runs
-// that cover the whole record are hashed as they are read (the zip's CRC32);
+// that cover the whole record are hashed as they are read (the record hash
+// of a version 2 index, item_index.h; else, and with kAlways, the zip's
+// CRC32);
 // a partial read of an indexed item reads and checks the blocks it touches
 // (block CRC32s of the index, 1-4 KiB); a partial read of any other item
 // reads the record whole to check its one CRC32; kAlways reads every touched

@@ -62,7 +62,10 @@ void DcpWriter::StoreChunks(std::span<PendingChunk> chunks) {
         [&](size_t i) {  // on this thread or a helper
           const uint32_t block_size =
               LayoutOf(*run[i].tensor, run[i].chunk, run[i].bytes.size()).block_size;
-          hashed[i].crc = DcpBlockCrcs(run[i].bytes, block_size, &hashed[i].blocks);
+          hashed[i].sums = DcpHashRecord(
+              run[i].bytes, block_size,
+              ChunkBindingSeed(run[i].tensor->key, run[i].tensor->dtype, run[i].chunk),
+              &hashed[i].blocks);
         },
         [&](size_t begin, size_t end) {
           for (size_t i = begin; i < end; ++i)
@@ -83,7 +86,8 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
   const Shape& shape = layout.shape;
   const uint32_t block_size = layout.block_size;
   std::vector<uint32_t> blocks;
-  uint32_t crc = 0;
+  DcpRecordSums sums;
+  const uint64_t binding = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
   std::optional<uint64_t> start;
   ZipWriter zip(
       [&](std::span<const std::byte> b) {
@@ -97,11 +101,11 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
         if (hashed) {
           sink(bytes);
           blocks = std::move(hashed->blocks);
-          crc = hashed->crc;
+          sums = hashed->sums;
         } else {
-          crc = DcpBlockCrcs(bytes, block_size, &blocks, sink, helpers());
+          sums = DcpHashRecord(bytes, block_size, binding, &blocks, sink, helpers());
         }
-        return crc;
+        return sums.crc;
       });
   zip.Finish();
   chunk.offset = *start;
@@ -109,8 +113,10 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
   index_.Add({.item_offset = *start,
               .data_offset = *start + data_offset,
               .data_size = bytes.size(),
-              .binding = ChunkBindingSeed(tensor.key, tensor.dtype, chunk),
-              .crc = crc,
+              .binding = binding,
+              .crcs_offset = 0,
+              .hash = sums.hash,
+              .crc = sums.crc,
               .block_size = block_size},
              std::move(blocks));
 }

@@ -46,9 +46,10 @@ class DcpWriter : public DataFileWriter {
   DcpWriter(Env* env, std::string dir, int rank, int stream, std::string format_name);
 
  private:
-  // A record's CRC32 and its blocks' (item_index.h), hashed ahead.
+  // A record's CRC32 and index hash, and its blocks' CRC32s (item_index.h),
+  // hashed ahead.
   struct Hashed {
-    uint32_t crc = 0;
+    DcpRecordSums sums;
     std::vector<uint32_t> blocks;
   };
   void StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,

@@ -6,17 +6,20 @@
 //   block CRCs   per indexed tensor item with blocks: the CRC32 of each
 //                `block_size` bytes of its storage record (the last block
 //                shorter), u32 each
-//   table        one 48-byte entry per tensor item, by item offset:
-//                item_offset, data_offset, data_size, binding, crcs_offset
-//                (u64 each), crc, block_size (u32 each)
+//   table        one 56-byte entry per tensor item, by item offset:
+//                item_offset, data_offset, data_size, binding, crcs_offset,
+//                hash (u64 each), crc, block_size (u32 each)
 //   trailer      40 bytes: items_end, table_offset, count, the xxHash3-64 of
-//                the table (u64 each), magic "DCPINDX1"
+//                the table (u64 each), magic "DCPINDX2"
 //
 // All integers little-endian, offsets from the start of the file. `binding`
 // is ChunkBindingSeed (native/block_checksums.h) of the item's key, dtype
 // and box, so an entry found through a damaged .metadata offset does not
-// match; `crc` is the storage record's zip CRC32. A reader that checks
-// block CRCs reads only the blocks a partial read touches.
+// match; `crc` is the storage record's zip CRC32; `hash` the record's
+// DcpRecordHasher digest (xxHash3, which a whole read verifies at 2.5 times
+// CRC32's speed). A reader that checks block CRCs reads only the blocks a
+// partial read touches. Version 1 ("DCPINDX1", distckpt before 2026-11-27)
+// has 48-byte entries without `hash`: its records are verified by CRC32.
 //
 // Errors: a trailer with the magic whose fields do not fit the file, or a
 // table that fails its checksum, is CheckpointError(kCorruption) naming
@@ -27,12 +30,15 @@
 #ifndef DISTCKPT_FORMAT_DCP_ITEM_INDEX_H_
 #define DISTCKPT_FORMAT_DCP_ITEM_INDEX_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "io/checksum.h"
 
 namespace distckpt {
 
@@ -41,7 +47,8 @@ struct DcpIndexEntry {
   uint64_t data_offset = 0;  // the storage record's first byte
   uint64_t data_size = 0;
   uint64_t binding = 0;
-  uint64_t crcs_offset = 0;  // the block CRCs (block_size > 0)
+  uint64_t crcs_offset = 0;      // the block CRCs (block_size > 0)
+  std::optional<uint64_t> hash;  // DcpRecordHasher's digest; none in version 1
   uint32_t crc = 0;
   uint32_t block_size = 0;  // 0: none (the record is one block)
   friend bool operator==(const DcpIndexEntry&, const DcpIndexEntry&) = default;
@@ -54,18 +61,47 @@ inline constexpr uint64_t kDcpIndexTrailerBytes = 40;
 // column split of a row reads blocks no larger than it needs); the block
 // CRCs take at most 0.4% of the record. Records of one block get none.
 uint32_t DcpBlockSize(uint64_t row_bytes);
+// A record's `hash`: the xxHash3 of each 64 KiB of it bound to `binding` and
+// its index (native's BlockChecksum), combined as native's SumsChecksum.
+// Update takes the record in order, in pieces of any size.
+class DcpRecordHasher {
+ public:
+  static constexpr uint64_t kBlockBytes = 64 << 10;
+  explicit DcpRecordHasher(uint64_t binding) : binding_(binding) {}
+  void Update(std::span<const std::byte> piece);
+  uint64_t Digest() const;
+
+ private:
+  uint64_t binding_;
+  std::vector<uint64_t> sums_;          // of the whole blocks so far
+  std::optional<Checksummer> partial_;  // the block begun, streamed
+  uint64_t in_block_ = 0;               // its bytes so far
+};
+
+// The checks of a record: its zip CRC32 and its index hash.
+struct DcpRecordSums {
+  uint32_t crc = 0;
+  uint64_t hash = 0;
+};
+
 // The CRC32 of each `block_size` bytes of `data` into `blocks` (none when
-// block_size is 0); returns the CRC32 of all of `data`, combined from the
-// blocks'. One pass: `each_piece`, when given, gets the data in order, in
-// pieces of 256 KiB, each right after it was hashed (still in the cache).
-// With `helpers` > 0, a record of blocks as large as kHashOffloadMinBytes
-// (format/hashed_writes.h) is hashed by helper-pool threads while
-// `each_piece` gets the pieces in order on this thread, in runs of those
-// already hashed: the same CRCs.
-uint32_t DcpBlockCrcs(std::span<const std::byte> data, uint32_t block_size,
-                      std::vector<uint32_t>* blocks,
-                      const std::function<void(std::span<const std::byte>)>& each_piece = nullptr,
-                      int helpers = 0);
+// block_size is 0), the CRC32 of all of `data` combined from the blocks',
+// and its DcpRecordHasher digest under `binding`. One pass: `each_piece`,
+// when given, gets the data in order, in pieces of 256 KiB, each right
+// after it was hashed (still in the cache). With `helpers` > 0, a record of
+// blocks as large as kHashOffloadMinBytes (format/hashed_writes.h) is hashed
+// by helper-pool threads while `each_piece` gets the pieces in order on this
+// thread, in runs of those already hashed: the same sums.
+DcpRecordSums DcpHashRecord(
+    std::span<const std::byte> data, uint32_t block_size, uint64_t binding,
+    std::vector<uint32_t>* blocks,
+    const std::function<void(std::span<const std::byte>)>& each_piece = nullptr, int helpers = 0);
+// DcpHashRecord's CRC32 alone.
+inline uint32_t DcpBlockCrcs(
+    std::span<const std::byte> data, uint32_t block_size, std::vector<uint32_t>* blocks,
+    const std::function<void(std::span<const std::byte>)>& each_piece = nullptr, int helpers = 0) {
+  return DcpHashRecord(data, block_size, 0, blocks, each_piece, helpers).crc;
+}
 
 // The CRC32 of a record of `data_size` bytes from its blocks' CRC32s.
 uint32_t CombineBlockCrcs(const std::vector<uint32_t>& blocks, uint32_t block_size,
@@ -89,6 +125,7 @@ struct DcpIndexTrailer {
   uint64_t table_offset = 0;
   uint64_t count = 0;
   uint64_t checksum = 0;
+  int version = 2;  // 1: entries without `hash`
 };
 
 // The trailer in the last kDcpIndexTrailerBytes of a file of `file_size`
@@ -96,8 +133,9 @@ struct DcpIndexTrailer {
 // PyTorch or an older distckpt wrote).
 std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> last,
                                                     uint64_t file_size, const std::string& source);
-// The entries of the table `bytes` (at trailer.table_offset), checked
-// against the trailer's checksum and sorted by item offset.
+// The entries of the table `bytes` (at trailer.table_offset, of the
+// trailer's version), checked against the trailer's checksum and sorted by
+// item offset.
 std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
                                               const DcpIndexTrailer& trailer,
                                               const std::string& source);

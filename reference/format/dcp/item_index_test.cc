@@ -1,6 +1,6 @@
 // The item index distckpt appends to its .distcp files: block CRC32s that
-// combine to the record's, the block size rule, and a trailer and table that
-// refuse damage.
+// combine to the record's, the record hash, the block size rule, a trailer
+// and table that refuse damage, and version 1 indexes still read.
 #include "format/dcp/item_index.h"
 
 #include <gmock/gmock.h>
@@ -12,6 +12,8 @@
 #include "format/dcp/dcp_writer.h"
 #include "format/dcp/torch_zip.h"
 #include "format/hashed_writes.h"
+#include "format/native/block_checksums.h"
+#include "io/checksum.h"
 #include "io/testing.h"
 
 namespace distckpt {
@@ -142,10 +144,19 @@ TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
               .data_offset = 2400,
               .data_size = 2500,
               .binding = 7,
+              .crcs_offset = 0,
+              .hash = 0x1122334455667788,
               .crc = 9,
               .block_size = 1024},
              {1, 2, 3});
-  writer.Add({.item_offset = 0, .data_offset = 384, .data_size = 100, .binding = 8, .crc = 10}, {});
+  writer.Add({.item_offset = 0,
+              .data_offset = 384,
+              .data_size = 100,
+              .binding = 8,
+              .crcs_offset = 0,
+              .hash = 5,
+              .crc = 10},
+             {});
   const std::string file = items + writer.Finish(items.size());
   auto bytes = AsBytes(file);
   std::optional<DcpIndexTrailer> trailer =
@@ -153,13 +164,19 @@ TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
   ASSERT_TRUE(trailer.has_value());
   EXPECT_EQ(trailer->items_end, 5000u);
   EXPECT_EQ(trailer->table_offset, 5000u + 12);
-  auto table = bytes.subspan(trailer->table_offset, 2 * 48);
+  EXPECT_EQ(trailer->version, 2);
+  auto table = bytes.subspan(trailer->table_offset, 2 * 56);
   std::vector<DcpIndexEntry> entries = ParseDcpIndexTable(table, *trailer, "f");
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].item_offset, 0u);  // by item offset
   EXPECT_EQ(entries[0].block_size, 0u);
+  EXPECT_EQ(entries[0].hash, 5u);
+  EXPECT_EQ(entries[0].crc, 10u);
   EXPECT_EQ(entries[1].crcs_offset, 5000u);
   EXPECT_EQ(entries[1].binding, 7u);
+  EXPECT_EQ(entries[1].hash, 0x1122334455667788u);
+  EXPECT_EQ(entries[1].crc, 9u);
+  EXPECT_EQ(entries[1].block_size, 1024u);
   EXPECT_EQ(DcpBlockCount(entries[1]), 3u);
   EXPECT_THAT(ParseDcpBlockCrcs(bytes.subspan(5000, 12)), testing::ElementsAre(1, 2, 3));
 
@@ -173,6 +190,76 @@ TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
   bad[60] ^= 1;
   EXPECT_THAT([&] { ParseDcpIndexTable(AsBytes(bad), *trailer, "f"); },
               ThrowsError(ErrorKind::kCorruption, "f: the item index table"));
+}
+
+// Version 1 (distckpt before 2026-11-27: 48-byte entries without `hash`,
+// magic "DCPINDX1") still parses; its records are then checked by CRC32.
+TEST(ItemIndexTest, Version1IndexesStillParse) {
+  auto put = [](std::string& out, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  std::string file(3000, 'x');
+  put(file, 0xabcdef01, 4);  // the one block CRC... of two
+  put(file, 0x12345678, 4);
+  std::string table;
+  for (uint64_t v : {uint64_t{100}, uint64_t{164}, uint64_t{2048}, uint64_t{77}, uint64_t{3000}})
+    put(table, v, 8);
+  put(table, 0xfeed, 4);
+  put(table, 1024, 4);
+  file += table;
+  put(file, 3000, 8);
+  put(file, 3008, 8);
+  put(file, 1, 8);
+  put(file, Checksum(AsBytes(table)), 8);
+  file += "DCPINDX1";
+  auto bytes = AsBytes(file);
+  std::optional<DcpIndexTrailer> trailer =
+      ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), "old");
+  ASSERT_TRUE(trailer.has_value());
+  EXPECT_EQ(trailer->version, 1);
+  std::vector<DcpIndexEntry> entries = ParseDcpIndexTable(bytes.subspan(3008, 48), *trailer, "old");
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0], (DcpIndexEntry{.item_offset = 100,
+                                       .data_offset = 164,
+                                       .data_size = 2048,
+                                       .binding = 77,
+                                       .crcs_offset = 3000,
+                                       .hash = std::nullopt,
+                                       .crc = 0xfeed,
+                                       .block_size = 1024}));
+  // A version-2 reading of the same table is refused (its size does not fit).
+  std::string v2 = file;
+  v2.replace(v2.size() - 8, 8, "DCPINDX2");
+  EXPECT_THAT(
+      [&] { ParseDcpIndexTrailer(AsBytes(v2).last(kDcpIndexTrailerBytes), v2.size(), "old"); },
+      ThrowsError(ErrorKind::kCorruption, "old: the item index trailer is damaged"));
+}
+
+// A record's index hash streams: any split of the record into pieces gives
+// the digest of native's block checksums of its 64 KiB blocks, combined.
+TEST(ItemIndexTest, RecordHashIsTheSameForAnySplit) {
+  std::string data((3 << 16) + 12345, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 % 253);
+  std::vector<uint64_t> sums;
+  for (size_t at = 0; at < data.size(); at += 64 << 10) {
+    sums.push_back(BlockChecksum(
+        AsBytes(data).subspan(at, std::min<size_t>(64 << 10, data.size() - at)), 42, sums.size()));
+  }
+  const uint64_t expected = SumsChecksum(sums, 42);
+  std::mt19937 rng(1);
+  for (int trial = 0; trial < 50; ++trial) {
+    DcpRecordHasher hasher(42);
+    for (size_t at = 0; at < data.size();) {
+      const size_t n = std::min<size_t>(data.size() - at, trial == 0 ? 256 << 10 : rng() % 100000);
+      hasher.Update(AsBytes(data).subspan(at, n));
+      at += n;
+    }
+    EXPECT_EQ(hasher.Digest(), expected) << trial;
+  }
+  std::vector<uint32_t> blocks;
+  EXPECT_EQ(DcpHashRecord(AsBytes(data), 4096, 42, &blocks).hash, expected);
+  EXPECT_EQ(DcpHashRecord(AsBytes(data), 4096, 42, &blocks, nullptr, 1).hash, expected);
+  EXPECT_NE(DcpHashRecord(AsBytes(data), 4096, 43, &blocks).hash, expected);  // bound
 }
 
 }  // namespace

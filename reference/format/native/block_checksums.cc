@@ -51,8 +51,10 @@ uint64_t ObjectBindingSeed(const std::string& unique_key) {
   return HashText(text + unique_key);
 }
 
+uint64_t BlockSeed(uint64_t seed, uint64_t index) { return seed + index * 0x9E3779B97F4A7C15ull; }
+
 uint64_t BlockChecksum(std::span<const std::byte> data, uint64_t seed, uint64_t index) {
-  return Checksum(data, seed + index * 0x9E3779B97F4A7C15ull);
+  return Checksum(data, BlockSeed(seed, index));
 }
 
 // The sums are stored as the host's uint64_t array (little-endian, like

@@ -44,8 +44,10 @@ uint64_t BlockCount(uint64_t length, uint64_t block_size);
 // The seed binding a chunk's block checksums to its identity.
 uint64_t ChunkBindingSeed(const std::string& key, DType dtype, const StoredChunk& chunk);
 uint64_t ObjectBindingSeed(const std::string& unique_key);
-// The checksum of block `index` (bytes `data`) of a chunk bound by `seed`.
+// The checksum of block `index` (bytes `data`) of a chunk bound by `seed`:
+// Checksum(data, BlockSeed(seed, index)).
 uint64_t BlockChecksum(std::span<const std::byte> data, uint64_t seed, uint64_t index);
+uint64_t BlockSeed(uint64_t seed, uint64_t index);
 
 // Version 3: the checksum of a chunk's sums (`sums`, as stored), bound like
 // a block with index sums.size(), one past the last block.
