@@ -59,7 +59,7 @@ CheckpointMetadata WriteMainReplicas(const PreparedSave& prepared, int rank, int
   std::vector<Item> items;
   std::vector<Tensor> data;  // of the tensor items, in order
   ForEachItemToWrite(
-      prepared.sharded, *prepared.format,
+      prepared.sharded(), *prepared.format,
       [&](const ShardedTensor& t, const Tensor& bytes) {
         items.push_back({.tensor = &t, .staged = bytes.defined() && !bytes.device().is_cpu()});
         data.push_back(bytes);
@@ -109,41 +109,54 @@ std::string SavePlanContext(const Format& format, const SaveOptions& options, Co
 }  // namespace
 
 PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communicator& comm,
-                         const SaveOptions& options, SaveSummary& summary) {
+                         const SaveOptions& options, SaveSummary& summary, bool borrow) {
   PreparedSave prepared;
   prepared.format = options.format ? options.format : &NativeFormat();
   prepared.env = options.env ? options.env : Env::Default();
   AgreeOnOutcome(comm, [&] {
-    SavePieces pieces = SavePreprocess(state_dict);
-    CheckLocalShards(pieces.sharded);
-    prepared.sharded = std::move(pieces.sharded);
-    prepared.common = CommonToJson(pieces.common);
+    if (borrow && IsShardedOnly(state_dict)) {
+      // The state dict is its own sharded piece (SavePreprocess would copy
+      // every leaf: 0.14-0.3 ms for 256 ShardedTensors), with no common state.
+      CheckLocalShards(state_dict);
+      prepared.borrowed = &state_dict;
+      prepared.common = CommonToJson(state_dict.is<List>() ? Node(List{}) : Node(Dict{}));
+    } else {
+      SavePieces pieces = SavePreprocess(state_dict);
+      CheckLocalShards(pieces.sharded);
+      prepared.owned = std::move(pieces.sharded);
+      prepared.common = CommonToJson(pieces.common);
+    }
     if (!options.content_metadata.is_null())
       prepared.common["content_metadata"] = options.content_metadata;
     if (prepared.format->CommonStateAsObject() && comm.rank() == kCoordinator) {
       // Megatron-Core 0.20: rank 0 saves the common dict as one more sharded
       // object (common_state/shard_0_1), written with its data.
       // (Its path in the state dict is not stored; it cannot meet a user's.)
-      if (!prepared.sharded.is<Dict>()) prepared.sharded = Node(Dict{});
-      prepared.sharded.as<Dict>()["\x01common_state"] = Node(
+      Node& sharded = prepared.mutable_sharded();
+      if (!sharded.is<Dict>()) sharded = Node(Dict{});
+      sharded.as<Dict>()["\x01common_state"] = Node(
           ShardedObject{kCommonStateKey, prepared.common, {1}, {0}, {0}, options.common_record});
     }
   });
   PlanCache* cache = options.strategy.cache;
   if (cache) {
     prepared.fingerprint =
-        PlanFingerprint(prepared.sharded, SavePlanContext(*prepared.format, options, comm));
+        PlanFingerprint(prepared.sharded(), SavePlanContext(*prepared.format, options, comm));
     prepared.reused_plan = PlanReusable(*cache, prepared.fingerprint, comm);
   }
   if (options.validate_access_integrity && !prepared.reused_plan) {
-    ValidateGlobalSharding(prepared.sharded, comm);
+    ValidateGlobalSharding(prepared.sharded(), comm);
     CompareCommonState(prepared.common, comm, summary);
   }
   const ShardDistribution* reused =
       prepared.reused_plan && cache->distribution ? &*cache->distribution : nullptr;
-  prepared.distribution = AssignWriters(options.strategy, prepared.sharded, comm, reused);
+  // Only a fully parallel save rewrites replica ids.
+  if (options.strategy.kind != SaveStrategy::Kind::kPlain) {
+    prepared.distribution =
+        AssignWriters(options.strategy, prepared.mutable_sharded(), comm, reused);
+  }
   // A rank may now write a replica it holds without data.
-  if (prepared.distribution) AgreeOnOutcome(comm, [&] { CheckLocalShards(prepared.sharded); });
+  if (prepared.distribution) AgreeOnOutcome(comm, [&] { CheckLocalShards(prepared.sharded()); });
   AgreeOnOutcome(comm, [&] {
     if (comm.rank() == kCoordinator) {
       // Two saves into one directory would commit a mix: the second is
@@ -247,7 +260,7 @@ SaveSummary Save(const Node& state_dict, const std::string& dir, Communicator& c
                  const SaveOptions& options) {
   auto start = std::chrono::steady_clock::now();
   SaveSummary summary;
-  PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, summary);
+  PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, summary, /*borrow=*/true);
   CheckpointMetadata local;
   AgreeOnOutcome(comm, [&] {
     local = WriteMainReplicas(prepared, comm.rank(), ThreadsPerRank(comm), summary);

@@ -30,7 +30,7 @@ std::shared_ptr<WriterJob> StageAndStartWriters(const PreparedSave& prepared, in
   };
   std::vector<Pending> pending;
   ForEachItemToWrite(
-      prepared.sharded, *prepared.format,
+      prepared.sharded(), *prepared.format,
       [&](const ShardedTensor& t, const Tensor& data) {
         Pending& p = pending.emplace_back();
         p.item.key = t.key;
@@ -105,7 +105,7 @@ AsyncSave SaveAsync(const Node& state_dict, const std::string& dir, Communicator
   // Staged: let go of the caller's tensors and objects' values now. The tree
   // of shard metadata goes with the request (freed after finalize, off the
   // blocking path).
-  ForEachLeaf(prepared.sharded, [](const NodePath&, Node& leaf) {
+  ForEachLeaf(prepared.mutable_sharded(), [](const NodePath&, Node& leaf) {
     if (ShardedTensor* t = leaf.get_if<ShardedTensor>()) t->data = Tensor();
     if (ShardedObject* o = leaf.get_if<ShardedObject>()) *o = o->WithoutData();
   });

@@ -26,7 +26,21 @@ namespace distckpt {
 struct PreparedSave {
   const Format* format = nullptr;
   Env* env = nullptr;
-  Node sharded;           // preprocessed; replica ids as written
+  // The preprocessed shards, replica ids as written: the caller's state dict
+  // itself when PrepareSave may borrow it and it is sharded only
+  // (IsShardedOnly: no copy of every ShardedTensor per save), else a tree
+  // of its own.
+  const Node& sharded() const { return borrowed ? *borrowed : owned; }
+  // The same, copied out of the caller's state dict first when borrowed.
+  Node& mutable_sharded() {
+    if (borrowed) {
+      owned = *borrowed;
+      borrowed = nullptr;
+    }
+    return owned;
+  }
+  Node owned;
+  const Node* borrowed = nullptr;
   nlohmann::json common;  // rank 0's is committed
   std::string write_dir;  // where ranks write (a staging dir on overwrite)
   // Coordinator, POSIX Env: the save's exclusive lock on `<dir>.lock`
@@ -38,8 +52,10 @@ struct PreparedSave {
   std::optional<ShardDistribution> distribution;
 };
 
+// With `borrow`, the result may refer to `state_dict` (PreparedSave::sharded),
+// which must then outlive it (Save; SaveAsync's outlives the call).
 PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communicator& comm,
-                         const SaveOptions& options, SaveSummary& summary);
+                         const SaveOptions& options, SaveSummary& summary, bool borrow = false);
 
 // Calls `tensor` for every non-empty main-replica ShardedTensor (with its
 // data, on any device), and with an undefined Tensor for every shard, main replica or not, of a

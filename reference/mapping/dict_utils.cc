@@ -404,8 +404,10 @@ bool OnlyShardedBelow(const Node& tree) {
 
 }  // namespace
 
+bool IsShardedOnly(const Node& tree) { return tree.is_container() && OnlyShardedBelow(tree); }
+
 LoadPieces LoadPreprocess(const Node& state_dict) {
-  if (state_dict.is_container() && OnlyShardedBelow(state_dict)) {
+  if (IsShardedOnly(state_dict)) {
     return LoadPieces::OfShardedRequest(state_dict);
   }
   if (state_dict.is_container() && OnlySplitNeeded(state_dict)) {

@@ -45,6 +45,11 @@ struct SavePieces {
   Node common;   // everything else except nonpersistent objects
 };
 SavePieces SavePreprocess(const Node& state_dict);
+// A container whose every leaf is a ShardedTensor or ShardedObject (no empty
+// flat range) and that holds no empty container below its top: its sharded
+// piece is itself, and it has no common state (save) or nonpersistent
+// objects and factories (load); callers may read it in place.
+bool IsShardedOnly(const Node& tree);
 
 class LoadPieces {
  public:

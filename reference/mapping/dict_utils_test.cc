@@ -381,7 +381,7 @@ struct TreeGen {
 // (empty containers kept or dropped as the passes do, lists compacted), and
 // a tree with any of those leaves must still give the passes' pieces.
 TEST(PreprocessTest, OneSplitGivesThePassesPieces) {
-  int shortcut_cases = 0, top_lists = 0, in_place = 0;
+  int shortcut_cases = 0, top_lists = 0, in_place = 0, save_in_place = 0;
   for (Special special : {Special::kNone, Special::kShardedOnly, Special::kFactory,
                           Special::kNonpersistent, Special::kEmptyFlat}) {
     TreeGen gen{std::mt19937(static_cast<unsigned>(special) + 7), special};
@@ -410,8 +410,20 @@ TEST(PreprocessTest, OneSplitGivesThePassesPieces) {
       // A request of sharded leaves only is read in place (the comparison
       // above fails one read in place that the passes would change).
       const bool read_in_place = &load.sharded() == &top;
-      if (special == Special::kShardedOnly) EXPECT_TRUE(read_in_place);
+      if (special == Special::kShardedOnly) {
+        EXPECT_TRUE(read_in_place);
+      }
       in_place += read_in_place;
+      // What lets a save borrow such a tree (PrepareSave): it is its own
+      // sharded piece, and its common piece is an empty container.
+      EXPECT_EQ(IsShardedOnly(top), read_in_place);
+      if (IsShardedOnly(top)) {
+        EXPECT_TRUE(Diff(save.sharded, top).empty());
+        EXPECT_TRUE(save.common.is<List>() ? save.common.as<List>().empty()
+                                           : save.common.as<Dict>().empty());
+        EXPECT_EQ(save.common.is<List>(), top.is<List>());
+        ++save_in_place;
+      }
       if (read_in_place) {
         LoadPieces copy = LoadPreprocess(top);
         Node& own = copy.mutable_sharded();  // copied out of the request
@@ -427,6 +439,7 @@ TEST(PreprocessTest, OneSplitGivesThePassesPieces) {
   EXPECT_GE(top_lists, 50);
   EXPECT_EQ(shortcut_cases, 400);
   EXPECT_GE(in_place, 400);
+  EXPECT_GE(save_in_place, 400);
   // A leaf at the top fails either way, with the passes' message.
   EXPECT_EQ(ErrorMessage(ErrorKind::kInvalidArgument, [] { SavePreprocess(J(1)); }),
             "Unexpected top-level object type: <class 'int'>");
