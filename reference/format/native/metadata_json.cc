@@ -385,10 +385,10 @@ class MetadataTextWriter {
   explicit MetadataTextWriter(const CheckpointMetadata& metadata) : md_(metadata) {}
 
   std::string Write() {
-    LayoutNode top = Compact();
+    Compact();
     std::string text;
     text.reserve(compact_.size() + compact_.size() / 4);
-    LayOut(top, 0, text);
+    LayOut(0, 0, text);
     text += '\n';
     return text;
   }
@@ -397,18 +397,31 @@ class MetadataTextWriter {
   struct Span {
     size_t begin = 0, end = 0;
   };
-  // A value of the compact text. `members` are given for a container the
-  // layout may break (non-empty, not a flat record); `tree` for a value
-  // kept as JSON (common, content), laid out by AppendJsonLaidOut.
+  // A value of the compact text, in nodes_ in pre-order: its members (given
+  // for a container the layout may break: non-empty, not a flat record)
+  // follow it, each with its own members, up to `end`. `tree` for a value
+  // kept as JSON (common, content), laid out by AppendJsonLaidOut. (One
+  // array for all: a vector of members per node cost an allocation each.)
   struct LayoutNode {
     Span key;  // an object's member: its key as JSON text
     Span text;
     bool object = false;
     const json* tree = nullptr;
-    std::vector<LayoutNode> members;
+    size_t members = 0;
+    size_t end = 0;  // one past its last member's nodes
   };
 
   size_t Mark() const { return compact_.size(); }
+
+  // Appends a member node of node `parent`, filled by fn(its index).
+  template <typename Fn>
+  void Add(size_t parent, Fn&& fn) {
+    const size_t i = nodes_.size();
+    nodes_.emplace_back();
+    ++nodes_[parent].members;
+    fn(i);
+    nodes_[i].end = nodes_.size();
+  }
 
   // Appends `"name":` and returns the key's span.
   Span Key(std::string_view name) {
@@ -418,15 +431,15 @@ class MetadataTextWriter {
     compact_ += ':';
     return key;
   }
-  template <typename Fn>  // fn() appends the value
-  LayoutNode Member(LayoutNode& parent, std::string_view name, Fn&& fn) {
-    compact_ += parent.members.empty() ? '{' : ',';
-    LayoutNode member;
-    member.key = Key(name);
-    member.text.begin = Mark();
-    fn(member);
-    member.text.end = Mark();
-    return member;
+  template <typename Fn>  // fn(index) appends the value
+  void Member(size_t parent, std::string_view name, Fn&& fn) {
+    compact_ += nodes_[parent].members == 0 ? '{' : ',';
+    Add(parent, [&](size_t i) {
+      nodes_[i].key = Key(name);
+      nodes_[i].text.begin = Mark();
+      fn(i);
+      nodes_[i].text.end = Mark();
+    });
   }
 
   template <typename Ints>
@@ -439,14 +452,14 @@ class MetadataTextWriter {
     compact_ += ']';
   }
   // An array of integers that is not empty: a container the layout may break.
-  void ShapeMembers(const Shape& shape, LayoutNode& node) {
-    node.members.reserve(shape.size());
+  void ShapeMembers(const Shape& shape, size_t node) {
     for (size_t i = 0; i < shape.size(); ++i) {
-      LayoutNode& dim = node.members.emplace_back();
-      dim.text.begin = Mark() + 1;  // after the "[" or ","
-      compact_ += i == 0 ? '[' : ',';
-      AppendJsonInteger(shape[i], compact_);
-      dim.text.end = Mark();
+      Add(node, [&](size_t dim) {
+        nodes_[dim].text.begin = Mark() + 1;  // after the "[" or ","
+        compact_ += i == 0 ? '[' : ',';
+        AppendJsonInteger(shape[i], compact_);
+        nodes_[dim].text.end = Mark();
+      });
     }
     compact_ += ']';
   }
@@ -517,95 +530,96 @@ class MetadataTextWriter {
   }
 
   // {"chunks":[...],"dtype":...,"global_shape":[...]}; a flat record when
-  // it has no chunks.
-  void Tensor(const StoredTensor& tensor, LayoutNode& node) {
-    node.object = !tensor.chunks.empty();
-    LayoutNode unbroken;
-    LayoutNode& parent = node.object ? node : unbroken;
-    parent.members.reserve(3);
-    parent.members.push_back(Member(parent, "chunks", [&](LayoutNode& chunks) {
+  // it has no chunks (its members written, then dropped).
+  void Tensor(const StoredTensor& tensor, size_t node) {
+    nodes_[node].object = !tensor.chunks.empty();
+    Member(node, "chunks", [&](size_t chunks) {
       compact_ += '[';
-      chunks.members.reserve(tensor.chunks.size());
       for (size_t i = 0; i < tensor.chunks.size(); ++i) {
         if (i > 0) compact_ += ',';
-        LayoutNode& record = chunks.members.emplace_back();
-        record.text.begin = Mark();
-        Chunk(tensor.chunks[i]);
-        record.text.end = Mark();
+        Add(chunks, [&](size_t record) {
+          nodes_[record].text.begin = Mark();
+          Chunk(tensor.chunks[i]);
+          nodes_[record].text.end = Mark();
+        });
       }
       compact_ += ']';
-    }));
-    parent.members.push_back(Member(parent, "dtype", [&](LayoutNode&) {
-      AppendJsonString(DTypeName(tensor.dtype), compact_);
-    }));
-    parent.members.push_back(Member(parent, "global_shape", [&](LayoutNode& shape) {
+    });
+    Member(node, "dtype", [&](size_t) { AppendJsonString(DTypeName(tensor.dtype), compact_); });
+    Member(node, "global_shape", [&](size_t shape) {
       if (tensor.global_shape.empty()) {
         compact_ += "[]";
       } else {
         ShapeMembers(tensor.global_shape, shape);
       }
-    }));
+    });
     compact_ += '}';
+    if (!nodes_[node].object) {
+      nodes_.resize(node + 1);
+      nodes_[node].members = 0;
+    }
   }
 
   template <typename Entries, typename Fn>  // fn(value, node)
-  void Map(const Entries& map, LayoutNode& node, Fn&& fn) {
-    node.object = true;
-    node.members.reserve(map.size());
+  void Map(const Entries& map, size_t node, Fn&& fn) {
+    nodes_[node].object = true;
     if (map.empty()) compact_ += '{';
     for (const auto& [key, value] : map) {
-      node.members.push_back(Member(node, key, [&](LayoutNode& member) { fn(value, member); }));
+      Member(node, key, [&](size_t member) { fn(value, member); });
     }
     compact_ += '}';
   }
 
-  LayoutNode Compact() {
+  void Compact() {
     // About 250 bytes per chunk record and 100 per tensor or object: one
-    // allocation for most texts (the common state comes on top).
-    size_t chunks = 0;
-    for (const auto& [key, tensor] : md_.tensors) chunks += tensor.chunks.size();
+    // allocation for most texts (the common state comes on top); nodes: a
+    // record per chunk, 4 and the shape's per tensor, one per object.
+    size_t chunks = 0, dims = 0;
+    for (const auto& [key, tensor] : md_.tensors) {
+      chunks += tensor.chunks.size();
+      dims += tensor.global_shape.size();
+    }
     compact_.reserve(4096 + 256 * chunks + 128 * (md_.tensors.size() + md_.objects.size()));
-    LayoutNode top;
-    top.object = true;
-    top.members.reserve(10);
+    nodes_.reserve(16 + chunks + dims + 4 * md_.tensors.size() + md_.objects.size());
+    nodes_.emplace_back();  // the top, node 0
+    nodes_[0].object = true;
     auto tree = [&](const json& value) {
-      return [&value, this](LayoutNode& member) {
-        member.tree = &value;
+      return [&value, this](size_t member) {
+        nodes_[member].tree = &value;
         AppendJson(value, compact_);
       };
     };
     auto string = [&](const std::string& value) {
-      return [&value, this](LayoutNode&) { AppendJsonString(value, compact_); };
+      return [&value, this](size_t) { AppendJsonString(value, compact_); };
     };
-    top.members.push_back(Member(top, "common", tree(md_.common)));
-    top.members.push_back(Member(top, "content", tree(md_.content)));
-    top.members.push_back(Member(top, "format", string(md_.format)));
-    top.members.push_back(Member(top, "format_version", [&](LayoutNode&) {
-      AppendJsonInteger(md_.format_version, compact_);
-    }));
+    Member(0, "common", tree(md_.common));
+    Member(0, "content", tree(md_.content));
+    Member(0, "format", string(md_.format));
+    Member(0, "format_version", [&](size_t) { AppendJsonInteger(md_.format_version, compact_); });
     // Version 2 on: the checksum of the compact text without this member,
     // filled in once the rest is written.
     Span checksum_field;
     if (md_.format_version >= 2) {
       checksum_field.begin = Mark();
-      top.members.push_back(Member(top, kMetadataChecksumField, [&](LayoutNode&) {
+      Member(0, kMetadataChecksumField, [&](size_t) {
         compact_ += '"';
         compact_.append(16, '0');
         compact_ += '"';
-      }));
+      });
       checksum_field.end = Mark();
     }
-    top.members.push_back(Member(top, "objects", [&](LayoutNode& objects) {
-      Map(md_.objects, objects, [&](const StoredObject& object, LayoutNode&) { Object(object); });
-    }));
-    top.members.push_back(Member(top, "tensors", [&](LayoutNode& tensors) {
+    Member(0, "objects", [&](size_t objects) {
+      Map(md_.objects, objects, [&](const StoredObject& object, size_t) { Object(object); });
+    });
+    Member(0, "tensors", [&](size_t tensors) {
       Map(md_.tensors, tensors,
-          [&](const StoredTensor& tensor, LayoutNode& node) { Tensor(tensor, node); });
-    }));
-    top.members.push_back(Member(top, "topology", string(md_.topology)));
-    top.members.push_back(Member(top, "writer", string(md_.writer)));
+          [&](const StoredTensor& tensor, size_t node) { Tensor(tensor, node); });
+    });
+    Member(0, "topology", string(md_.topology));
+    Member(0, "writer", string(md_.writer));
     compact_ += '}';
-    top.text = {0, Mark()};
+    nodes_[0].text = {0, Mark()};
+    nodes_[0].end = nodes_.size();
     if (md_.format_version >= 2) {
       Checksummer sum;
       sum.Update(std::as_bytes(std::span(compact_.data(), checksum_field.begin)));
@@ -614,29 +628,29 @@ class MetadataTextWriter {
       const std::string hex = ChecksumToHex(sum.Digest());
       compact_.replace(checksum_field.end - 17, 16, hex);
     }
-    return top;
   }
 
-  void LayOut(const LayoutNode& node, int depth, std::string& out) const {
+  void LayOut(size_t index, int depth, std::string& out) const {
+    const LayoutNode& node = nodes_[index];
     if (node.tree) {
       AppendJsonLaidOut(*node.tree, depth, out);
       return;
     }
     const size_t size = node.text.end - node.text.begin;
-    if (node.members.empty() || 2 * static_cast<size_t>(depth) + size <= kJsonLineWidth) {
+    if (node.members == 0 || 2 * static_cast<size_t>(depth) + size <= kJsonLineWidth) {
       out.append(compact_, node.text.begin, size);
       return;
     }
     out += node.object ? "{\n" : "[\n";
-    for (size_t i = 0; i < node.members.size(); ++i) {
-      const LayoutNode& member = node.members[i];
-      if (i > 0) out += ",\n";
+    for (size_t m = index + 1; m < node.end; m = nodes_[m].end) {
+      const LayoutNode& member = nodes_[m];
+      if (m > index + 1) out += ",\n";
       out.append(2 * static_cast<size_t>(depth + 1), ' ');
       if (node.object) {
         out.append(compact_, member.key.begin, member.key.end - member.key.begin);
         out += ": ";
       }
-      LayOut(member, depth + 1, out);
+      LayOut(m, depth + 1, out);
     }
     out += '\n';
     out.append(2 * static_cast<size_t>(depth), ' ');
@@ -645,6 +659,7 @@ class MetadataTextWriter {
 
   const CheckpointMetadata& md_;
   std::string compact_;
+  std::vector<LayoutNode> nodes_;
 };
 
 }  // namespace
