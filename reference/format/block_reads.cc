@@ -7,12 +7,14 @@
 
 namespace distckpt {
 
-constexpr uint64_t kWindowBytes = 1 << 20;
+// Hashed right after the read, while in the core's L2: 256 KiB windows load
+// 16 and 64 MiB chunks 5-8% faster than 1 MiB ones (bench/README.md).
+constexpr uint64_t kWindowBytes = 256 << 10;
 
 uint64_t ReadCheckedBlocks(
     const RandomAccessFile& file, uint64_t base, uint64_t length, uint64_t block,
     std::span<const ReadRun> runs, bool all,
-    const std::function<void(uint64_t index, std::span<const std::byte> bytes)>& check) {
+    const std::function<void(uint64_t first, std::span<const std::byte> bytes)>& check) {
   // Touched block ranges [first, last), merged.
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   if (all) {
@@ -49,10 +51,7 @@ uint64_t ReadCheckedBlocks(
       }
       file.Read(base + start, std::span(buffer, end - start));
       bytes_read += end - start;
-      for (uint64_t b = w; b * block < end; ++b) {
-        const uint64_t from = b * block;
-        check(b, std::span(buffer + (from - start), std::min(block, length - from)));
-      }
+      check(w, std::span(buffer, end - start));
       if (direct) continue;
       for (size_t k = r; k < runs.size() && runs[k].offset_in_chunk < end; ++k) {
         const uint64_t lo = std::max(start, runs[k].offset_in_chunk);

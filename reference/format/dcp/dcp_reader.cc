@@ -525,15 +525,20 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
     const std::vector<uint32_t>& crcs = BlockCrcs(*item.index, file);
     stats_.bytes_read += ReadCheckedBlocks(
         file, item.record_offset, item.record_size, item.index->block_size, runs, false,
-        [&](uint64_t b, std::span<const std::byte> bytes) {
-          const uint32_t actual = Crc32(bytes);
-          if (actual != crcs[b]) {
-            const uint64_t from = b * item.index->block_size;
-            Fail(ErrorKind::kCorruption,
-                 "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
-                 "offset {}): the item index records {:08x}, the data hashes to {:08x}",
-                 file.path(), what(), b, from, from + bytes.size(), item.record_offset + from,
-                 crcs[b], actual);
+        [&](uint64_t first, std::span<const std::byte> bytes) {
+          const uint64_t block_size = item.index->block_size;
+          for (uint64_t at = 0, b = first; at < bytes.size(); at += block_size, ++b) {
+            const std::span<const std::byte> block =
+                bytes.subspan(at, std::min(block_size, bytes.size() - at));
+            const uint32_t actual = Crc32(block);
+            if (actual != crcs[b]) {
+              const uint64_t from = b * block_size;
+              Fail(ErrorKind::kCorruption,
+                   "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
+                   "offset {}): the item index records {:08x}, the data hashes to {:08x}",
+                   file.path(), what(), b, from, from + block.size(), item.record_offset + from,
+                   crcs[b], actual);
+            }
           }
         });
     ++stats_.chunks_verified;

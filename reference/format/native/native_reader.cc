@@ -75,28 +75,35 @@ uint64_t CoveredBytes(const StoredChunk& chunk, std::span<const ReadRun> runs,
   return covered;
 }
 
-// Reads the blocks of a version 2 or 3 chunk that `runs` touch (every block
-// when `all`), checking each against `sums`; returns the bytes read.
-void CheckBlock(const RandomAccessFile& file, const StoredChunk& chunk,
-                std::span<const uint64_t> sums, uint64_t seed, uint64_t b,
-                std::span<const std::byte> bytes, const Describe& what) {
-  const uint64_t actual = BlockChecksum(bytes, seed, b);
-  if (actual != sums[b]) {
-    const uint64_t from = b * chunk.block_size;
-    Fail(ErrorKind::kCorruption,
-         "checksum mismatch in {} for {}: block {} (bytes [{}, {}) of the chunk, file "
-         "offset {}): expected {}, got {}",
-         file.path(), what(), b, from, from + bytes.size(), chunk.offset + from,
-         ChecksumToHex(sums[b]), ChecksumToHex(actual));
+// Checks blocks `first`, `first` + 1, ... of a version 2 or 3 chunk, `bytes`
+// holding them back to back (the last may be the chunk's short tail),
+// against `sums`.
+void CheckBlocks(const RandomAccessFile& file, const StoredChunk& chunk,
+                 std::span<const uint64_t> sums, uint64_t seed, uint64_t first,
+                 std::span<const std::byte> bytes, const Describe& what) {
+  for (uint64_t at = 0, b = first; at < bytes.size(); at += chunk.block_size, ++b) {
+    const std::span<const std::byte> block =
+        bytes.subspan(at, std::min(chunk.block_size, bytes.size() - at));
+    const uint64_t actual = BlockChecksum(block, seed, b);
+    if (actual != sums[b]) {
+      const uint64_t from = b * chunk.block_size;
+      Fail(ErrorKind::kCorruption,
+           "checksum mismatch in {} for {}: block {} (bytes [{}, {}) of the chunk, file "
+           "offset {}): expected {}, got {}",
+           file.path(), what(), b, from, from + block.size(), chunk.offset + from,
+           ChecksumToHex(sums[b]), ChecksumToHex(actual));
+    }
   }
 }
 
+// Reads the blocks of a version 2 or 3 chunk that `runs` touch (every block
+// when `all`), checking each against `sums`; returns the bytes read.
 uint64_t ReadVerifiedBlocks(const RandomAccessFile& file, const StoredChunk& chunk,
                             std::span<const uint64_t> sums, uint64_t seed,
                             std::span<const ReadRun> runs, bool all, const Describe& what) {
   return ReadCheckedBlocks(file, chunk.offset, chunk.length, chunk.block_size, runs, all,
-                           [&](uint64_t b, std::span<const std::byte> bytes) {
-                             CheckBlock(file, chunk, sums, seed, b, bytes, what);
+                           [&](uint64_t first, std::span<const std::byte> bytes) {
+                             CheckBlocks(file, chunk, sums, seed, first, bytes, what);
                            });
 }
 
@@ -145,12 +152,7 @@ void NativeReader::ReadWholeWithSums(const RandomAccessFile& file,
     const Describe what = [&] { return ChunkName(tensor, chunk); };
     const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
     CheckSums(file, chunk, sums[i], seed, what);
-    const std::byte* dst = reads[i].runs[0].dst;
-    for (uint64_t b = 0; b < sums[i].size(); ++b) {
-      const uint64_t from = b * chunk.block_size;
-      CheckBlock(file, chunk, sums[i], seed, b,
-                 std::span(dst + from, std::min(chunk.block_size, chunk.length - from)), what);
-    }
+    CheckBlocks(file, chunk, sums[i], seed, 0, std::span(reads[i].runs[0].dst, chunk.length), what);
     sums_bytes += SumsBytes(chunk);
     bytes += chunk.length;
   }
