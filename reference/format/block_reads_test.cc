@@ -14,7 +14,8 @@ namespace {
 // A payload in memory at byte `base` of a file of junk.
 class MemoryFile : public RandomAccessFile {
  public:
-  MemoryFile(uint64_t base, std::vector<std::byte> payload) : base_(base), bytes_(base, std::byte{0xee}) {
+  MemoryFile(uint64_t base, std::vector<std::byte> payload)
+      : base_(base), bytes_(base, std::byte{0xee}) {
     bytes_.insert(bytes_.end(), payload.begin(), payload.end());
   }
   void Read(uint64_t offset, std::span<std::byte> dst) const override {
@@ -64,7 +65,8 @@ TEST(ReadCheckedBlocksTest, ChecksEveryTouchedBlockOnceInWholeBlockWindows) {
 
     std::vector<uint64_t> checked;  // block indexes, in the order seen
     const uint64_t read = ReadCheckedBlocks(
-        file, base, length, block, runs, all, [&](uint64_t first, std::span<const std::byte> bytes) {
+        file, base, length, block, runs, all,
+        [&](uint64_t first, std::span<const std::byte> bytes) {
           const uint64_t from = first * block;
           ASSERT_LT(from, length);
           ASSERT_LE(bytes.size(), std::max<uint64_t>(block, 256 << 10));
@@ -92,8 +94,8 @@ TEST(ReadCheckedBlocksTest, ChecksEveryTouchedBlockOnceInWholeBlockWindows) {
     for (size_t i = 0; i < runs.size(); ++i) {
       EXPECT_EQ(dsts[i].front(), std::byte{0x5a});
       EXPECT_EQ(dsts[i].back(), std::byte{0x5a});
-      EXPECT_EQ(0, std::memcmp(runs[i].dst, payload.data() + runs[i].offset_in_chunk,
-                               runs[i].length))
+      EXPECT_EQ(0,
+                std::memcmp(runs[i].dst, payload.data() + runs[i].offset_in_chunk, runs[i].length))
           << "trial " << trial << ", run " << i;
     }
   }

@@ -99,8 +99,8 @@ class NativeWriterTest : public testing::Test {
 // blocks: with a helper the file and the metadata are the same as without.
 TEST_F(NativeWriterTest, HelpersWriteTheSameFile) {
   const size_t min = kHashOffloadMinBytes;
-  std::vector<size_t> sizes = {min - 1,         min, min + 1, 3 * min + 4096 + 7,
-                               5 * kMiB + 4096, 100, 5000,    70000};
+  std::vector<size_t> sizes = {
+      min - 1, min, min + 1, 3 * min + 4096 + 7, 5 * kMiB + 4096, 100, 1000, 5000, 20000, 70000};
   std::mt19937_64 rng(7);
   for (int i = 0; i < 12; ++i) {
     sizes.push_back(min / 2 + rng() % (8 * min));
