@@ -7,8 +7,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/error_testing.h"
+#include "harness/expand.h"
 #include "harness/rank_state.h"
 #include "harness/runner.h"
+#include "mapping/dict_utils.h"
 
 namespace distckpt {
 namespace {
@@ -83,6 +86,69 @@ TEST_P(ScenarioFileTest, ToJsonWritesAFileThatExpandsTheSame) {
           << (save ? "save " : "load ") << topo.ToString() << " rank " << r;
     }
   }
+}
+
+// StateBytes, the runner's memory check, counts what the saves make: under
+// every topology of every file, the bytes of every rank's tensors (and
+// factories' data) BuildSaveState returns outside its "fp8" section; a
+// topology one refuses, both do.
+TEST_P(ScenarioFileTest, StateBytesCountsWhatTheSavesMake) {
+  const Scenario s = Scenario::FromFile(GetParam());
+  std::vector<std::string> topologies = s.topologies;
+  for (const PairSpec& pair : s.pairs) topologies.push_back(pair.save);
+  for (const std::string& text : topologies) {
+    const Topology topo = Topology::Parse(text);
+    uint64_t made = 0;
+    try {
+      for (int r = 0; r < topo.world_size(); ++r) {
+        const Node state = BuildSaveState(s, nullptr, topo, r);
+        for (const auto& [name, part] : state.as<Dict>()) {
+          if (name == "fp8") continue;
+          ForEachLeaf(part, [&](const NodePath&, const Node& leaf) {
+            if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) made += t->data.nbytes();
+            if (const ShardedTensorFactory* f = leaf.get_if<ShardedTensorFactory>())
+              made += f->data.nbytes();
+          });
+        }
+      }
+    } catch (const CheckpointError& e) {
+      EXPECT_THROW(StateBytes(s, topo), CheckpointError) << text << ": " << e.what();
+      continue;
+    }
+    EXPECT_TRUE(made > 0 || !s.fp8.empty()) << text << ": no tensor counted";
+    EXPECT_EQ(StateBytes(s, topo), made) << text;
+  }
+}
+
+// A scenario past the machine's memory (here a budget of 1 MiB) is refused
+// before any step, naming the topology and both sizes: every rank's shards
+// count (8 replicas of 256 KiB); one within it runs; a topology that cannot
+// split a tensor is left to fail its pairs as before.
+TEST(RunScenarioTest, RefusesAScenarioPastTheMachinesMemoryBeforeAnyStep) {
+  RunOptions options;
+  options.memory_bytes = 1 << 20;
+  const Scenario big = Scenario::FromJson(
+      nlohmann::json::parse(
+          R"({"name": "big", "tensors": [{"key": "w", "shape": [65536]}], "topologies": ["tp=1", "dp=8"]})"),
+      "big.json");
+  EXPECT_THAT([&] { RunScenario(big, options); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "scenario 'big' needs at least 2097152 bytes (0.0 GiB) of tensors "
+                          "under topology dp=8 (every rank's shards), more than the 1048576 bytes "
+                          "(0.0 GiB) of this machine's memory"));
+  const Scenario fits = Scenario::FromJson(
+      nlohmann::json::parse(
+          R"({"tensors": [{"key": "w", "shape": [65536]}], "topologies": ["tp=1", "dp=4"]})"),
+      "fits.json");
+  for (const PairResult& r : RunScenario(fits, options)) EXPECT_TRUE(r.ok) << r.reason;
+  const Scenario uneven = Scenario::FromJson(
+      nlohmann::json::parse(
+          R"({"tensors": [{"key": "w", "shape": [3], "shard": {"0": "tp"}}], "topologies": ["tp=2"]})"),
+      "uneven.json");
+  const std::vector<PairResult> results = RunScenario(uneven, options);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].ok);
+  EXPECT_THAT(results[0].reason, ::testing::HasSubstr("cannot be split evenly"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ScenarioFileTest, ::testing::ValuesIn(ScenarioFiles()),

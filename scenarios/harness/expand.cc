@@ -169,6 +169,17 @@ std::optional<std::string> CheckOptimizerCommon(const Scenario& s, const Node& e
 
 }  // namespace
 
+uint64_t StateBytes(const Scenario& s, const Topology& topo) {
+  uint64_t bytes = 0;
+  for (int rank = 0; rank < topo.world_size(); ++rank) {
+    for (const Param& param : ExpandRank(s, topo, rank).params) {
+      bytes +=
+          static_cast<uint64_t>(Volume(DataShape(param))) * DTypeSize(param.pieces.front().dtype);
+    }
+  }
+  return bytes;
+}
+
 Node BuildSaveState(const Scenario& s, const PairSpec* pair, const Topology& topo, int rank) {
   RankState state = ExpandRank(s, topo, rank);
   const BreakSpec* damage = pair && pair->break_save ? &*pair->break_save : nullptr;

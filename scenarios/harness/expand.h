@@ -29,6 +29,11 @@ namespace distckpt {
 // Rank `rank`'s state dict with generated values (and the pair's deliberate damage).
 Node BuildSaveState(const Scenario& scenario, const PairSpec* pair, const Topology& topology,
                     int rank);
+// The bytes of the tensors BuildSaveState makes for every rank of
+// `topology` together (metadata only: no values are made), its "fp8"
+// section's few test tensors aside; throws as BuildSaveState does when the
+// topology cannot split a tensor.
+uint64_t StateBytes(const Scenario& scenario, const Topology& topology);
 // How BuildLoadRequest builds a request for a real checkpoint (verify,
 // reshard): `stored_objects` (object key -> grid, from the checkpoint's
 // metadata) replaces the scenario's expansion under the saved topology;

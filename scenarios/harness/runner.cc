@@ -18,6 +18,7 @@
 #include "engine/checkpoint_diff.h"
 #include "format/format.h"
 #include "harness/damage.h"
+#include "harness/expand.h"
 
 extern char** environ;
 
@@ -274,9 +275,45 @@ std::optional<std::string> CheckResave(const Scenario& s, const PairSpec& pair, 
   return std::nullopt;
 }
 
+// Refuses a scenario whose tensors under one of `topologies` cannot fit in
+// this machine's memory, whatever the backend (threads share the process;
+// MPI ranks share the machine). A lower bound of what a step holds (a load
+// also holds the request, and checks values): it catches a scenario sized
+// for another machine before its pairs fail one by one on allocations.
+void CheckFitsInMemory(const Scenario& s, const std::vector<std::string>& topologies,
+                       uint64_t memory) {
+  if (memory == 0) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return;
+    memory = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  }
+  for (const std::string& topology : topologies) {
+    uint64_t bytes = 0;
+    try {
+      bytes = StateBytes(s, Topology::Parse(topology));
+    } catch (const CheckpointError&) {
+      continue;  // a topology that cannot split a tensor fails its pairs, as before
+    }
+    if (bytes > memory) {
+      Fail(ErrorKind::kInvalidArgument,
+           "scenario '{}' needs at least {} bytes ({:.1f} GiB) of tensors under topology {} "
+           "(every rank's shards), more than the {} bytes ({:.1f} GiB) of this machine's memory",
+           s.name, bytes, bytes / double(1 << 30), topology, memory, memory / double(1 << 30));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<PairResult> RunScenario(const Scenario& s, const RunOptions& options) {
+  if (options.strategy.device == "cpu") {
+    std::vector<std::string> topologies = s.topologies;
+    for (const PairSpec& pair : s.pairs)
+      topologies.insert(topologies.end(), {pair.save, pair.load});
+    std::sort(topologies.begin(), topologies.end());
+    topologies.erase(std::unique(topologies.begin(), topologies.end()), topologies.end());
+    CheckFitsInMemory(s, topologies, options.memory_bytes);
+  }
   std::string work = MakeWorkDir(options.work_dir);
   auto progress = [&](const std::string& line) {
     if (options.progress) options.progress(line);

@@ -110,6 +110,7 @@ struct RunOptions {
   std::string work_dir;                  // checkpoints go here; empty = a fresh temp directory
   bool keep = false;                     // keep checkpoints after the run
   std::string self_exe;                  // the distckpt binary (for mpirun)
+  uint64_t memory_bytes = 0;             // what the scenario may fill; 0 = physical memory
   std::string scenario_path;             // passed to the MPI jobs
   std::vector<std::string> mpirun_args;  // extra flags, e.g. --oversubscribe
   std::function<void(const std::string&)> progress;  // one line per step
@@ -119,6 +120,10 @@ struct RunOptions {
   StepStrategy strategy;
 };
 
+// Throws CheckpointError(kInvalidArgument) before any step when, on the cpu
+// device, one topology's tensors (every rank's, as its save makes them:
+// StateBytes) exceed this machine's physical memory: the scenario cannot run
+// here, which is not a failure of its pairs.
 std::vector<PairResult> RunScenario(const Scenario& scenario, const RunOptions& options);
 
 // The matrix table (rows = save, columns = load) and totals, for the CLI.
