@@ -112,7 +112,11 @@ FsdpDtensorExportSummary ExportToFsdpDtensor(const ExportArgs& args) {
     if (t.name.ends_with("_v") && !params.empty() &&
         plan[params.back().parts[0]].name == t.name.substr(0, t.name.size() - 1) + "w") {
       params.back().parts.push_back(i);
-      params.back().local[0] += local[0];
+      if (__builtin_add_overflow(params.back().local[0], local[0], &params.back().local[0])) {
+        Fail(ErrorKind::kInvalidArgument,
+             "export --to fsdp-dtensor: '{}' and its W half have more than 2^63 rows together",
+             t.name);
+      }
       continue;
     }
     params.push_back({{i}, local});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <string>
 #include <tuple>
 
 #include "core/error.h"
@@ -10,13 +11,41 @@
 namespace distckpt {
 namespace {
 
-int64_t RowSize(const Shape& shape) {
+// Shapes come from files (fsdp-dtensor-export reads them from safetensors
+// headers): the bucket's arithmetic is checked, a result past int64 refused.
+[[noreturn]] void Overflow(const std::vector<Shape>& shapes, int64_t dp, const char* what) {
+  std::string list;
+  for (const Shape& s : shapes) list += (list.empty() ? "" : ", ") + ShapeToString(s);
+  Fail(ErrorKind::kInvalidArgument,
+       "fsdp layout of a bucket of {} parameters ({}) over dp={}: {} passes 2^63", shapes.size(),
+       list.size() > 200 ? list.substr(0, 200) + "..." : list, dp, what);
+}
+
+int64_t Mul(int64_t a, int64_t b, const std::vector<Shape>& shapes, int64_t dp, const char* what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) Overflow(shapes, dp, what);
+  return r;
+}
+
+int64_t Add(int64_t a, int64_t b, const std::vector<Shape>& shapes, int64_t dp, const char* what) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) Overflow(shapes, dp, what);
+  return r;
+}
+
+// Elements per row (shape[1:]); a 0-row shape's rows may be as large as
+// anything: checked.
+int64_t RowSize(const Shape& shape, const std::vector<Shape>& shapes, int64_t dp) {
   int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  for (size_t i = 1; i < shape.size(); ++i) n = Mul(n, shape[i], shapes, dp, "a row's size");
   return n;
 }
 
-int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+// n rounded up to a multiple of `multiple` (> 0).
+int64_t RoundUp(int64_t n, int64_t multiple, const std::vector<Shape>& shapes, int64_t dp) {
+  const int64_t r = n % multiple;
+  return r == 0 ? n : Add(n, multiple - r, shapes, dp, "a chunk boundary");
+}
 
 }  // namespace
 
@@ -30,21 +59,25 @@ MegatronFsdpBucket LayoutMegatronFsdpBucket(const std::vector<Shape>& shapes, in
   for (const Shape& s : shapes) {
     if (s.empty()) Fail(ErrorKind::kInvalidArgument, "fsdp layout: 0-d parameters have no rows");
     numel.push_back(Volume(s));
-    if (RowSize(s) > 0) b.chunk_size_factor = std::lcm(b.chunk_size_factor, RowSize(s));
+    const int64_t row = RowSize(s, shapes, dp);
+    if (row > 0) {  // lcm, checked
+      const int64_t factor = b.chunk_size_factor / std::gcd(b.chunk_size_factor, row);
+      b.chunk_size_factor = Mul(factor, row, shapes, dp, "the chunk size (lcm of row sizes)");
+    }
   }
   const int64_t chunk = b.chunk_size_factor;
   b.params.assign(shapes.size(), FlatRange{});
   std::vector<bool> placed(shapes.size(), false);
   int64_t cursor = 0;
   auto place = [&](size_t i, int64_t at) {
-    b.params[i] = {at, at + numel[i]};
+    b.params[i] = {at, Add(at, numel[i], shapes, dp, "the bucket's size")};
     placed[i] = true;
   };
   for (size_t i = 0; i < shapes.size(); ++i) {
     if (placed[i]) continue;
     place(i, cursor);
-    int64_t end = cursor + numel[i];
-    int64_t boundary = RoundUp(end, chunk);
+    int64_t end = b.params[i].stop;
+    int64_t boundary = RoundUp(end, chunk, shapes, dp);
     cursor = boundary;
     if (numel[i] % chunk == 0) continue;
     int64_t gap_end = boundary;
@@ -64,17 +97,20 @@ MegatronFsdpBucket LayoutMegatronFsdpBucket(const std::vector<Shape>& shapes, in
       }
     }
   }
-  b.size = RoundUp(cursor, dp * chunk);
+  b.size = RoundUp(cursor, Mul(dp, chunk, shapes, dp, "dp x chunk"), shapes, dp);
   return b;
 }
 
 FlatRange MegatronFsdpRows(const MegatronFsdpBucket& bucket, const std::vector<Shape>& shapes,
                            int param, int64_t rank) {
+  if (rank < 0 || rank >= bucket.dp) {
+    Fail(ErrorKind::kInvalidArgument, "fsdp layout over dp={} has no rank {}", bucket.dp, rank);
+  }
   const FlatRange& item = bucket.params[param];
   int64_t shard = bucket.shard_size();
   int64_t start = std::max(item.start, rank * shard),
           stop = std::min(item.stop, (rank + 1) * shard);
-  int64_t row = RowSize(shapes[param]);
+  int64_t row = RowSize(shapes[param], shapes, bucket.dp);
   if (start >= stop || row == 0) return {0, 0};
   return {(start - item.start) / row, (stop - item.start) / row};
 }

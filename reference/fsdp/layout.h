@@ -35,11 +35,12 @@ struct MegatronFsdpBucket {
   int64_t shard_size() const;     // size / dp
 };
 
-// Throws CheckpointError(kInvalidArgument) for dp < 1 or a 0-d shape.
+// Throws CheckpointError(kInvalidArgument) for dp < 1, a 0-d shape, or
+// sizes whose layout passes 2^63 (naming the bucket's shapes).
 MegatronFsdpBucket LayoutMegatronFsdpBucket(const std::vector<Shape>& shapes, int64_t dp);
 
 // The rows [start, stop) of parameter `param` that DP rank `rank` holds
-// (start == stop when none).
+// (start == stop when none); throws kInvalidArgument unless 0 <= rank < dp.
 FlatRange MegatronFsdpRows(const MegatronFsdpBucket& bucket, const std::vector<Shape>& shapes,
                            int param, int64_t rank);
 

@@ -89,6 +89,47 @@ TEST(Fsdp2LayoutTest, RowCountsNearInt64MaxAndBadPartsAreHandled) {
   }
 }
 
+// Megatron-FSDP's bucket arithmetic on shapes from a file (fsdp-dtensor-export
+// reads them from safetensors headers): a row size, the lcm of row sizes,
+// dp x chunk or the padded size past 2^63 is refused naming the bucket
+// (these were signed overflows); sizes just inside still lay out.
+TEST(MegatronFsdpLayoutTest, SizesPastInt64AreRefusedNamingTheBucket) {
+  const int64_t big = int64_t{1} << 40;
+  const struct {
+    std::vector<Shape> shapes;
+    int64_t dp;
+    const char* what;
+  } cases[] = {
+      {{{0, big, big}}, 1, "a row's size passes 2^63"},  // no elements, huge rows
+      // three primes near 2^31, 2^31 and 2^32: their lcm is about 2^94
+      {{{1, 2147483647}, {1, 2147483629}, {1, 4294967291}}, 1, "the chunk size (lcm of row sizes)"},
+      {{{1, int64_t{1} << 62}}, 4, "dp x chunk passes 2^63"},
+      {{{1, int64_t{1} << 62}, {1, 1}}, 1, "a chunk boundary passes 2^63"},  // 2^62 + 1 -> 2^63
+      {{{1, (int64_t{1} << 62) + 1}, {1, (int64_t{1} << 62) + 1}}, 1, "the bucket's size"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_THAT([&] { LayoutMegatronFsdpBucket(c.shapes, c.dp); },
+                ThrowsError(ErrorKind::kInvalidArgument, c.what))
+        << ShapeToString(c.shapes[0]);
+  }
+  EXPECT_THAT([&] { LayoutMegatronFsdpBucket(cases[1].shapes, 1); },
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "fsdp layout of a bucket of 3 parameters ((1, 2147483647), "
+                          "(1, 2147483629), (1, 4294967291)) over dp=1"));
+  // Just inside: one row of 2^62 elements over dp=1, and two primes' lcm.
+  const MegatronFsdpBucket one = LayoutMegatronFsdpBucket({{1, int64_t{1} << 62}}, 1);
+  EXPECT_EQ(one.size, int64_t{1} << 62);
+  EXPECT_EQ(MegatronFsdpRows(one, {{1, int64_t{1} << 62}}, 0, 0), (FlatRange{0, 1}));
+  const MegatronFsdpBucket two = LayoutMegatronFsdpBucket({{1, 2147483647}, {1, 2147483629}}, 2);
+  EXPECT_EQ(two.chunk_size_factor, int64_t{2147483647} * 2147483629);
+  EXPECT_EQ(two.size, 2 * two.chunk_size_factor);
+  EXPECT_THAT(
+      [&] {
+        MegatronFsdpRows(two, {{1, 2147483647}, {1, 2147483629}}, 0, 2);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "fsdp layout over dp=2 has no rank 2"));
+}
+
 TEST(ShardForFsdpTest, UnevenShardsDropDpFromReplicaId) {
   ShardedTensor w;
   w.key = "w";
