@@ -65,6 +65,13 @@ std::optional<std::string> RunReshardOn(Communicator& world, const Scenario& sce
   return failure;
 }
 
+// Each minimum sits well below what the generators give, so that a run of
+// 500 cases falls under it only when a generator stops producing the class:
+// over 40 runs (2026-11-27) the rarest classes averaged fp8-saturating 10.1
+// cases (fewest 4), fsdp2-more-ranks-than-rows 8.8 (3), fsdp-layout-changing
+// 18.6 (10), fp8-requantised 33.6 (23); their minimums were 5, 2.5, 10 and 20
+// cases, and one run in 40 failed on fp8-saturating. Now these four sit at
+// about a quarter of their mean (a chance below 1 in 1000 per run for each).
 std::vector<ClassMinimum> ReshardMinimums() {
   return {{"uneven", 0.05},
           {"empty-shard", 0.03},
@@ -76,20 +83,20 @@ std::vector<ClassMinimum> ReshardMinimums() {
           {"world-size-changing", 0.30},
           {"ep>1", 0.05},
           {"fsdp", 0.04},
-          {"fsdp-layout-changing", 0.02},
-          {"fsdp2-more-ranks-than-rows", 0.005},
+          {"fsdp-layout-changing", 0.008},
+          {"fsdp2-more-ranks-than-rows", 0.002},
           {"replica-reversed", 0.05},
           {"replica-flat", 0.05},
           {"zero-volume", 0.04},
           {"stacked", 0.15},
           {"stacked-over-pp", 0.04},
           {"stack-layers-moving", 0.02},
-          {"fp8-scaled", 0.10},
+          {"fp8-scaled", 0.08},
           {"fp8-raw", 0.05},
-          {"fp8-dequantized", 0.05},
+          {"fp8-dequantized", 0.03},
           {"fp8-to-float", 0.04},
-          {"fp8-requantised", 0.04},
-          {"fp8-saturating", 0.01},
+          {"fp8-requantised", 0.02},
+          {"fp8-saturating", 0.004},
           {"fp8-bit-exact", 0.002}};  // about 1.5% (cases in 500: mean ~8, minimum 1)
 }
 
