@@ -184,6 +184,19 @@ def tp_local_shapes(tp):
     return shapes
 
 
+def leave():
+    """Ends a rank once every rank is done (after a barrier), with os._exit after
+    flushing: no dist.destroy_process_group() and no interpreter teardown. Under
+    torch 2.6 (Debian, Python 3.13) destroying the gloo group deadlocks now and then
+    (~ProcessGroupGloo joins its worker thread while the main thread holds the GIL:
+    scenarios/peer/torch_peer.py, _rank_main), which hung this script's spawn until
+    its caller's timeout."""
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def write_worker(rank, world, out, expected, port, tp):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -229,8 +242,7 @@ def write_worker(rank, world, out, expected, port, tp):
         with open(f"{expected}/expected.json", "w") as f:
             json.dump(doc, f, separators=(",", ":"))
             f.write("\n")
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
 
 
 def load_worker(rank, world, ckpt, dumps, port):
@@ -263,8 +275,7 @@ def load_worker(rank, world, ckpt, dumps, port):
               f"Shard(0): every element equal to distckpt dump; bytes items {sorted(values)}")
         for k in sorted(values):
             print(f"  {k} = {values[k]!r}")
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
 
 
 def check(dumps, expected):
