@@ -38,26 +38,17 @@ struct RankReport {
   bool prints = true;  // rank 0 prints and writes the report file
 };
 
-// Runs `step` on every rank of the chosen backend.
+// Runs `step` on every rank of the chosen backend: rank 0's report, and
+// whether this process holds rank 0 (under mpi, each process its own).
 template <typename Step>
 RankReport OnRanks(const std::string& backend, int world, Step&& step) {
-  if (backend == "threads") {
-    std::vector<StepReport> reports(world);
-    RunRanks(world, [&](Communicator& comm) { reports[comm.rank()] = step(comm); });
-    return {reports[0], true};
-  }
-  if (backend != "mpi")
-    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", backend);
-#ifdef DISTCKPT_HAVE_MPI
-  std::unique_ptr<Communicator> comm = MpiWorld();
-  if (comm->size() != world) {
-    Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
-         comm->size());
-  }
-  return {step(*comm), comm->rank() == 0};
-#else
-  Fail(ErrorKind::kUnsupported, "this distckpt was built without MPI");
-#endif
+  RankReport result;
+  const bool threads = backend == "threads";
+  RunOnBackend(backend, world, [&](Communicator& comm) {
+    StepReport report = step(comm);
+    if (comm.rank() == 0 || !threads) result = {std::move(report), comm.rank() == 0};
+  });
+  return result;
 }
 
 void WriteReport(const std::string& path, const StepReport& report) {
@@ -114,6 +105,26 @@ void PrintRankBytesWritten(const StepReport& report, bool async) {
 }
 
 }  // namespace
+
+void RunOnBackend(const std::string& backend, int world,
+                  const std::function<void(Communicator&)>& fn) {
+  if (backend == "threads") {
+    RunRanks(world, fn);
+    return;
+  }
+  if (backend != "mpi")
+    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", backend);
+#ifdef DISTCKPT_HAVE_MPI
+  std::unique_ptr<Communicator> comm = MpiWorld();
+  if (comm->size() != world) {
+    Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
+         comm->size());
+  }
+  fn(*comm);
+#else
+  Fail(ErrorKind::kUnsupported, "this distckpt was built without MPI");
+#endif
+}
 
 Scenario LoadScenario(const std::string& path) {
   if (!path.empty()) return Scenario::FromFile(path);

@@ -4,10 +4,12 @@
 #ifndef DISTCKPT_CLI_COMMANDS_H_
 #define DISTCKPT_CLI_COMMANDS_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "cli/report.h"
+#include "comm/communicator.h"
 #include "engine/checkpoint_diff.h"
 #include "harness/runner.h"
 
@@ -96,6 +98,13 @@ struct ManageArgs {
 };
 
 int SaveCommand(const StepArgs& args);
+// Runs fn on every rank of `backend`: "threads" (world ranks in this
+// process) or "mpi" (this process's rank; mpirun must have started `world`).
+// Throws kInvalidArgument for another backend or world, kUnsupported for mpi
+// in a build without MPI.
+void RunOnBackend(const std::string& backend, int world,
+                  const std::function<void(Communicator&)>& fn);
+
 // The simulated training loop over the checkpoint manager (harness/train.h).
 int TrainCommand(const TrainArgs& args);
 // A run's checkpoint root: list (exit 1 when the tracker names an

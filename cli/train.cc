@@ -12,13 +12,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "comm/thread_world.h"
 #include "core/error.h"
 #include "format/format.h"
 #include "topology/topology.h"
-#ifdef DISTCKPT_HAVE_MPI
-#include "comm/mpi_communicator.h"
-#endif
 
 namespace distckpt {
 namespace {
@@ -58,26 +54,6 @@ std::unique_ptr<CrashPoint> CrashPointFromEnv() {
   return point;
 }
 
-template <typename Fn>
-void OnBackend(const std::string& backend, int world, Fn&& fn) {
-  if (backend == "threads") {
-    RunRanks(world, [&](Communicator& comm) { fn(comm); });
-    return;
-  }
-  if (backend != "mpi")
-    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", backend);
-#ifdef DISTCKPT_HAVE_MPI
-  std::unique_ptr<Communicator> comm = MpiWorld();
-  if (comm->size() != world) {
-    Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
-         comm->size());
-  }
-  fn(*comm);
-#else
-  Fail(ErrorKind::kUnsupported, "this distckpt was built without MPI");
-#endif
-}
-
 }  // namespace
 
 int TrainCommand(const TrainArgs& args) {
@@ -103,7 +79,7 @@ int TrainCommand(const TrainArgs& args) {
   const int world = Topology::Parse(args.topology).world_size();
   TrainReport report;
   bool prints = false;
-  OnBackend(args.backend, world, [&](Communicator& comm) {
+  RunOnBackend(args.backend, world, [&](Communicator& comm) {
     TrainOptions mine = options;
     const int rank = comm.rank();
     if (rank == 0) {
