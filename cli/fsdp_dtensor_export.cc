@@ -70,16 +70,10 @@ FsdpDtensorExportSummary ExportToFsdpDtensor(const ExportArgs& args) {
   }
   const int tp = topo.tp, dp = topo.dp, world = tp * dp;
 
-  std::unique_ptr<CheckpointReader> reader =
-      DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
-  Node meta = LoadTensorsMetadata(args.checkpoint, env);
-  std::vector<std::pair<std::string, Shape>> stored;
-  std::map<std::string, ShardedTensor> whole;
-  for (const auto& [key, node] : meta.as<Dict>()) {
-    const ShardedTensor& t = node.as<ShardedTensor>();
-    stored.emplace_back(key, t.global_shape);
-    whole[key] = t;
-  }
+  const ExportSource opened = OpenExportSource(args.checkpoint, env);
+  CheckpointReader* reader = opened.reader.get();
+  const std::map<std::string, ShardedTensor>& whole = opened.tensors;
+  const std::vector<std::pair<std::string, Shape>>& stored = opened.shapes;
   const std::vector<HfTensor> plan = PlanMegatronPerLayer(spec, stored);
   if (plan.empty()) {
     Fail(ErrorKind::kKeyMismatch, "export --to fsdp-dtensor: {} has no model tensors",

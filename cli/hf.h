@@ -78,6 +78,16 @@ std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
 std::vector<HfTensor> PlanMegatronPerLayer(
     const GptExportSpec& spec, const std::vector<std::pair<std::string, Shape>>& stored);
 
+// A checkpoint opened for export: its reader and its tensors' metadata
+// (LoadTensorsMetadata), by key for ReadPieces and as (key, global shape) in
+// key order for the plans.
+struct ExportSource {
+  std::unique_ptr<CheckpointReader> reader;
+  std::map<std::string, ShardedTensor> tensors;
+  std::vector<std::pair<std::string, Shape>> shapes;
+};
+ExportSource OpenExportSource(const std::string& checkpoint, Env* env);
+
 // The global tensor `t` (its pieces, in order) read from `reader` in `dtype`.
 // `stored`: the checkpoint's tensors (LoadTensorsMetadata) by key.
 Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedTensor>& stored,

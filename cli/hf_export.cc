@@ -299,6 +299,18 @@ std::vector<HfTensor> PlanMegatronPerLayer(
   return Planner(spec, stored).PlanPerLayer();
 }
 
+ExportSource OpenExportSource(const std::string& checkpoint, Env* env) {
+  ExportSource source;
+  source.reader = DetectFormat(env, checkpoint).OpenReader(env, checkpoint);
+  Node meta = LoadTensorsMetadata(checkpoint, env);
+  for (auto& [key, node] : meta.as<Dict>()) {
+    ShardedTensor& t = node.as<ShardedTensor>();
+    source.shapes.emplace_back(key, t.global_shape);
+    source.tensors.emplace(key, std::move(t));
+  }
+  return source;
+}
+
 Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedTensor>& stored,
                   const HfTensor& t, DType dtype) {
   Tensor buffer = Tensor::Empty(dtype, t.shape);
@@ -352,16 +364,10 @@ ExportSummary ExportToHf(const ExportArgs& args) {
                                 : GptExportSpecFromJson(args.model, "--spec gpt");
   }
   const uint64_t max_shard = ParseByteSize(args.max_shard_size);
-  std::unique_ptr<CheckpointReader> reader =
-      DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
-  Node meta = LoadTensorsMetadata(args.checkpoint, env);
-  std::vector<std::pair<std::string, Shape>> stored;
-  std::map<std::string, ShardedTensor> whole;
-  for (const auto& [key, node] : meta.as<Dict>()) {
-    const ShardedTensor& t = node.as<ShardedTensor>();
-    stored.emplace_back(key, t.global_shape);
-    whole[key] = t;
-  }
+  const ExportSource source = OpenExportSource(args.checkpoint, env);
+  CheckpointReader& reader = *source.reader;
+  const std::map<std::string, ShardedTensor>& whole = source.tensors;
+  const std::vector<std::pair<std::string, Shape>>& stored = source.shapes;
   std::vector<HfTensor> plan = verbatim ? PlanVerbatimExport(stored) : PlanHfExport(spec, stored);
   auto dtype_of = [&](const HfTensor& t) {
     return args.dtype.empty() ? whole.at(t.pieces.front().key).dtype : DTypeFromName(args.dtype);
@@ -390,7 +396,7 @@ ExportSummary ExportToHf(const ExportArgs& args) {
     for (size_t i : files[f]) {
       const HfTensor& t = plan[i];
       // The one tensor held at a time.
-      const Tensor buffer = ReadPieces(*reader, whole, t, dtype_of(t));
+      const Tensor buffer = ReadPieces(reader, whole, t, dtype_of(t));
       writer.Append(buffer.bytes());
       weight_map[t.name] = name;
     }
