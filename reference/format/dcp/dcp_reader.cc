@@ -390,41 +390,54 @@ void DcpReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy
   }
 }
 
+DcpReader::TensorItem DcpReader::IndexedItem(const StoredTensor& tensor, const StoredChunk& chunk,
+                                             const DcpIndexEntry& e, uint64_t item_length,
+                                             const Describe& what) const {
+  // distckpt wrote the item: the index says where its contiguous storage
+  // record lies and what it hashes to; no zip header is read.
+  const uint64_t end = chunk.offset + item_length;
+  if (e.binding != ChunkBindingSeed(tensor.key, tensor.dtype, chunk) ||
+      e.data_size != chunk.length || e.data_offset > end || e.data_size > end - e.data_offset) {
+    Fail(ErrorKind::kCorruption,
+         "{}: the item index entry of the item at byte {} of {} is for another key, dtype or "
+         "box, or lies outside the item's {} bytes (.metadata or the file is damaged)",
+         what(), chunk.offset, JoinPath(dir_, chunk.file), item_length);
+  }
+  TensorItem item;
+  item.tensor.dtype = tensor.dtype;
+  item.tensor.size = {chunk.numel()};
+  item.tensor.stride = {1};
+  item.tensor.storage_bytes = e.data_size;
+  item.record_offset = e.data_offset;
+  item.record_size = e.data_size;
+  item.crc = e.crc;
+  item.index = &e;
+  return item;
+}
+
 const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const StoredChunk& chunk,
                                              const Describe& what) {
   const DcpItemKey key{chunk.file, chunk.offset};
+  const auto length = layout_->items.find(key);
+  const bool listed = length != layout_->items.end();
   {
+    // A load asks for each of its items from two or more threads at once:
+    // the cached item, or the one that the file's index (once read)
+    // describes, under one lock.
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = tensor_items_.find(key); it != tensor_items_.end()) return it->second;
-  }
-  auto length = layout_->items.find(key);
-  if (length == layout_->items.end()) {
-    Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
-  }
-  TensorItem item;
-  if (const DcpIndexEntry* e = IndexEntry(chunk.file, chunk.offset, what)) {
-    // distckpt wrote the item: the index says where its contiguous storage
-    // record lies and what it hashes to; no zip header is read.
-    const uint64_t end = chunk.offset + length->second.length;
-    if (e->binding != ChunkBindingSeed(tensor.key, tensor.dtype, chunk) ||
-        e->data_size != chunk.length || e->data_offset > end ||
-        e->data_size > end - e->data_offset) {
-      Fail(ErrorKind::kCorruption,
-           "{}: the item index entry of the item at byte {} of {} is for another key, dtype or "
-           "box, or lies outside the item's {} bytes (.metadata or the file is damaged)",
-           what(), chunk.offset, JoinPath(dir_, chunk.file), length->second.length);
+    if (auto f = listed ? indexes_.find(chunk.file) : indexes_.end(); f != indexes_.end()) {
+      if (auto e = f->second->find(chunk.offset); e != f->second->end()) {
+        return tensor_items_
+            .emplace(key, IndexedItem(tensor, chunk, e->second, length->second.length, what))
+            .first->second;
+      }
     }
-    item.tensor.dtype = tensor.dtype;
-    item.tensor.size = {chunk.numel()};
-    item.tensor.stride = {1};
-    item.tensor.storage_bytes = e->data_size;
-    item.record_offset = e->data_offset;
-    item.record_size = e->data_size;
-    item.crc = e->crc;
-    item.index = e;
-  } else {
-    item = ZipItem(tensor, chunk, what);
   }
+  if (!listed) Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
+  const DcpIndexEntry* e = IndexEntry(chunk.file, chunk.offset, what);
+  TensorItem item = e ? IndexedItem(tensor, chunk, *e, length->second.length, what)
+                      : ZipItem(tensor, chunk, what);
   std::lock_guard<std::mutex> lock(mu_);
   return tensor_items_.emplace(key, std::move(item)).first->second;
 }

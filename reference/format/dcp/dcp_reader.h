@@ -94,9 +94,14 @@ class DcpReader : public CheckpointReader {
                      const std::function<std::string()>& what,
                      std::shared_ptr<const std::string>* whole = nullptr, bool read_whole = false);
   // The item, from the file's item index when it has one, else from its
-  // zip headers; cached.
+  // zip headers; cached. Once the file's index is read, one lock of mu_.
   const TensorItem& Item(const StoredTensor& tensor, const StoredChunk& chunk,
                          const std::function<std::string()>& what);
+  // The item as its index entry `e` describes it, checked against .metadata
+  // (`item_length`: the item's bytes there).
+  TensorItem IndexedItem(const StoredTensor& tensor, const StoredChunk& chunk,
+                         const DcpIndexEntry& e, uint64_t item_length,
+                         const std::function<std::string()>& what) const;
   // The item of `read` when ReadChunks may read it with others: a whole
   // contiguous record of at most 256 KiB (hashed once read, still in
   // the cache), read into one destination, not held
