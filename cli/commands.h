@@ -56,15 +56,17 @@ struct VerifyArgs {
   std::string strict;                   // default: the spec's
   std::string saved_topology;
   bool data = false;  // also read every byte and check every checksum
+  bool strict_objects = false;  // an object the topology drops or re-grids fails the verdict
   ReportPaths reports;
 };
 
 struct ReshardArgs {
   std::string dir, topology, spec, out;
   std::vector<std::string> sets;
-  std::string format = "native";
+  std::string format;  // "" = the source's format (dcp-common-pt when it has common.pt)
   std::string backend = "threads";
   std::string strict;
+  bool strict_objects = false;  // refuse when a stored object would not be carried
 };
 
 struct TrainArgs {
@@ -95,6 +97,8 @@ struct ManageArgs {
   bool json = false;
   int keep = 0;
   int64_t retain_interval = 0;
+  // prune: also iterations another tool wrote (Megatron's own); never the tracker's.
+  bool include_foreign = false;
 };
 
 int SaveCommand(const StepArgs& args);
