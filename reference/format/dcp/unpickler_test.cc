@@ -150,7 +150,8 @@ TEST(UnpicklerTest, CarriesUnknownClassesAsInertDataAndNotesThem) {
   // REDUCE(mylib.enums.Mode, ("fast",)).
   const std::string stream =
       "\x80\x02(\x63mylib.config\nRunConfig\n)\x81}X\x02\x00\x00\x00lrK\x03sb"
-      "\x63mylib.enums\nMode\nX\x04\x00\x00\x00fast\x85Rl."s;
+      "\x63mylib.enums\nMode\nX\x04\x00\x00\x00"
+      "fast\x85Rl."s;
   PyTree tree = Load(stream);
   const PyValue& list = *tree.root();
   ASSERT_EQ(list.items.size(), 2u);
@@ -163,9 +164,9 @@ TEST(UnpicklerTest, CarriesUnknownClassesAsInertDataAndNotesThem) {
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_EQ(notes[0].global, "mylib.config.RunConfig");
   EXPECT_EQ(notes[1].global, "mylib.enums.Mode");
-  EXPECT_EQ(notes[0].source, "test");
+  EXPECT_EQ(notes[0].source, "test.pkl");
   EXPECT_THAT(DescribeUnknownGlobal(notes[0]),
-              testing::HasSubstr("test: unknown class 'mylib.config.RunConfig' carried as opaque"));
+              testing::HasSubstr("test.pkl: unknown class 'mylib.config.RunConfig' carried as opaque"));
 
   // Under the strict policy (--strict-globals) the same stream is refused.
   UnpickleLimits strict;
@@ -181,13 +182,15 @@ TEST(UnpicklerTest, CarriesUnknownClassesAsInertDataAndNotesThem) {
   // getattr on an unknown class is refused: it could name any attribute.
   EXPECT_THAT(
       [&] {
-        Load("\x80\x02\x63builtins\ngetattr\n\x63mylib\nX\nX\x01\x00\x00\x00y\x86R."s);
+        Load("\x80\x02\x63"
+             "builtins\ngetattr\n\x63mylib\nX\nX\x01\x00\x00\x00y\x86R."s);
       },
       ThrowsError(ErrorKind::kUnsupported, "getattr"));
   TakeUnknownGlobalNotes();
 }
 
 TEST(UnpicklerTest, ForbiddenGlobalsAreRefusedUnderEveryPolicy) {
+  TakeUnknownGlobalNotes();
   for (const auto& [module, name] : std::vector<std::pair<std::string, std::string>>{
            {"os", "system"},
            {"posix", "system"},
