@@ -138,6 +138,7 @@ DataCheck VerifyData(const std::string& dir, Env* env) {
     ++check.objects;
     check.bytes += object.length;
   }
+  check.unverified = reader->stats().chunks_unverified;
   return check;
 }
 
