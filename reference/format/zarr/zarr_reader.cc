@@ -47,15 +47,40 @@ bool IsShardFile(const std::string& name) {
   return name.starts_with("shard_") && name.ends_with(".pt") && name.size() > 9;
 }
 
-// A torch.save archive read through `file` (opened no-follow, regular only).
-nlohmann::json LoadArchive(const RandomAccessFile& file, bool check_every_record) {
-  ZipReader zip([&](uint64_t at, std::span<std::byte> dst) { file.Read(at, dst); }, file.size(),
-                file.path());
-  // Checked whole: a reshard or export copies the value, so every record counts.
-  if (check_every_record) {
-    for (const ZipReader::Entry& e : zip.entries()) zip.ReadRecord(e);
-  }
+// A torch.save archive's value, every record's CRC32 checked (a reshard or
+// export copies the value, so every record counts).
+nlohmann::json LoadArchive(const ZipReader& zip) {
+  for (const ZipReader::Entry& e : zip.entries()) zip.ReadRecord(e);
   return TorchLoadJson(zip);
+}
+
+// The archive `zip` holding torch.save(value) rewritten as torch.save([value]),
+// the form DCP's object items have (Megatron's torch_dist stores the list of a
+// rank's replicas), its pickle kept op for op: "]" + value + "a". nullptr when
+// the pickle is not one distckpt can wrap so (protocol 4+ frames).
+std::shared_ptr<const ObjectRecord> WrappedRecord(const ZipReader& zip, nlohmann::json value) {
+  std::vector<std::pair<std::string, std::string>> records;
+  for (const ZipReader::Entry& e : zip.entries()) records.emplace_back(e.name, zip.ReadRecord(e));
+  bool wrapped = false;
+  for (auto& [name, data] : records) {
+    if (name != "data.pkl") continue;
+    const bool proto = data.size() >= 3 && static_cast<uint8_t>(data[0]) == 0x80;
+    if (data.empty() || data.back() != '.' || (proto && static_cast<uint8_t>(data[1]) > 3)) {
+      return nullptr;
+    }
+    const size_t body = proto ? 2 : 0;
+    data = data.substr(0, body) + "]" + data.substr(body, data.size() - body - 1) + "a.";
+    wrapped = true;
+  }
+  if (!wrapped) return nullptr;
+  std::string bytes = ZipToString([&](ZipWriter& w) {
+    for (const auto& [name, data] : records) w.AddRecord(name, data);
+  });
+  // What a load of the new bytes gives must be the list of the value.
+  const nlohmann::json check = TorchLoadJson(ZipReader(bytes, zip.source()));
+  if (!check.is_array() || check.size() != 1 || check[0] != value) return nullptr;
+  return std::make_shared<const ObjectRecord>(
+      ObjectRecord{std::string(kTorchSaveEncoding), std::move(bytes), std::move(value)});
 }
 
 }  // namespace
@@ -78,11 +103,15 @@ ZarrReader::ZarrReader(Env* env, std::string dir)
          common_path);
   }
   std::unique_ptr<RandomAccessFile> common_file = env_->NewRandomAccessFile(common_path);
-  nlohmann::json common = LoadArchive(*common_file, /*check_every_record=*/true);
+  const ZipReader common_zip(
+      [&](uint64_t at, std::span<std::byte> dst) { common_file->Read(at, dst); },
+      common_file->size(), common_path);
+  nlohmann::json common = LoadArchive(common_zip);
   if (!common.is_object()) {
     Fail(ErrorKind::kCorruption, "{}: holds a {}, not the common state dict", common_path,
          common.type_name());
   }
+  common_record_ = WrappedRecord(common_zip, common);
   if (auto it = common.find("content_metadata"); it != common.end() && it->is_object()) {
     metadata_.content = *it;
   }
@@ -291,10 +320,27 @@ void ZarrReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
 }
 
 std::string ZarrReader::ReadObject(const StoredObject& object) {
+  nlohmann::json value;
+  ReadObjectFile(object, value, nullptr);
+  return value.dump();
+}
+
+std::shared_ptr<const ObjectRecord> ZarrReader::ReadObjectRecord(const StoredObject& object) {
+  nlohmann::json value;
+  std::shared_ptr<const ObjectRecord> record;
+  ReadObjectFile(object, value, &record);
+  return record;
+}
+
+void ZarrReader::ReadObjectFile(const StoredObject& object, nlohmann::json& value,
+                                std::shared_ptr<const ObjectRecord>* record) {
   const std::string path = JoinPath(dir_, object.file);
   std::unique_ptr<RandomAccessFile> file = env_->NewRandomAccessFile(path);
   stats_.bytes_read += file->size();
-  return LoadArchive(*file, /*check_every_record=*/true).dump();
+  const ZipReader zip([&](uint64_t at, std::span<std::byte> dst) { file->Read(at, dst); },
+                      file->size(), path);
+  value = LoadArchive(zip);
+  if (record) *record = WrappedRecord(zip, value);
 }
 
 }  // namespace distckpt

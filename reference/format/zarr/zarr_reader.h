@@ -16,7 +16,9 @@
 // they are mapped past the cell's padding. Zarr stores no checksum: every
 // chunk read counts in ReadStats::chunks_unverified, whatever the policy.
 // Objects and common.pt are torch.save archives read through the safe
-// unpickler (torch_save.h): their zip CRC32s are checked.
+// unpickler (torch_save.h): their zip CRC32s are checked. Their records
+// (ReadObjectRecord, CommonRecord) are those pickles wrapped in a list, as
+// DCP stores objects, so a reshard or export to dcp keeps them as stored.
 //
 // Errors: CheckpointError naming the file (and key): kCorruption for a
 // missing or wrongly sized chunk file, a symbolic link anywhere in the
@@ -30,6 +32,7 @@
 
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -48,6 +51,14 @@ class ZarrReader : public CheckpointReader {
   void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                  std::span<const ReadRun> runs, VerifyPolicy policy) override;
   std::string ReadObject(const StoredObject& object) override;
+  // The object as a DCP object item holds it: torch.save([value]), the
+  // stored pickle kept op for op inside the list (so a save to dcp keeps
+  // tuples, numpy arrays and classes a JSON round trip would lose). A pickle
+  // that cannot be rewritten so (protocol 4+) gives nullptr (its value is
+  // then saved from ReadObject's JSON).
+  std::shared_ptr<const ObjectRecord> ReadObjectRecord(const StoredObject& object) override;
+  // common.pt the same way (torch.save([common state])); null if not wrappable.
+  std::shared_ptr<const ObjectRecord> CommonRecord() const override { return common_record_; }
   const ReadStats& stats() const override { return stats_; }
 
  private:
@@ -56,10 +67,14 @@ class ZarrReader : public CheckpointReader {
   void Walk(const std::string& rel, int depth);
   void AddTensor(const std::string& key);
   void AddObjects(const std::string& key, const std::vector<std::string>& shard_files);
+  // The object file's value and, with `record`, its wrapped record.
+  void ReadObjectFile(const StoredObject& object, nlohmann::json& value,
+                      std::shared_ptr<const ObjectRecord>* record);
 
   Env* const env_;
   const std::string dir_;
   CheckpointMetadata metadata_;
+  std::shared_ptr<const ObjectRecord> common_record_;  // set by the constructor
   std::map<std::string, ZarrArray> arrays_;  // by key; set by the constructor
   ReadStats stats_;
 };
