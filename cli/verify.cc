@@ -77,9 +77,10 @@ int VerifyCommand(const VerifyArgs& args) {
     const std::string what =
         data.unverified == 0
             ? "every checksum matches"
-            : fmt::format("UNVERIFIED: the checkpoint carries no checksums for {} of its {} "
-                          "chunks (every byte was read; objects' CRC32s match)",
-                          data.unverified, data.chunks);
+            : fmt::format(
+                  "UNVERIFIED: the checkpoint carries no checksums for {} of its {} "
+                  "chunks (every byte was read; objects' CRC32s match)",
+                  data.unverified, data.chunks);
     std::cout << fmt::format("verify --data {}: {} chunks and {} objects, {} bytes read, {}\n",
                              args.dir, data.chunks, data.objects, data.bytes, what);
     report.cases.push_back(

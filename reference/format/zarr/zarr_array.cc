@@ -28,8 +28,9 @@ constexpr std::array<std::pair<std::string_view, DType>, 10> kZarrDTypes = {{
 }};
 
 constexpr std::array<std::string_view, 9> kFields = {
-    "zarr_format", "shape", "chunks",  "dtype", "compressor",
-    "fill_value",  "order", "filters", "dimension_separator",
+    "zarr_format", "shape",      "chunks",
+    "dtype",       "compressor", "fill_value",
+    "order",       "filters",    "dimension_separator",
 };
 
 // At most this many axes (numpy's limit is 64; a tensor has a handful).
@@ -177,8 +178,8 @@ ZarrArray ParseZarray(std::string_view text, const std::string& path) {
   }
   // Never used: every chunk is stored (Megatron writes empty chunks too).
   const nlohmann::json& fill = Field(j, "fill_value", path);
-  const bool fill_ok = fill.is_null() || fill.is_number() || fill.is_boolean() ||
-                       fill == "NaN" || fill == "Infinity" || fill == "-Infinity";
+  const bool fill_ok = fill.is_null() || fill.is_number() || fill.is_boolean() || fill == "NaN" ||
+                       fill == "Infinity" || fill == "-Infinity";
   if (!fill_ok) {
     Bad(ErrorKind::kCorruption, path, "fill_value",
         fill.dump() + " (expected null, a number, a bool, \"NaN\", \"Infinity\" or \"-Infinity\")");

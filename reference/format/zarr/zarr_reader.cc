@@ -85,8 +85,7 @@ std::shared_ptr<const ObjectRecord> WrappedRecord(const ZipReader& zip, nlohmann
 
 }  // namespace
 
-ZarrReader::ZarrReader(Env* env, std::string dir)
-    : env_(env), dir_(std::move(dir)) {
+ZarrReader::ZarrReader(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {
   metadata_.format = "zarr";
   metadata_.format_version = 1;
   metadata_.writer = "Megatron-Core (zarr sharded backend)";
@@ -265,8 +264,7 @@ void ZarrReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                            std::span<const ReadRun> runs, VerifyPolicy /*policy*/) {
   auto array_it = arrays_.find(tensor.key);
   if (array_it == arrays_.end()) {
-    Fail(ErrorKind::kInvalidArgument, "{}: the checkpoint holds no tensor '{}'", dir_,
-         tensor.key);
+    Fail(ErrorKind::kInvalidArgument, "{}: the checkpoint holds no tensor '{}'", dir_, tensor.key);
   }
   const ZarrArray& array = array_it->second;
   const size_t es = DTypeSize(array.dtype);

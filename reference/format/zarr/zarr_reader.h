@@ -75,7 +75,7 @@ class ZarrReader : public CheckpointReader {
   const std::string dir_;
   CheckpointMetadata metadata_;
   std::shared_ptr<const ObjectRecord> common_record_;  // set by the constructor
-  std::map<std::string, ZarrArray> arrays_;  // by key; set by the constructor
+  std::map<std::string, ZarrArray> arrays_;            // by key; set by the constructor
   ReadStats stats_;
 };
 

@@ -38,9 +38,9 @@ class ZarrDir {
   void Array(const std::string& key, const Shape& shape, const Shape& chunks) {
     const std::string d = dir_ + "/" + key;
     fs::create_directories(d);
-    nlohmann::json z = {{"chunks", chunks}, {"compressor", nullptr}, {"dtype", "<f4"},
-                        {"fill_value", nullptr}, {"filters", nullptr}, {"order", "C"},
-                        {"shape", shape}, {"zarr_format", 2}};
+    nlohmann::json z = {{"chunks", chunks},      {"compressor", nullptr}, {"dtype", "<f4"},
+                        {"fill_value", nullptr}, {"filters", nullptr},    {"order", "C"},
+                        {"shape", shape},        {"zarr_format", 2}};
     WriteFileBytes(d + "/.zarray", z.dump(4));
     ZarrArray a = ParseZarray(z.dump(), d);
     const Shape grid = a.GridShape();
@@ -95,11 +95,11 @@ void ExpectIota(CheckpointReader& reader, const std::string& key) {
 TEST(ZarrReaderTest, ReadsEdgeChunksNestedKeysAndScalars) {
   ScopedTempDir tmp;
   ZarrDir ck(tmp.path() + "/ck");
-  ck.Array("w", {5, 3}, {2, 3});            // last chunk clipped: rows past 5 are padding
-  ck.Array("m", {7, 5, 3}, {3, 2, 2});      // edges on every axis
-  ck.Array("opt/state/v", {4}, {4});        // a key with '/': nested directories
-  ck.Array("s", {}, {});                    // a scalar: chunk file "0"
-  ck.Array("e", {0, 4}, {1, 4});            // no elements, no chunk files
+  ck.Array("w", {5, 3}, {2, 3});        // last chunk clipped: rows past 5 are padding
+  ck.Array("m", {7, 5, 3}, {3, 2, 2});  // edges on every axis
+  ck.Array("opt/state/v", {4}, {4});    // a key with '/': nested directories
+  ck.Array("s", {}, {});                // a scalar: chunk file "0"
+  ck.Array("e", {0, 4}, {1, 4});        // no elements, no chunk files
   EXPECT_EQ(DetectFormat(Env::Default(), ck.dir()).name(), "zarr");
   auto reader = Open(ck.dir());
   const CheckpointMetadata& md = reader->metadata();
@@ -134,11 +134,13 @@ TEST(ZarrReaderTest, MissingTruncatedOrOversizedChunkFilesAreNamed) {
   const std::string chunk = ck.dir() + "/w/1.0";
   const std::string full = ReadFileBytes(chunk);
   WriteFileBytes(chunk, full.substr(0, full.size() - 1));
-  EXPECT_THAT([&] { Open(ck.dir()); },
-              ThrowsError(ErrorKind::kCorruption, "chunk file " + chunk + " of 'w' holds 23 bytes"));
+  EXPECT_THAT(
+      [&] { Open(ck.dir()); },
+      ThrowsError(ErrorKind::kCorruption, "chunk file " + chunk + " of 'w' holds 23 bytes"));
   WriteFileBytes(chunk, full + "x");
-  EXPECT_THAT([&] { Open(ck.dir()); },
-              ThrowsError(ErrorKind::kCorruption, "chunk file " + chunk + " of 'w' holds 25 bytes"));
+  EXPECT_THAT(
+      [&] { Open(ck.dir()); },
+      ThrowsError(ErrorKind::kCorruption, "chunk file " + chunk + " of 'w' holds 25 bytes"));
   fs::remove(chunk);
   EXPECT_THAT([&] { Open(ck.dir()); },
               ThrowsError(ErrorKind::kCorruption, "chunk file " + chunk + " of 'w' is missing"));
@@ -231,6 +233,16 @@ TEST(ZarrReaderTest, ObjectsAndTheirNames) {
   EXPECT_EQ(o.global_offset, (Shape{1, 1}));
   EXPECT_EQ(o.global_shape, (Shape{2, 2}));
   EXPECT_EQ(reader->ReadObject(o), R"({"seed":2})");
+  // Its record: torch.save([value]), as DCP stores objects.
+  std::shared_ptr<const ObjectRecord> record = reader->ReadObjectRecord(o);
+  ASSERT_NE(record, nullptr);
+  EXPECT_EQ(record->encoding, kTorchSaveEncoding);
+  EXPECT_EQ(record->value, nlohmann::json({{"seed", 2}}));
+  EXPECT_EQ(TorchLoadJson(ZipReader(record->bytes, "record")),
+            nlohmann::json::array({{{"seed", 2}}}));
+  ASSERT_NE(reader->CommonRecord(), nullptr);
+  EXPECT_EQ(TorchLoadJson(ZipReader(reader->CommonRecord()->bytes, "common")),
+            nlohmann::json::array({{{"iteration", 3}}}));
   EXPECT_EQ(reader->ReadObject(objects.at("a/b/shard_0_1")), "\"x\"");
   EXPECT_EQ(objects.at("old/shard_0.2_1").global_shape, (Shape{1, 3}));
   // A damaged object is refused naming it; a name that is no shard's too.
@@ -285,7 +297,8 @@ TEST(ZarrFixtureTest, MegatronZarrSaveReadsAsExpected) {
     EXPECT_EQ(t.dtype, DTypeFromName(e["dtype"].get<std::string>())) << key;
     EXPECT_EQ(t.global_shape, e["shape"].get<Shape>()) << key;
     const std::vector<std::byte> data = ReadGlobal(*reader, t);
-    const std::string want = ReadFileBytes(root + "/expected/gpt-tp2-pp2/" + e["file"].get<std::string>());
+    const std::string want =
+        ReadFileBytes(root + "/expected/gpt-tp2-pp2/" + e["file"].get<std::string>());
     ASSERT_EQ(data.size(), want.size()) << key;
     EXPECT_EQ(std::memcmp(data.data(), want.data(), want.size()), 0) << key;
   }
