@@ -268,6 +268,20 @@ void ZarrReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   }
   const ZarrArray& array = array_it->second;
   const size_t es = DTypeSize(array.dtype);
+  // The file is named from the chunk's place in the grid, never taken from
+  // the caller: a chunk that is not one of this array's is refused.
+  Shape index(array.shape.size());
+  bool on_grid = chunk.box.rank() == array.shape.size() && !chunk.flat;
+  for (size_t i = 0; on_grid && i < index.size(); ++i) {
+    on_grid = chunk.box.offset[i] >= 0 && chunk.box.offset[i] % array.chunks[i] == 0;
+    index[i] = on_grid ? chunk.box.offset[i] / array.chunks[i] : 0;
+  }
+  on_grid = on_grid && InsideShape(chunk.box, array.shape) && array.ChunkBox(index) == chunk.box &&
+            chunk.file == tensor.key + "/" + ZarrArray::ChunkKey(index);
+  if (!on_grid) {
+    Fail(ErrorKind::kInvalidArgument, "{}: '{}' stores no chunk {} in file '{}'", dir_, tensor.key,
+         chunk.box.ToString(), chunk.file);
+  }
   const Box cell{chunk.box.offset, array.chunks};
   // The chunk's bytes in its file: one run for a whole cell; rows of the
   // clipped box at the array's edge.

@@ -124,6 +124,22 @@ TEST(ZarrReaderTest, ReadsEdgeChunksNestedKeysAndScalars) {
   reader->ReadChunk(m, *edge, {&run, 1}, VerifyPolicy::kAlways);
   EXPECT_EQ(v, static_cast<float>(6 * 15 + 4 * 3 + 2));
   EXPECT_GT(reader->stats().chunks_unverified.load(), 0u);
+  // A chunk that is not one of the array's (a forged file name, a box off the grid) is
+  // refused: the file read is named from the grid, never taken from the caller.
+  StoredChunk forged = *edge;
+  forged.file = "../../outside/0";
+  EXPECT_THAT(
+      [&] {
+        reader->ReadChunk(m, forged, {&run, 1}, VerifyPolicy::kNever);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "stores no chunk"));
+  forged = *edge;
+  forged.box.offset[0] = 5;
+  EXPECT_THAT(
+      [&] {
+        reader->ReadChunk(m, forged, {&run, 1}, VerifyPolicy::kNever);
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "stores no chunk"));
   EXPECT_EQ(reader->stats().chunks_verified.load(), 0u);  // zarr has no checksums
 }
 
