@@ -246,11 +246,20 @@ void ZarrReader::AddObjects(const std::string& key, const std::vector<std::strin
     o.length = env_->FileSize(JoinPath(dir_, rel));
     objects.push_back(std::move(o));
   }
-  // Old Megatron files omit the last axis of the shape: max(last offset) + 1.
+  // Old Megatron files omit the last axis of the shape (Path.with_suffix(".pt")
+  // took it for a suffix): max(last offset) + 1, as Megatron's loader does.
   if (!objects.front().global_shape.empty() && objects.front().global_shape.back() < 0) {
     int64_t last = 0;
     for (const StoredObject& o : objects) last = std::max(last, o.global_offset.back());
-    for (StoredObject& o : objects) o.global_shape.back() = last + 1;
+    for (StoredObject& o : objects) {
+      o.global_shape.back() = last + 1;
+      // Keyed as Megatron keys it once the shape is complete.
+      ShardedObject canonical;
+      canonical.key = o.key;
+      canonical.global_shape = o.global_shape;
+      canonical.global_offset = o.global_offset;
+      o.unique_key = canonical.UniqueKey();
+    }
   }
   for (StoredObject& o : objects) {
     if (!metadata_.objects.emplace(o.unique_key, o).second) {

@@ -260,7 +260,9 @@ TEST(ZarrReaderTest, ObjectsAndTheirNames) {
   EXPECT_EQ(TorchLoadJson(ZipReader(reader->CommonRecord()->bytes, "common")),
             nlohmann::json::array({{{"iteration", 3}}}));
   EXPECT_EQ(reader->ReadObject(objects.at("a/b/shard_0_1")), "\"x\"");
-  EXPECT_EQ(objects.at("old/shard_0.2_1").global_shape, (Shape{1, 3}));
+  EXPECT_EQ(objects.at("old/shard_0.2_1.3").global_shape, (Shape{1, 3}));
+  EXPECT_EQ(objects.at("old/shard_0.2_1.3").file, "old/shard_0.2_1.pt");
+  EXPECT_EQ(reader->ReadObject(objects.at("old/shard_0.2_1.3")), "3");
   // A damaged object is refused naming it; a name that is no shard's too.
   WriteFileBytes(ck.dir() + "/a/b/shard_0_1.pt", "PK\x03\x04garbage");
   EXPECT_THAT([&] { Open(ck.dir())->ReadObject(objects.at("a/b/shard_0_1")); },
