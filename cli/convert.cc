@@ -66,11 +66,29 @@ ConvertSummary ConvertCheckpoint(const std::string& src, const std::string& out,
       ++summary.tensors;
       summary.largest_tensor_bytes = std::max<uint64_t>(summary.largest_tensor_bytes, t.nbytes());
     }
-    for (const auto& [unique_key, object] : md.objects) {
-      const std::string bytes = reader->ReadObject(object);
-      writer.WriteObject(object.key, unique_key, object.global_shape, object.global_offset,
+    // Objects (and the common state, where the format keeps it as an object)
+    // as stored when the formats share an encoding (a zarr or DCP pickle to
+    // DCP: tuples, numpy arrays and classes kept), else as their JSON value.
+    const std::string_view encoding = format.ObjectRecordEncoding();
+    auto write_object = [&](const std::string& key, const std::string& unique_key,
+                            const Shape& shape, const Shape& offset,
+                            const std::shared_ptr<const ObjectRecord>& record,
+                            const std::function<std::string()>& json) {
+      const std::string bytes =
+          record && !encoding.empty() && record->encoding == encoding ? record->bytes : json();
+      writer.WriteObject(key, unique_key, shape, offset,
                          std::as_bytes(std::span(bytes.data(), bytes.size())));
+    };
+    for (const auto& [unique_key, object] : md.objects) {
+      write_object(object.key, unique_key, object.global_shape, object.global_offset,
+                   encoding.empty() ? nullptr : reader->ReadObjectRecord(object),
+                   [&] { return reader->ReadObject(object); });
       ++summary.objects;
+    }
+    const std::shared_ptr<const ObjectRecord> common = reader->CommonRecord();
+    if (format.CommonStateAsObject() && common && common->value == md.common) {
+      write_object(kCommonStateKey, std::string(kCommonStateKey) + "/shard_0_1", {1}, {0}, common,
+                   [&] { return md.common.dump(); });
     }
   });
   return summary;

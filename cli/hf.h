@@ -154,7 +154,10 @@ uint64_t WriteWithRankWriters(
 // `src` (any format, any layout) rewritten in `format` to `out`: every
 // tensor as one whole chunk, read and written one global tensor at a time
 // (memory: the largest tensor); objects, common state and the recorded
-// topology kept, so `diff src out` is identical.
+// topology kept, so `diff src out` is identical. Objects whose reader gives a
+// record in `format`'s ObjectRecordEncoding (DCP, zarr -> dcp) are written as
+// stored, and so is the common state (CommonRecord) for a format that keeps it
+// as an object; the rest from their JSON values.
 struct ConvertSummary {
   size_t tensors = 0, objects = 0;
   uint64_t bytes_written = 0, largest_tensor_bytes = 0;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "format/dcp/dcp_format.h"
+#include "format/zarr/zarr_format.h"
 
 namespace distckpt {
 namespace {
@@ -40,10 +41,10 @@ void CheckpointReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy
 const std::vector<const Format*>& AllFormats() {
   // New formats are added here; detection tries them in order ("dcp" reads
   // every DCP checkpoint, so "dcp-1.13", "dcp-common-pt" and "fsdp-dtensor"
-  // are only ever chosen by name).
+  // are only ever chosen by name; "zarr", Megatron's legacy backend, is read only).
   static const std::vector<const Format*> formats = {
-      &NativeFormat(), &DcpFormat(DcpTarget::kTorch2), &DcpFormat(DcpTarget::kTorch113),
-      &DcpFormatWithCommonPt(), &FsdpDtensorFormat()};
+      &NativeFormat(),          &DcpFormat(DcpTarget::kTorch2), &DcpFormat(DcpTarget::kTorch113),
+      &DcpFormatWithCommonPt(), &FsdpDtensorFormat(),           &ZarrFormat()};
   return formats;
 }
 

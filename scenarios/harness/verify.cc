@@ -176,6 +176,7 @@ DataCheck VerifyData(const std::string& dir, Env* env) {
   IntegrityCheck integrity = VerifyMegatronIntegrity(env, dir);
   check.integrity = integrity.present;
   check.integrity_files = integrity.files;
+  check.unverified = reader->stats().chunks_unverified;
   return check;
 }
 

@@ -86,6 +86,8 @@ struct DataCheck {
   // every file it lists checked against its SHA-256.
   bool integrity = false;
   uint64_t integrity_files = 0;
+  // Chunks read whose format stores no checksum for them (zarr): read, not verified.
+  uint64_t unverified = 0;
 };
 DataCheck VerifyData(const std::string& dir, Env* env = nullptr);
 

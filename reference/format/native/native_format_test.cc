@@ -386,16 +386,19 @@ TEST(NativeFormatTest, DetectsOnlyNativeMetadata) {
       env, JoinPath(dir, "metadata.json"),
       std::string(R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1})"));
   EXPECT_FALSE(NativeFormat().Detect(env, dir));  // Megatron's own metadata.json
+  WriteFileAtomic(env, JoinPath(dir, "metadata.json"),
+                  std::string(R"({"sharded_backend": "zarr", "sharded_backend_version": 1})"));
+  EXPECT_FALSE(NativeFormat().Detect(env, dir));  // Megatron's legacy zarr (format/zarr/)
   WriteFileAtomic(env, JoinPath(dir, "metadata.json"), std::string("{\"format\": \"native\", "));
   EXPECT_TRUE(NativeFormat().Detect(env, dir));  // damaged, but ours: opening reports it
   EXPECT_THAT(
       [&] { NativeFormat().OpenReader(env, dir); },
       ThrowsError(ErrorKind::kCorruption, JoinPath(dir, "metadata.json") + ": not valid JSON"));
   EXPECT_EQ(&FormatByName("native"), &NativeFormat());
-  EXPECT_THAT([] { FormatByName("zarr"); },
+  EXPECT_THAT([] { FormatByName("orbax"); },
               ThrowsError(ErrorKind::kInvalidArgument,
-                          "unknown checkpoint format 'zarr' (known: native, dcp, dcp-1.13, "
-                          "dcp-common-pt, fsdp-dtensor)"));
+                          "unknown checkpoint format 'orbax' (known: native, dcp, dcp-1.13, "
+                          "dcp-common-pt, fsdp-dtensor, zarr)"));
 }
 
 TEST(NativeFormatTest, CommitRejectsForeignMetadata) {
