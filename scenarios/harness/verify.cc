@@ -211,8 +211,19 @@ ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
   // What the reshard does not change (objects, the common state) is written
   // as stored, not re-encoded from its JSON value.
   Node resave = ResaveState(request, loaded.state_dict);
-  AgreeOnOutcome(comm, [&] { KeepStoredRecords(resave, *reader); });
   save.common_record = reader->CommonRecord();
+  AgreeOnOutcome(comm, [&] {
+    KeepStoredRecords(resave, *reader);
+    // A reshard changes no common state: the tree's common part is the
+    // checkpoint's as stored, not the request spec's generated values (the
+    // optimizer section's param_groups and step would replace Megatron's, a
+    // tensor and tuples among them, and the record could not be kept).
+    SavePieces pieces = SavePreprocess(resave);
+    Node tree = CommonFromJson(save.common_record ? save.common_record->value
+                                                  : reader->metadata().common);
+    Merge(tree, std::move(pieces.sharded));
+    resave = std::move(tree);
+  });
   SaveSummary written = Save(resave, out, comm, save);
   ReshardResult result;
   result.bytes_read = static_cast<uint64_t>(
