@@ -193,7 +193,17 @@ int ReshardCommand(const ReshardArgs& given) {
     std::unique_ptr<CheckpointReader> reader = DetectFormat(env, args.dir).OpenReader(env, args.dir);
     std::vector<ObjectFate> fates =
         ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology));
-    const int changed = PrintObjectFates(fates);
+    int changed = PrintObjectFates(fates);
+    // Stored tensors the request does not hold (Megatron 0.20's dp_reshardable
+    // optimizer buckets under --spec gpt, keys a spec file leaves out).
+    VerifyOptions metadata_only;
+    metadata_only.strict = StrictHandling::kReturnAll;
+    VerifyResult plan = VerifyLoad(spec, args.dir, args.topology, metadata_only);
+    if (!plan.missing.empty()) {
+      ++changed;
+      std::cout << fmt::format("  not carried: stored tensors the request does not hold: {}\n",
+                               plan.missing);
+    }
     if (changed > 0 && args.strict_objects) {
       Fail(ErrorKind::kInvalidArgument,
            "reshard {} under {}: {} stored object(s) would not be carried (listed above); "

@@ -276,9 +276,24 @@ std::map<std::string, Shape> StoredObjectGrids(const CheckpointMetadata& md) {
 
 void CheckOptimizerLoadable(const Scenario& s, const Node& saved_common, const Topology& topo) {
   if (!s.optimizer) return;
-  if (const Node* saved = Child(saved_common, "optimizer")) {
-    CheckOptimizerResumable(CommonToJson(*saved), topo);
-  }
+  CheckStoredOptimizerResumable(CommonToJson(saved_common), topo);
+}
+
+void CheckStoredOptimizerResumable(const nlohmann::json& common, const Topology& topo) {
+  if (!common.is_object() || !common.contains("optimizer")) return;
+  nlohmann::json saved = common["optimizer"];
+  // Megatron records the sharding type only; the (TP, PP, EP) it was saved
+  // under are its args' (checkpointing.py compares those).
+  const nlohmann::json* args = common.contains("args") ? &common["args"] : nullptr;
+  if (args && args->is_object() && args->contains("state")) args = &(*args)["state"];
+  auto from_args = [&](const char* field, const char* arg) {
+    if (!saved.is_object() || saved.contains(field) || !args || !args->is_object()) return;
+    if (args->contains(arg) && (*args)[arg].is_number_integer()) saved[field] = (*args)[arg];
+  };
+  from_args("tp", "tensor_model_parallel_size");
+  from_args("pp", "pipeline_model_parallel_size");
+  from_args("ep", "expert_model_parallel_size");
+  CheckOptimizerResumable(saved, topo);
 }
 
 std::optional<std::string> CheckLoaded(const Scenario& s, const PairSpec* pair,

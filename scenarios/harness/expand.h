@@ -56,6 +56,10 @@ std::map<std::string, Shape> StoredObjectGrids(const CheckpointMetadata& metadat
 // Refuses to load a checkpoint whose optimizer format cannot follow the
 // change of topology (dp_reshardable under other TP/PP), before anything is
 // read; `saved_common` is the checkpoint's common state.
+// The same refusal for whatever optimizer state a real checkpoint's common
+// state records (Megatron's param_state_sharding_type; the saved TP, PP and
+// EP from its args), whatever the request holds.
+void CheckStoredOptimizerResumable(const nlohmann::json& common, const Topology& topo);
 void CheckOptimizerLoadable(const Scenario& scenario, const Node& saved_common,
                             const Topology& topology);
 // Checks every loaded tensor element and object; returns the first problem

@@ -329,6 +329,15 @@ std::optional<json> InferOptimizer(const CheckpointMetadata& md) {
     for (const StoredChunk& c : t.chunks) flat |= c.flat.has_value();
   }
   if (!any) return std::nullopt;
+  // Megatron-Core 0.20's dp_reshardable buckets ("dtype_(torch.bfloat16,
+  // torch.float32)", per-parameter start padding) are not what the
+  // optimizer generator lays out: not requested (a load leaves them, a
+  // reshard does not carry them, and verify lists them as not requested);
+  // the (TP, PP) refusal still applies (CheckStoredOptimizerResumable).
+  for (const auto& [k, t] : md.tensors) {
+    if (k.starts_with("optimizer.distributed.") && k.find(".dtype_(") != std::string::npos)
+      return std::nullopt;
+  }
   // Megatron's DistributedOptimizer records its format in the common state.
   std::string format;
   if (md.common.is_object() && md.common.contains("optimizer") &&
@@ -358,8 +367,11 @@ Scenario LoadRequestSpec(const std::string& spec, const CheckpointMetadata& md,
   if (spec == "gpt") {
     json model = InferGptModel(md, overrides);
     json scenario = {{"name", "gpt (inferred)"}, {"model", model}};
-    if (std::optional<json> opt = InferOptimizer(md)) scenario["optimizer"] = *opt;
-    return Scenario::FromJson(scenario, "--spec gpt");
+    std::optional<json> opt = InferOptimizer(md);
+    if (opt) scenario["optimizer"] = *opt;
+    Scenario out = Scenario::FromJson(scenario, "--spec gpt");
+    out.check_stored_optimizer = !opt && md.common.is_object() && md.common.contains("optimizer");
+    return out;
   }
   if (!overrides.empty()) {
     Fail(ErrorKind::kInvalidArgument, "--set applies to --spec gpt only (spec {})", spec);

@@ -144,6 +144,10 @@ struct Scenario {
   StrictHandling strict = StrictHandling::kAssumeOkUnexpected;
   std::vector<GptConfig> models;             // "model": one generator or a list of them
   std::optional<OptimizerConfig> optimizer;  // Adam state for the model generators' parameters
+  // A request spec inferred from a checkpoint whose optimizer state it does
+  // not request (Megatron 0.20's dp_reshardable buckets): verify and reshard
+  // still refuse the (TP, PP) change Megatron refuses.
+  bool check_stored_optimizer = false;
   FsdpLayout fsdp = FsdpLayout::kNone;       // FSDP layout of the eligible tensor specs
   std::vector<Fp8TensorSpec> fp8;            // the "fp8" section (harness/fp8_section.h)
 

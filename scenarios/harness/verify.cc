@@ -108,7 +108,8 @@ VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std:
     Node request;
     AgreeOnOutcome(comm, [&] {
       // The same refusal a load gives before reading anything.
-      if (spec.optimizer) CheckOptimizerLoadable(spec, CommonFromJson(md.common), topo);
+      if (spec.optimizer || spec.check_stored_optimizer)
+        CheckStoredOptimizerResumable(md.common, topo);
       request = RequestFor(spec, md, saved, topo, rank, /*zero_fill=*/false);
     });
     LoadOptions load;
@@ -198,7 +199,8 @@ ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
     }
     reader = DetectFormat(env, dir).OpenReader(env, dir);
     const CheckpointMetadata& md = reader->metadata();
-    if (spec.optimizer) CheckOptimizerLoadable(spec, CommonFromJson(md.common), topo);
+    if (spec.optimizer || spec.check_stored_optimizer)
+      CheckStoredOptimizerResumable(md.common, topo);
     Topology saved = md.topology.empty() ? topo : Topology::Parse(md.topology);
     request = RequestFor(spec, md, saved, topo, comm.rank(), /*zero_fill=*/true, objects);
   });

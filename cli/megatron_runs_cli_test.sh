@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# distckpt on checkpoint roots Megatron's own training loop wrote
+# (fixtures/megatron-runs, each with expected/<root>.json from Megatron's
+# load_checkpoint): for every root and saved iteration
+#   - manage list: exit 0, every iteration complete (adopted: no distckpt manifest);
+#   - inspect, inspect --check, diff X X, verify --data: exit 0;
+#   - dump of every stored tensor that Megatron's load returns: the SHA-256
+#     Megatron's load gave (expected/<root>.json);
+#   - verify --spec gpt (the model and optimizer inferred from the checkpoint,
+#     no --set) under the saved topology with --strict raise_all: the request is
+#     exactly what the checkpoint stores; under tp=1: the verdict Megatron gives
+#     (loads, or refused for a dp_reshardable distributed optimizer);
+#   - train into the root without --resume: exit 2 naming it, no file changed.
+#   megatron_runs_cli_test.sh DISTCKPT FIXTURES_DIR
+set -euo pipefail
+d=$1 fixtures=$2
+work=$(mktemp -d /tmp/distckpt-mruns-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+expect_rc() {  # expect_rc RC CMD...
+  local want=$1; shift
+  set +e
+  "$@" > "$work/out" 2>&1
+  local rc=$?
+  set -e
+  [ $rc = "$want" ] || { cat "$work/out"; fail "exit $rc (want $want): $*"; }
+}
+sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+roots=0 dumps=0
+for root in "$fixtures"/*/; do
+  root=${root%/}
+  name=$(basename "$root")
+  [ -f "$root/latest_checkpointed_iteration.txt" ] || continue
+  expected=$fixtures/expected/$name.json
+  [ -f "$expected" ] || fail "$name: no $expected"
+  roots=$((roots + 1))
+  cp -r "$root" "$work/$name"
+  r=$work/$name
+  before=$(sums "$r")
+  expect_rc 0 "$d" manage list "$r"
+  grep -q INCOMPLETE "$work/out" && { cat "$work/out"; fail "$name: an iteration is incomplete"; }
+  grep -q "not written by distckpt" "$work/out" || fail "$name: not adopted"
+  # The saved topology and the iterations from expected/<root>.json.
+  read -r topo world its < <(python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1]))
+t = "tp=%d,pp=%d" % (e["tp"], e["pp"])
+dp = e["world"] // (e["tp"] * e["pp"])
+if dp > 1: t += ",dp=%d" % dp
+if e.get("ep", 1) > 1: t += ",ep=%d" % e["ep"]
+print(t, e["world"], ",".join(sorted(e["iterations"], key=int)))' "$expected")
+  # Megatron's dp_reshardable distributed optimizer: bucket space that --spec gpt does not
+  # request (verify lists its keys as missing); every other root: an exact request.
+  strict=(--strict raise_all)
+  if "$d" inspect "$r/$(printf "iter_%07d" "${its%%,*}")" --json |
+      grep -q '"param_state_sharding_type": *"dp_reshardable"'; then
+    strict=()
+  fi
+  for it in ${its//,/ }; do
+    ck=$r/$(printf "iter_%07d" "$it")
+    expect_rc 0 "$d" inspect "$ck"
+    expect_rc 0 "$d" inspect "$ck" --check
+    expect_rc 0 "$d" diff "$ck" "$ck"
+    expect_rc 0 "$d" verify "$ck" --spec gpt -t "$topo" --data "${strict[@]}"
+    grep -q "every checksum matches" "$work/out" || fail "$name $it: verify --data"
+    grep -q "under $topo: loads" "$work/out" || fail "$name $it: not an exact request under $topo"
+    # Every tensor both store: the bytes Megatron's load returns.
+    python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1]))["iterations"][sys.argv[2]]["tensors"]
+for k, v in sorted(e.items()): print(k, v["sha256"])' "$expected" "$it" > "$work/want"
+    "$d" inspect "$ck" --json > "$work/inspect.json"
+    python3 -c '
+import json, sys
+print("\n".join(sorted(json.load(open(sys.argv[1]))["tensors"])))' "$work/inspect.json" \
+      > "$work/stored"
+    model=0
+    while read -r key sha; do
+      if ! grep -qxF "$key" "$work/stored"; then
+        case $key in
+          optimizer.*) continue ;;  # distributed optimizer: bucket space on disk
+          *) fail "$name $it: model tensor $key not stored" ;;
+        esac
+      fi
+      "$d" dump "$ck" "$key" --out "$work/t.bin" > /dev/null
+      got=$(sha256sum "$work/t.bin" | cut -d' ' -f1)
+      [ "$got" = "$sha" ] || fail "$name $it: $key: dump sha256 $got, Megatron's load $sha"
+      dumps=$((dumps + 1))
+      case $key in optimizer.*) ;; *) model=$((model + 1)) ;; esac
+    done < "$work/want"
+    [ $model -gt 0 ] || fail "$name $it: no model tensor compared"
+  done
+  # Under tp=1 (pp and ep 1): Megatron resumes any of these, except a
+  # dp_reshardable distributed optimizer whose (TP, PP) changed.
+  last=$r/$(printf "iter_%07d" "${its##*,}")
+  if [ "$topo" != "tp=1,pp=1" ]; then
+    set +e
+    "$d" verify "$last" --spec gpt -t tp=1 > "$work/out" 2>&1
+    rc=$?
+    set -e
+    if [ ${#strict[@]} = 0 ]; then
+      [ $rc = 1 ] && grep -q "WOULD NOT LOAD" "$work/out" ||
+        { cat "$work/out"; fail "$name: dp_reshardable under tp=1 not refused (exit $rc)"; }
+    else
+      [ $rc = 0 ] || { cat "$work/out"; fail "$name: verify under tp=1 exit $rc"; }
+    fi
+  fi
+  expect_rc 2 "$d" train --topology tp=1 --dir "$r" --steps 2
+  grep -q "already holds" "$work/out" || fail "$name: train refusal does not name the root's checkpoints"
+  [ "$(sums "$r")" = "$before" ] || fail "$name: files changed"
+  echo "$name: ok ($its under $topo)"
+done
+[ $roots -gt 0 ] || fail "no root with a tracker under $fixtures"
+echo "megatron runs: $roots roots, $dumps tensors dumped equal to Megatron's load"
