@@ -15,8 +15,12 @@
 #    another one bit-exact (exit 0; `other` below), refuses the dp_reshardable distributed
 #    optimizer under another TP (exit 2), and a copy with one flipped tensor byte is caught
 #    (exit 1).
+# 4. with env DISTCKPT (the distckpt binary): `distckpt reshard ROOT --spec gpt` under other
+#    topologies (threads and MPI), each resumed by Megatron bit-exact; the dp_reshardable
+#    optimizer under another TP refused by distckpt as by Megatron.
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON) or MEGATRON_SRC.
 set -euo pipefail
+exe=${DISTCKPT:-}
 here=$(cd "$(dirname "$0")" && pwd)
 fixtures=$(cd "$here/../../fixtures/megatron-runs" && pwd)
 python=${DISTCKPT_TORCH2_PYTHON:-}
@@ -128,6 +132,40 @@ for name in "${roots[@]}"; do
     resume "$want" "$work/committed/$name" "$exp" $flags
   done < <(other "$name")
 done
+# distckpt's reshard of a root (its tracker's iteration into OUT/iter_N plus a tracker, the
+# model and optimizer inferred with --spec gpt): Megatron's load_checkpoint resumes it under the
+# new topology with every model and optimizer value equal to the source's.
+if [ -n "$exe" ]; then
+  echo "== Megatron resumes distckpt's reshards (distckpt reshard ROOT --spec gpt)"
+  reshards=(
+    "gpt-default-tp2 threads tp=1 --tp 1"
+    "gpt-default-tp2 mpi tp=1,pp=2 --tp 1 --pp 2"
+    "llama-tp2-pp2 threads tp=1,pp=2 --tp 1 --pp 2"
+    "gpt-pp2 threads tp=2 --tp 2 --pp 1"
+    "distopt-dp2-fullyreshardable threads tp=2 --tp 2 --dp 1"
+  )
+  for line in "${reshards[@]}"; do
+    read -r name backend topo flags <<<"$line"
+    out="$work/reshard-$name-${topo//[=,]/_}"
+    cmd=("$exe" reshard "$work/committed/$name" --spec gpt -t "$topo" --out "$out")
+    if [ "$backend" = mpi ]; then
+      w=1; IFS=, read -ra kv <<<"$topo"; for x in "${kv[@]}"; do w=$((w * ${x#*=})); done
+      cmd=(mpirun --oversubscribe --allow-run-as-root -np "$w" "${cmd[@]}" --backend mpi)
+    fi
+    if ! "${cmd[@]}" >"$work/reshard.log" 2>&1; then
+      cat "$work/reshard.log"; echo "FAIL: ${cmd[*]}"; failures=$((failures + 1)); continue
+    fi
+    # shellcheck disable=SC2086
+    resume 0 "$out" "$work/committed/expected/$name.json" $flags
+  done
+  # dp_reshardable under another TP: distckpt refuses as Megatron does, writing nothing.
+  if "$exe" reshard "$work/committed/distopt-dp2" --spec gpt -t tp=2 --out "$work/refused" \
+      >"$work/reshard.log" 2>&1 || ! grep -q "(TP, PP) mismatch" "$work/reshard.log" ||
+      [ -e "$work/refused/iter_0000010/.metadata" ]; then
+    cat "$work/reshard.log"; echo "FAIL: dp_reshardable reshard under tp=2 not refused"
+    failures=$((failures + 1))
+  fi
+fi
 # A flipped byte in one tensor of the first root: the oracle reports a difference.
 name=${roots[0]}
 cp -r "$work/committed/$name" "$work/corrupt"
