@@ -50,10 +50,7 @@ dp = e["world"] // (e["tp"] * e["pp"])
 if dp > 1: t += ",dp=%d" % dp
 if e.get("ep", 1) > 1: t += ",ep=%d" % e["ep"]
 print(t, e["world"], ",".join(sorted(e["iterations"], key=int)))' "$expected")
-  # Known gap: Megatron 0.20's MoE layers (mlp.experts.experts.*, expert and router biases,
-  # expert _extra_state on a (layer, expert) grid) are not modelled by the GPT generator, so
-  # --spec gpt is not checked on moe-* roots; everything else is.
-  case $name in moe-*) gap=1 ;; *) gap=0 ;; esac
+  gap=0  # 1: --spec gpt not checked (a stored-keys spec instead), for a root it cannot model
   # Megatron's dp_reshardable distributed optimizer: bucket space that --spec gpt does not
   # request (verify lists its keys as missing); every other root: an exact request.
   strict=(--strict raise_all)

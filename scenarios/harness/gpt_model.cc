@@ -130,6 +130,22 @@ class Expander {
       const Stage& stage = stages_[v * t_.pp + me_.pp];
       for (int64_t g = stage.first_layer; g < stage.first_layer + stage.layer_count; ++g) {
         for (const std::string& module : c_.extra_state) {
+          if (module.starts_with(c_.expert_prefix)) {
+            if (Dense(g) || !homogeneous_) continue;
+            // Per (layer, global expert): Megatron's SequentialMLP offsets.
+            auto [key, shape, offset] = LayerKey(g, module + "._extra_state");
+            const int64_t local = c_.experts / t_.ep;
+            for (int64_t i = 0; i < local; ++i) {
+              const int64_t e = me_.ep * local + i;
+              Shape s = shape, o = offset;
+              s.push_back(c_.experts);
+              o.push_back(e);
+              add(LayerPath(g, fmt::format("mlp.experts.local_experts.{}.{}._extra_state", e,
+                                           module.substr(c_.expert_prefix.size()))),
+                  key, s, o, {0, me_.tp, me_.edp});
+            }
+            continue;
+          }
           if (!HasModule(g, module)) continue;
           auto [key, shape, offset] = LayerKey(g, module + "._extra_state");
           if (shape.empty()) {  // Megatron's _get_extra_state_offsets without sharded offsets
@@ -230,9 +246,9 @@ class Expander {
 
   bool Dense(int64_t g) const { return c_.experts == 0 || !c_.moe_layers[g]; }
 
-  // Whether layer g has `module` (a MoE layer has no mlp.linear_fc1/fc2).
+  // Whether layer g has `module` (a MoE layer has no mlp.linear_fc1/fc2, a dense one no experts).
   bool HasModule(int64_t g, const std::string& module) const {
-    return Dense(g) || !module.starts_with("mlp.linear_fc");
+    return Dense(g) ? !module.starts_with(c_.expert_prefix) : !module.starts_with("mlp.linear_fc");
   }
 
   // A layer norm: `unfused` ("input_layernorm.") or, with fused_norms, the
@@ -266,20 +282,38 @@ class Expander {
       if (bias) LayerParam(g, "mlp.linear_fc2.bias", {h}, {}, Replica(false));
       return;
     }
-    Norm(g, "pre_mlp_layernorm.", "");
+    // Megatron-Core's local spec keeps the fused name before an MoE layer too.
+    Norm(g, "pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_");
     LayerParam(g, "mlp.router.weight", {c_.experts, h}, {}, Replica(false));
+    if (c_.router_bias) LayerParam(g, "mlp.router.bias", {c_.experts}, {}, Replica(false));
     // SequentialMLP experts: a second prepended axis with the global expert index.
     const int64_t local = c_.experts / t_.ep;
+    ReplicaId expert_replicated = ExpertReplica();
+    expert_replicated[1] = me_.tp;
     for (int64_t i = 0; i < local; ++i) {
       const int64_t e = me_.ep * local + i;
-      for (const char* name : {"linear_fc1.weight", "linear_fc2.weight"}) {
-        auto [key, prepend_shape, prepend_offset] = LayerKey(g, std::string("mlp.experts.") + name);
+      for (const char* name :
+           {"linear_fc1.weight", "linear_fc1.bias", "linear_fc2.weight", "linear_fc2.bias"}) {
+        const bool is_bias = std::string_view(name).ends_with(".bias");
+        if (is_bias && c_.linear_bias != 1) continue;
+        auto [key, prepend_shape, prepend_offset] = LayerKey(g, c_.expert_prefix + name);
         prepend_shape.push_back(c_.experts);
         prepend_offset.push_back(e);
         bool fc1 = std::string_view(name).starts_with("linear_fc1");
-        Add(LayerPath(g, fmt::format("mlp.experts.local_experts.{}.{}", e, name)), key,
-            fc1 ? Shape{f, h} : Shape{h, f}, {{fc1 ? 0 : 1, tp, TP}}, ExpertReplica(), {}, false,
-            prepend_shape, prepend_offset, fc1 ? glu : -1);
+        Shape shape = fc1 ? Shape{f, h} : Shape{h, f};
+        std::vector<RankOffset> split = {{fc1 ? 0 : 1, tp, TP}};
+        ReplicaId replica = ExpertReplica();
+        if (is_bias) {
+          shape = {fc1 ? f : h};
+          if (!fc1) {  // row-parallel bias: whole on every TP rank
+            split.clear();
+            replica = expert_replicated;
+          } else {
+            split = {{0, tp, TP}};
+          }
+        }
+        Add(LayerPath(g, fmt::format("mlp.experts.local_experts.{}.{}", e, name)), key, shape,
+            split, replica, {}, false, prepend_shape, prepend_offset, fc1 ? glu : -1);
       }
     }
   }
@@ -338,7 +372,7 @@ void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
       "kind",  "prefix",          "layers",  "hidden",         "ffn", "heads",
       "vocab", "vocab_multiple",  "experts", "moe_layer_freq", "glu", "tied",
       "dtype", "pipeline_layout", "rename",  "query_groups", "fused_norms", "norm_bias",
-      "linear_bias", "qkv_bias", "position_embeddings", "extra_state", "output_extra_state", "rerun_state"};
+      "linear_bias", "qkv_bias", "position_embeddings", "extra_state", "output_extra_state", "rerun_state", "router_bias", "expert_prefix"};
   if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "{}: expected an object", path);
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!kFields.count(it.key()))
@@ -372,6 +406,13 @@ void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
   SetBool(j, path, "qkv_bias", c.qkv_bias);
   SetBool(j, path, "output_extra_state", c.output_extra_state);
   SetBool(j, path, "rerun_state", c.rerun_state);
+  SetBool(j, path, "router_bias", c.router_bias);
+  if (j.contains("expert_prefix")) {
+    if (!j["expert_prefix"].is_string() || !j["expert_prefix"].get<std::string>().ends_with("."))
+      Fail(ErrorKind::kInvalidArgument, "{}.expert_prefix: expected a key prefix ending in '.'",
+           path);
+    c.expert_prefix = j["expert_prefix"].get<std::string>();
+  }
   if (j.contains("linear_bias")) {
     bool b = false;
     SetBool(j, path, "linear_bias", b);

@@ -159,9 +159,15 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
     fc2 = Find(md, key("decoder.layers.mlp.linear_fc2.weight"));
     router = Find(md, key("decoder.layers.mlp.router.weight"));
     if (router) {
-      fc1 = Find(md, key("decoder.layers.mlp.experts.linear_fc1.weight"));
-      fc2 = Find(md, key("decoder.layers.mlp.experts.linear_fc2.weight"));
+      // Megatron-Core 0.20's local SequentialMLP stores "mlp.experts.experts.*".
+      const std::string experts =
+          has("decoder.layers.mlp.experts.experts.linear_fc1.weight") ? "mlp.experts.experts."
+                                                                      : "mlp.experts.";
+      if (experts != "mlp.experts.") model["expert_prefix"] = experts;
+      fc1 = Find(md, key("decoder.layers." + experts + "linear_fc1.weight"));
+      fc2 = Find(md, key("decoder.layers." + experts + "linear_fc2.weight"));
       model["moe_layer_freq"] = 1;
+      if (has("decoder.layers.mlp.router.bias")) model["router_bias"] = true;
     }
   } else if (!layer_numbers.empty()) {
     int64_t layers = *layer_numbers.rbegin() + 1;
@@ -214,7 +220,9 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
   const bool qkv_bias = layer_has("self_attention.linear_qkv.bias");
   bool fc1_bias = false;
   for (const auto& [k, t] : md.tensors) {
-    if (k.starts_with(per_layer) && k.ends_with("mlp.linear_fc1.bias")) fc1_bias = true;
+    if (k.starts_with(per_layer) &&
+        (k.ends_with("mlp.linear_fc1.bias") || k.ends_with("experts.linear_fc1.bias")))
+      fc1_bias = true;
   }
   if (fc1_bias) {
     model["linear_bias"] = true;

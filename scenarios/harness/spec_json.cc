@@ -95,6 +95,8 @@ json GptToJson(const GptConfig& c) {
   if (c.extra_state != GptConfig{}.extra_state) j["extra_state"] = c.extra_state;
   if (c.output_extra_state) j["output_extra_state"] = true;
   if (c.rerun_state) j["rerun_state"] = true;
+  if (c.router_bias) j["router_bias"] = true;
+  if (c.expert_prefix != GptConfig{}.expert_prefix) j["expert_prefix"] = c.expert_prefix;
   return j;
 }
 

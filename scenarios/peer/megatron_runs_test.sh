@@ -143,6 +143,7 @@ if [ -n "$exe" ]; then
     "llama-tp2-pp2 threads tp=1,pp=2 --tp 1 --pp 2"
     "gpt-pp2 threads tp=2 --tp 2 --pp 1"
     "distopt-dp2-fullyreshardable threads tp=2 --tp 2 --dp 1"
+    "moe-ep2 threads dp=4,ep=4 --ep 4 --dp 4"
   )
   for line in "${reshards[@]}"; do
     read -r name backend topo flags <<<"$line"
