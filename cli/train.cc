@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "format/format.h"
+#include "manager/layout.h"
 #include "topology/topology.h"
 
 namespace distckpt {
@@ -173,6 +174,12 @@ int ManageCommand(const ManageArgs& args) {
                 << ", which is not a complete checkpoint\n";
       return kExitVerdictFailed;
     }
+  }
+  if (catalog.tracker && catalog.tracker->release &&
+      !env->IsDirectory(JoinPath(args.dir, kReleaseDir))) {  // as resume refuses it
+    std::cerr << "distckpt manage: the tracker says 'release' but " << JoinPath(args.dir, kReleaseDir)
+              << " is missing\n";
+    return kExitVerdictFailed;
   }
   return kExitOk;
 }

@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "engine/save.h"
 #include "engine/save_async.h"
 
@@ -272,7 +273,7 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
         Fail(ErrorKind::kIncomplete, "resume: {} has no {}: not a complete checkpoint", path_dir,
              kManifestFile);
       }
-      mine = IterationManifest::FromJson(nlohmann::json::parse(ReadFileToString(e, manifest)),
+      mine = IterationManifest::FromJson(ParseJson(ReadFileToString(e, manifest), manifest),
                                          manifest)
                  .iteration;
     }

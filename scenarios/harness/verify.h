@@ -14,7 +14,8 @@
 //
 // VerifyData reads every stored byte once (chunk by chunk, bounded memory)
 // and checks every checksum (native xxHash3, DCP zip CRC32); damage throws
-// CheckpointError(kCorruption) naming file and key.
+// CheckpointError(kCorruption) naming file and key. What carries no
+// checksum is counted as unverified (DataCheck), never as matching.
 //
 // Reshard loads, on every rank of T, the spec's request from the checkpoint
 // (real stored values, nothing generated; tensors in their stored dtype,
@@ -64,8 +65,17 @@ struct VerifyResult {
 VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std::string& topology,
                         const VerifyOptions& options = {});
 
+// What VerifyData read, and what of it carried no checksum to check (a
+// native version 1 checkpoint: chunks and objects may have none, and
+// metadata.json has none; a DCP checkpoint torch wrote: its raw tensor
+// items). Unverified bytes are read but cannot be told from damaged ones.
 struct DataCheck {
   uint64_t chunks = 0, objects = 0, bytes = 0;
+  uint64_t unverified_chunks = 0, unverified_objects = 0;
+  bool unverified_metadata = false;
+  bool verified() const {
+    return unverified_chunks == 0 && unverified_objects == 0 && !unverified_metadata;
+  }
 };
 DataCheck VerifyData(const std::string& dir, Env* env = nullptr);
 

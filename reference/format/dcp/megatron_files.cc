@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_parse.h"
+
 namespace distckpt {
 
 std::string TorchDistConfigText() {
@@ -13,6 +15,7 @@ std::string TorchDistConfigText() {
 }
 
 std::optional<std::string> MegatronShardedBackend(std::string_view text) {
+  if (JsonNestingDepth(text) > kMaxJsonDepth) return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;
   auto backend = j.find("sharded_backend");

@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/json_parse.h"
+#include "core/printable.h"
 #include "format/dcp/pickler.h"
 #include "format/dcp/unpickler.h"
 
@@ -93,7 +95,7 @@ class Jsonizer {
       case PyKind::kFloat:
         return v.real;
       case PyKind::kStr:
-        return v.text;
+        return Text(v.text);
       case PyKind::kBytes:
         return {{"__bytes__", Hex(v.text)}};
       case PyKind::kList:
@@ -131,10 +133,21 @@ class Jsonizer {
     return out;
   }
 
+  // A Python str as JSON text, which must be UTF-8 (a pickle may hold lone
+  // surrogates, or damaged bytes): refused naming the file, not thrown by a
+  // later dump naming nothing.
+  const std::string& Text(const std::string& text) const {
+    if (!IsValidUtf8(text)) {
+      Fail(ErrorKind::kCorruption, "{}: a string is not valid UTF-8 ('{}')", zip_.source(),
+           Printable(text));
+    }
+    return text;
+  }
+
   std::string Key(const PyValue& k) {
     switch (k.kind) {
       case PyKind::kStr:
-        return k.text;
+        return Text(k.text);
       case PyKind::kInt:
         return std::to_string(k.integer);
       case PyKind::kBool:
