@@ -4,9 +4,9 @@
 
 #include <cctype>
 #include <charconv>
-#include <limits>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -372,7 +372,8 @@ uint64_t ParseByteSize(const std::string& text) {
 // replace the files of whatever is there.
 void RequireEmptyExportDir(Env* env, const std::string& out) {
   if (!env->IsDirectory(out)) {
-    if (env->FileExists(out)) Fail(ErrorKind::kInvalidArgument, "export: {} is not a directory", out);
+    if (env->FileExists(out))
+      Fail(ErrorKind::kInvalidArgument, "export: {} is not a directory", out);
     return;
   }
   const std::vector<std::string> names = env->ListDir(out);

@@ -131,8 +131,8 @@ void StrictIntegers(CLI::App& app) {
         [is_signed](std::string& text) -> std::string {
           std::string_view digits = text;
           if (is_signed && digits.starts_with('-')) digits.remove_prefix(1);
-          if (digits.empty() ||
-              !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
+                                             [](char c) { return c >= '0' && c <= '9'; })) {
             return fmt::format("'{}' is not a decimal integer{}", text,
                                is_signed ? "" : " (no sign: the value cannot be negative)");
           }

@@ -177,8 +177,8 @@ int ManageCommand(const ManageArgs& args) {
   }
   if (catalog.tracker && catalog.tracker->release &&
       !env->IsDirectory(JoinPath(args.dir, kReleaseDir))) {  // as resume refuses it
-    std::cerr << "distckpt manage: the tracker says 'release' but " << JoinPath(args.dir, kReleaseDir)
-              << " is missing\n";
+    std::cerr << "distckpt manage: the tracker says 'release' but "
+              << JoinPath(args.dir, kReleaseDir) << " is missing\n";
     return kExitVerdictFailed;
   }
   return kExitOk;

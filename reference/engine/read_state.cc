@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/json_parse.h"
 #include "core/helper_pool.h"
+#include "core/json_parse.h"
 #include "engine/chunk_index.h"
 #include "engine/common_state.h"
 #include "engine/load_plan.h"

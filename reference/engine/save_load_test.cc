@@ -313,10 +313,11 @@ TEST(SaveLoadTest, RefusesToOverwriteACommittedCheckpointByDefault) {
         [&] {
           Save(StateOf({{"w", Node(Shard("w", {2, 2}, 0, 0, 1))}}), tmp.path(), comm);
         },
-        ThrowsError(ErrorKind::kInvalidArgument,
-                    "refusing to save into " + tmp.path() +
-                        ": it holds a native checkpoint (metadata.json); a save replaces a committed "
-                        "checkpoint only when told to (distckpt save --overwrite"));
+        ThrowsError(
+            ErrorKind::kInvalidArgument,
+            "refusing to save into " + tmp.path() +
+                ": it holds a native checkpoint (metadata.json); a save replaces a committed "
+                "checkpoint only when told to (distckpt save --overwrite"));
   });
 }
 

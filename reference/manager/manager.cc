@@ -273,9 +273,9 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
         Fail(ErrorKind::kIncomplete, "resume: {} has no {}: not a complete checkpoint", path_dir,
              kManifestFile);
       }
-      mine = IterationManifest::FromJson(ParseJson(ReadFileToString(e, manifest), manifest),
-                                         manifest)
-                 .iteration;
+      mine =
+          IterationManifest::FromJson(ParseJson(ReadFileToString(e, manifest), manifest), manifest)
+              .iteration;
     }
   });
   std::vector<int64_t> agreed = {mine, release ? 1 : 0};

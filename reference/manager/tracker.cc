@@ -17,10 +17,9 @@ Tracker ParseTracker(const std::string& text, const std::string& source) {
   // Megatron reads int(f.read().strip()): whitespace on either side is fine.
   constexpr std::string_view kSpace = " \t\r\n\v\f";
   const size_t begin = text.find_first_not_of(kSpace);
-  const std::string body =
-      begin == std::string::npos
-          ? ""
-          : text.substr(begin, text.find_last_not_of(kSpace) + 1 - begin);
+  const std::string body = begin == std::string::npos
+                               ? ""
+                               : text.substr(begin, text.find_last_not_of(kSpace) + 1 - begin);
   if (body == "release") return {0, true};
   int64_t value = -1;
   auto [ptr, ec] = std::from_chars(body.data(), body.data() + body.size(), value);

@@ -379,10 +379,11 @@ TEST(MetadataJsonTest, Version2ChunksNeedTheirBlockChecksums) {
 TEST(MetadataJsonTest, ZeroFieldsFromTextAreOutOfRange) {
   for (const CheckpointMetadata& md : {ExampleV2(), ExampleV3()}) {
     const json zero_block = EditedChunk0(md, "block_size", 0, false);
-    EXPECT_THAT([&] { MetadataFromText(zero_block.dump(), "ck/metadata.json"); },
-                ThrowsError(ErrorKind::kCorruption,
-                            "ck/metadata.json: tensors[\"decoder.w\"].chunks[0].block_size: 0 is out "
-                            "of range [1, 1099511627776]"));
+    EXPECT_THAT(
+        [&] { MetadataFromText(zero_block.dump(), "ck/metadata.json"); },
+        ThrowsError(ErrorKind::kCorruption,
+                    "ck/metadata.json: tensors[\"decoder.w\"].chunks[0].block_size: 0 is out "
+                    "of range [1, 1099511627776]"));
     json zero_version = MetadataToJson(md);
     zero_version["format_version"] = 0;
     Reseal(zero_version);
@@ -390,8 +391,9 @@ TEST(MetadataJsonTest, ZeroFieldsFromTextAreOutOfRange) {
                 ThrowsError(ErrorKind::kCorruption, "m: format_version: 0 is out of range [1, "));
     // The upper bound still holds for unsigned values.
     const json big_rank = EditedChunk0(md, "rank", uint64_t{1} << 40, false);
-    EXPECT_THAT([&] { MetadataFromText(big_rank.dump(), "m"); },
-                ThrowsError(ErrorKind::kCorruption, "chunks[0].rank: 1099511627776 is out of range"));
+    EXPECT_THAT(
+        [&] { MetadataFromText(big_rank.dump(), "m"); },
+        ThrowsError(ErrorKind::kCorruption, "chunks[0].rank: 1099511627776 is out of range"));
   }
 }
 

@@ -279,7 +279,8 @@ TEST(NativeFormatTest, RefusesToOverwriteACommittedCheckpoint) {
       [&] { NativeFormat().PrepareDirectory(env, dir, /*overwrite=*/false); },
       ThrowsError(ErrorKind::kInvalidArgument,
                   "refusing to save into " + dir +
-                      ": it holds a native checkpoint (metadata.json); a save replaces a committed checkpoint "
+                      ": it holds a native checkpoint (metadata.json); a save replaces a committed "
+                      "checkpoint "
                       "only when told to (distckpt save --overwrite, SaveOptions::overwrite)"));
   ExpectExample(env, dir, 0);
 }
@@ -293,11 +294,11 @@ TEST(NativeFormatTest, RefusesToSaveOverAnotherFormatsCheckpoint) {
   const struct {
     const char* file;
     const char* what;
-  } others[] = {{".metadata", "a DCP checkpoint (.metadata)"},
-                {".zgroup", "a zarr store (.zgroup)"},
-                {"zarr.json", "a zarr store (zarr.json)"},
-                {"model_world_size_2_rank_0.pt",
-                 "a verl FSDP checkpoint (model_world_size_2_rank_0.pt)"}};
+  } others[] = {
+      {".metadata", "a DCP checkpoint (.metadata)"},
+      {".zgroup", "a zarr store (.zgroup)"},
+      {"zarr.json", "a zarr store (zarr.json)"},
+      {"model_world_size_2_rank_0.pt", "a verl FSDP checkpoint (model_world_size_2_rank_0.pt)"}};
   for (const auto& other : others) {
     const std::string dir = JoinPath(tmp.path(), other.file);
     env->CreateDirs(dir);
