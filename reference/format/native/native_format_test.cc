@@ -386,7 +386,8 @@ TEST(NativeFormatTest, InterruptedSwapIsFinishedByTheNextSave) {
       [&] { NativeFormat().OpenReader(env, dir); },
       ThrowsError(ErrorKind::kIncomplete, "left the new checkpoint in " + dir + ".staging"));
   EXPECT_THAT([&] { NativeFormat().PrepareDirectory(env, dir, false); },
-              ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "refusing to save into " + dir + ": it holds a native"));
   ExpectExample(env, dir, 1);
   EXPECT_EQ(env->ListDir(tmp.path()), std::vector<std::string>{"ckpt"});
 }
