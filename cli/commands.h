@@ -59,15 +59,17 @@ struct VerifyArgs {
   // With data: a chunk, object or metadata.json that carries no checksum
   // fails the data verdict (exit 1) instead of being reported as unverified.
   bool require_checksums = false;
+  bool strict_objects = false;  // an object the topology drops or re-grids fails the verdict
   ReportPaths reports;
 };
 
 struct ReshardArgs {
   std::string dir, topology, spec, out;
   std::vector<std::string> sets;
-  std::string format = "native";
+  std::string format;  // "" = the source's format (dcp-common-pt when it has common.pt)
   std::string backend = "threads";
   std::string strict;
+  bool strict_objects = false;  // refuse when a stored object would not be carried
 };
 
 struct TrainArgs {
@@ -98,6 +100,8 @@ struct ManageArgs {
   bool json = false;
   int keep = 0;
   int64_t retain_interval = 0;
+  // prune: also iterations another tool wrote (Megatron's own); never the tracker's.
+  bool include_foreign = false;
 };
 
 int SaveCommand(const StepArgs& args);

@@ -11,6 +11,7 @@
 #include "cli/hf.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "format/dcp/unknown_globals.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
 #endif
@@ -233,20 +234,32 @@ int main(int argc, char** argv) {
       ->add_flag("--require-checksums", verify_args.require_checksums,
                  "with --data: fail (exit 1) when anything carries no checksum to check")
       ->needs("--data");
+  verify->add_flag("--strict-objects", verify_args.strict_objects,
+                   "fail a topology under which a stored object (rng_state, rerun or "
+                   "dataloader state) would be dropped or re-gridded");
   AddReportOptions(verify, verify_args.reports, "topology");
 
   distckpt::ReshardArgs reshard_args;
   CLI::App* reshard = app.add_subcommand(
       "reshard", "load a spec's request from a checkpoint under a topology and save it there");
-  reshard->add_option("dir", reshard_args.dir, "checkpoint directory (native or DCP)")->required();
+  reshard
+      ->add_option("dir", reshard_args.dir,
+                   "checkpoint directory (native or DCP), or a run root with Megatron's "
+                   "tracker: its tracker's iteration into --out/iter_N plus a tracker")
+      ->required();
   reshard->add_option("--topology,-t", reshard_args.topology, "topology to reshard to")->required();
   AddSpecOptions(reshard, reshard_args.spec, reshard_args.sets);
   reshard->add_option("--out,-o", reshard_args.out, "directory of the new checkpoint")->required();
-  reshard->add_option("--format", reshard_args.format, "native, dcp, dcp-1.13 or fsdp-dtensor");
+  reshard->add_option("--format", reshard_args.format,
+                      "native, dcp, dcp-common-pt, dcp-1.13 or fsdp-dtensor (default: the "
+                      "source's format)");
   reshard->add_option("--backend", reshard_args.backend, "threads or mpi (run under mpirun)")
       ->check(CLI::IsMember({"threads", "mpi"}));
   reshard->add_option("--strict", reshard_args.strict,
                       "strict handling mode (default: the spec's)");
+  reshard->add_flag("--strict-objects", reshard_args.strict_objects,
+                    "refuse when a stored object (rng_state, rerun or dataloader state) would not "
+                    "be carried into the output");
   std::string dump_dir, dump_key, dump_out;
   CLI::App* dump =
       app.add_subcommand("dump",
@@ -305,6 +318,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"megatron", "verl"}));
   manage->add_flag("--json", manage_args.json, "list as JSON");
   manage->add_option("--keep", manage_args.keep, "prune: keep the last K");
+  manage->add_flag("--include-foreign", manage_args.include_foreign,
+                   "prune: also delete superseded iterations distckpt did not write (Megatron's "
+                   "own); the tracker's is never deleted");
   manage->add_option("--retain-interval", manage_args.retain_interval,
                      "prune: keep multiples of R");
 
@@ -348,6 +364,12 @@ int main(int argc, char** argv) {
   imp->add_option("--format", import_args.format, "native (default), dcp or dcp-1.13")
       ->check(CLI::IsMember({"native", "dcp", "dcp-1.13"}));
 
+  bool strict_globals = false;
+  app.add_flag("--strict-globals", strict_globals,
+               "refuse a pickled class off distckpt's allow-list (Megatron's weights_only load) "
+               "instead of carrying it as opaque data with a warning; any command");
+  app.fallthrough();
+
   CLI::App* devices = app.add_subcommand(
       "devices", "print how many CUDA devices this build and machine have (0: none)");
 
@@ -358,6 +380,15 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : distckpt::kExitInputError;
   }
+
+  if (strict_globals) distckpt::SetUnknownGlobalPolicy(distckpt::UnknownGlobalPolicy::kRefuse);
+  // Every unknown class a command carried, named once it has run (also when it failed).
+  struct WarnUnknownGlobals {
+    ~WarnUnknownGlobals() {
+      for (const distckpt::UnknownGlobalNote& note : distckpt::TakeUnknownGlobalNotes())
+        std::cerr << distckpt::DescribeUnknownGlobal(note) << "\n";
+    }
+  } warn_unknown_globals;
 
   bool mpi = (save->parsed() && save_args.backend == "mpi") ||
              (load->parsed() && load_args.backend == "mpi") ||

@@ -57,7 +57,36 @@ std::unique_ptr<CrashPoint> CrashPointFromEnv() {
 
 }  // namespace
 
+namespace {
+
+// A run that starts from scratch must not write into a root that already
+// holds checkpoints: its saves would supersede them and retention would
+// delete them. Refused, naming what is there, unless the run resumes.
+void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayout layout) {
+  Catalog catalog = ScanRoot(env, root, layout);
+  std::vector<std::string> held;
+  if (catalog.tracker) held.push_back(fmt::format("tracker {}", catalog.tracker->ToString()));
+  if (!catalog.tracker_error.empty()) held.push_back("an unreadable tracker");
+  for (const CatalogEntry& e : catalog.entries) {
+    if (e.complete) {
+      held.push_back(
+          fmt::format("{} (complete{})", e.path, e.foreign ? ", not written by distckpt" : ""));
+    } else if (e.foreign) {
+      held.push_back(fmt::format("{} (not written by distckpt)", e.path));
+    }
+  }
+  if (held.empty()) return;
+  Fail(ErrorKind::kInvalidArgument,
+       "{} already holds {}; a run without --resume would replace them: pass --resume "
+       "auto|N|PATH to continue from them, or choose another --dir (nothing was changed)",
+       root, fmt::join(held, ", "));
+}
+
+}  // namespace
+
 int TrainCommand(const TrainArgs& args) {
+  if (args.resume.empty())
+    RefuseRootWithCheckpoints(Env::Default(), args.dir, ParseCheckpointLayout(args.layout));
   Scenario s = LoadScenario(args.scenario);
   TrainOptions options;
   ManagerOptions& m = options.manager;
@@ -131,11 +160,20 @@ int ManageCommand(const ManageArgs& args) {
       Fail(ErrorKind::kIncomplete, "{}: the tracker names iteration {}, which is not complete",
            args.dir, committed);
     }
-    for (int64_t it : SupersededIterations({args.keep, args.retain_interval},
-                                           catalog.CompleteIterations(), committed)) {
+    std::vector<int64_t> candidates;
+    for (const CatalogEntry& e : catalog.entries) {
+      if (e.complete && (!e.foreign || args.include_foreign)) candidates.push_back(e.iteration);
+    }
+    for (int64_t it :
+         SupersededIterations({args.keep, args.retain_interval}, candidates, committed)) {
       if (it == committed) continue;
       DeleteIterationDir(env, catalog.Find(it)->path);
       std::cout << "deleted " << catalog.Find(it)->path << "\n";
+    }
+    for (const CatalogEntry& e : catalog.entries) {
+      if (e.complete && e.foreign && !args.include_foreign && e.iteration != committed)
+        std::cout << "kept " << e.path << " (not written by distckpt; --include-foreign deletes "
+                  << "it when superseded)\n";
     }
     return kExitOk;
   }
@@ -147,7 +185,11 @@ int ManageCommand(const ManageArgs& args) {
     if (!catalog.tracker_error.empty()) j["tracker_error"] = catalog.tracker_error;
     j["checkpoints"] = nlohmann::json::array();
     for (const CatalogEntry& e : catalog.entries) {
-      nlohmann::json c = {{"iteration", e.iteration}, {"path", e.path}, {"complete", e.complete}};
+      nlohmann::json c = {{"iteration", e.iteration},
+                          {"path", e.path},
+                          {"complete", e.complete},
+                          {"writer", e.foreign ? "other" : "distckpt"}};
+      if (!e.format.empty()) c["format"] = e.format;
       if (!e.complete) c["why"] = e.why_incomplete;
       if (e.manifest) c["manifest"] = e.manifest->ToJson();
       j["checkpoints"].push_back(c);
@@ -161,9 +203,10 @@ int ManageCommand(const ManageArgs& args) {
     for (const CatalogEntry& e : catalog.entries) {
       std::cout << fmt::format(
           "  {:>10}  {}  {}\n", e.iteration, e.complete ? "complete  " : "INCOMPLETE",
-          e.complete ? fmt::format("{} [{}] under {}", e.path, fmt::join(e.manifest->contents, ","),
-                                   e.manifest->topology)
-                     : e.path + ": " + e.why_incomplete);
+          !e.complete ? e.path + ": " + e.why_incomplete
+          : e.foreign ? fmt::format("{} ({} checkpoint not written by distckpt)", e.path, e.format)
+                      : fmt::format("{} [{}] under {}", e.path,
+                                    fmt::join(e.manifest->contents, ","), e.manifest->topology));
     }
   }
   if (!catalog.tracker_error.empty()) return kExitInputError;

@@ -72,4 +72,21 @@ rc=$?
 set -e
 [ $rc = 2 ] || { echo "damaged tracker: exit $rc"; exit 1; }
 expect "latest_checkpointed_iteration.txt" "$work/out"
+# A root another tool wrote (a DCP checkpoint in iter_0000005 without distckpt's manifest, as
+# Megatron's own save leaves it, and a tracker): listed as complete, never destroyed.
+f=$work/foreign
+"$d" save "$scenario" --topology tp=2 --dir "$f/iter_0000005" --format dcp >/dev/null
+echo 5 > "$f/latest_checkpointed_iteration.txt"
+sums() { (cd "$f" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+before=$(sums)
+"$d" manage list "$f" > "$work/list"
+expect "^ +5  complete +.*iter_0000005 \\(dcp checkpoint not written by distckpt\\)" "$work/list"
+set +e
+"$d" train "$scenario" --topology tp=1 --dir "$f" --steps 4 > "$work/out" 2>&1
+rc=$?
+set -e
+[ $rc = 2 ] || { echo "train without --resume into a held root: exit $rc"; cat "$work/out"; exit 1; }
+expect "already holds tracker 5, .*iter_0000005 \\(complete, not written by distckpt\\)" "$work/out"
+"$d" manage prune "$f" --keep 1 > "$work/out"
+[ "$(sums)" = "$before" ] || { echo "the foreign root changed"; exit 1; }
 echo "train ($mode): ok"

@@ -10,8 +10,11 @@
 #include "cli/commands.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
+#include "format/dcp/megatron_files.h"
 #include "format/format.h"
 #include "harness/request_spec.h"
+#include "manager/layout.h"
+#include "manager/tracker.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
 #endif
@@ -28,6 +31,25 @@ Scenario SpecOf(const std::string& dir, const std::string& spec,
 
 StrictHandling StrictOf(const std::string& flag, const Scenario& spec) {
   return flag.empty() ? spec.strict : ParseStrictHandling(flag);
+}
+
+// "  object rng_state: regridded: ..." for each stored object a topology does
+// not keep; the number of them.
+int PrintObjectFates(const std::vector<ObjectFate>& fates) {
+  int changed = 0;
+  for (const ObjectFate& f : fates) {
+    if (f.fate == "kept") continue;
+    ++changed;
+    std::cout << fmt::format("  object {}: {}: {}\n", f.key, f.fate, f.detail);
+  }
+  return changed;
+}
+
+nlohmann::json FatesJson(const std::vector<ObjectFate>& fates) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ObjectFate& f : fates)
+    out.push_back({{"key", f.key}, {"fate", f.fate}, {"detail", f.detail}});
+  return out;
 }
 
 }  // namespace
@@ -60,9 +82,21 @@ int VerifyCommand(const VerifyArgs& args) {
       std::cout << fmt::format("verify {} under {}: WOULD NOT LOAD: {}\n", args.dir, t, r.error);
     }
     for (const std::string& w : r.warnings) std::cout << "  warning: " << w << "\n";
+    const int changed = PrintObjectFates(r.objects_fate);
+    bool ok = r.ok;
+    if (changed > 0) {
+      note += fmt::format("; {} stored object(s) not carried:", changed);
+      for (const ObjectFate& f : r.objects_fate)
+        if (f.fate != "kept") note += fmt::format(" {} ({})", f.key, f.fate);
+      if (args.strict_objects) {
+        ok = false;
+        std::cout << fmt::format("verify {} under {}: FAILS --strict-objects: {} object(s)\n",
+                                 args.dir, t, changed);
+      }
+    }
     report.cases.push_back({"distckpt.verify",
                             t,
-                            r.ok,
+                            ok,
                             note,
                             r.seconds,
                             {{"ranks", r.ranks},
@@ -70,7 +104,8 @@ int VerifyCommand(const VerifyArgs& args) {
                              {"objects", r.objects},
                              {"bytes_needed", r.bytes_needed},
                              {"missing", r.missing},
-                             {"unexpected", r.unexpected}}});
+                             {"unexpected", r.unexpected},
+                             {"stored_objects", FatesJson(r.objects_fate)}}});
   }
   if (args.data) {
     DataCheck data = VerifyData(args.dir);  // damage: CheckpointError naming file and key
@@ -91,6 +126,9 @@ int VerifyCommand(const VerifyArgs& args) {
           fmt::join(parts, ", "));
       if (args.require_checksums) note += " (--require-checksums: fails)";
     }
+    if (data.integrity) {
+      note += fmt::format("; integrity.json: {} files match their SHA-256", data.integrity_files);
+    }
     std::cout << fmt::format("verify --data {}: {} chunks and {} objects, {} bytes read, {}\n",
                              args.dir, data.chunks, data.objects, data.bytes, note);
     report.cases.push_back({"distckpt.verify",
@@ -109,11 +147,68 @@ int VerifyCommand(const VerifyArgs& args) {
   return report.failures() == 0 ? kExitOk : kExitVerdictFailed;
 }
 
-int ReshardCommand(const ReshardArgs& args) {
+namespace {
+
+// A run root (Megatron's ROOT with latest_checkpointed_iteration.txt) given
+// to reshard: the tracker's iteration is resharded into OUT/<its directory>
+// and OUT gets a tracker naming it, so Megatron's --load OUT resumes there.
+struct RootReshard {
+  std::string out_root;
+  Tracker tracker;
+};
+
+std::optional<RootReshard> ResolveRoot(ReshardArgs& args) {
+  Env* env = Env::Default();
+  if (!env->IsDirectory(args.dir) || !env->FileExists(TrackerPath(args.dir))) return std::nullopt;
+  for (const Format* f : AllFormats()) {
+    if (f->Detect(env, args.dir)) return std::nullopt;  // a checkpoint, not a root
+  }
+  std::optional<Tracker> tracker = ReadTracker(env, args.dir);
+  const std::string name = tracker->release
+                               ? kReleaseDir
+                               : IterationDirName(CheckpointLayout::kMegatron, tracker->iteration);
+  if (env->IsDirectory(args.out) && !env->ListDir(args.out).empty()) {
+    Fail(ErrorKind::kInvalidArgument,
+         "reshard of the run root {}: --out {} is not empty; a root-level reshard writes {} and a "
+         "tracker into a new root",
+         args.dir, args.out, name);
+  }
+  RootReshard root{args.out, *tracker};
+  args.dir = JoinPath(args.dir, name);
+  args.out = JoinPath(args.out, name);
+  return root;
+}
+
+}  // namespace
+
+int ReshardCommand(const ReshardArgs& given) {
+  ReshardArgs args = given;
+  std::optional<RootReshard> root = ResolveRoot(args);
+  if (args.format.empty()) {
+    // The source's own format: Megatron resumes what it wrote (common.pt or not).
+    Env* env = Env::Default();
+    args.format = std::string(DetectFormat(env, args.dir).name());
+    if (args.format == "dcp" && env->FileExists(JoinPath(args.dir, "common.pt")))
+      args.format = "dcp-common-pt";
+  }
   Scenario spec = SpecOf(args.dir, args.spec, args.sets);
   StrictHandling strict = StrictOf(args.strict, spec);
   const Format& format = FormatByName(args.format);
   const int world = Topology::Parse(args.topology).world_size();
+  {
+    Env* env = Env::Default();
+    std::unique_ptr<CheckpointReader> reader =
+        DetectFormat(env, args.dir).OpenReader(env, args.dir);
+    std::vector<ObjectFate> fates =
+        ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology));
+    const int changed = PrintObjectFates(fates);
+    if (changed > 0 && args.strict_objects) {
+      Fail(ErrorKind::kInvalidArgument,
+           "reshard {} under {}: {} stored object(s) would not be carried (listed above); "
+           "--strict-objects refuses",
+           args.dir, args.topology, changed);
+    }
+  }
   ReshardResult result;
   bool prints = true;
   auto step = [&](Communicator& comm) {
@@ -139,10 +234,16 @@ int ReshardCommand(const ReshardArgs& args) {
     Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", args.backend);
   }
   if (prints) {
+    // Megatron's integrity.json stays valid: the output gets its own when the source had one.
+    if (Env::Default()->FileExists(JoinPath(args.dir, kMegatronIntegrityFileName)))
+      WriteMegatronIntegrity(Env::Default(), args.out);
+    if (root) WriteTracker(Env::Default(), root->out_root, root->tracker);
     std::cout << fmt::format(
-        "resharded {} to {} under {} ({} format): {} bytes read, {} bytes written, {:.3f} s\n",
+        "resharded {} to {} under {} ({} format): {} bytes read, {} bytes written, {:.3f} s{}\n",
         args.dir, args.out, args.topology, args.format, result.bytes_read, result.bytes_written,
-        result.seconds);
+        result.seconds,
+        root ? fmt::format("; tracker {} written in {}", root->tracker.ToString(), root->out_root)
+             : "");
   }
   return kExitOk;
 }

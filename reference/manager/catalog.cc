@@ -7,20 +7,23 @@
 
 #include "core/error.h"
 #include "core/json_parse.h"
+#include "format/dcp/megatron_files.h"
 #include "format/format.h"
 
 namespace distckpt {
 namespace {
 
-bool IsCommitted(Env* env, const std::string& dir) {
-  if (!env->IsDirectory(dir)) return false;
-  for (const Format* format : AllFormats()) {
-    if (format->Detect(env, dir)) return true;
-  }
-  return false;
-}
+bool IsCommitted(Env* env, const std::string& dir) { return !DetectCommitted(env, dir).empty(); }
 
 }  // namespace
+
+std::string DetectCommitted(Env* env, const std::string& dir) {
+  if (!env->IsDirectory(dir)) return "";
+  for (const Format* format : AllFormats()) {
+    if (format->Detect(env, dir)) return std::string(format->name());
+  }
+  return "";
+}
 
 nlohmann::json IterationManifest::ToJson() const {
   return {{"version", 1},
@@ -71,13 +74,46 @@ std::string ComponentDir(const std::string& iteration_dir, const std::string& co
   return component.empty() ? iteration_dir : JoinPath(iteration_dir, component);
 }
 
-CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iteration) {
+CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iteration,
+                                 CheckpointLayout layout) {
   CatalogEntry entry;
   entry.iteration = iteration;
   entry.path = path;
   std::string manifest_path = JoinPath(path, kManifestFile);
   if (!env->FileExists(manifest_path)) {
-    entry.why_incomplete = fmt::format("no {} (the save never finished)", kManifestFile);
+    if (env->FileExists(JoinPath(path, kStartedFile))) {
+      entry.why_incomplete = fmt::format("no {} (the save never finished)", kManifestFile);
+      return entry;
+    }
+    entry.foreign = true;
+    if (layout == CheckpointLayout::kMegatron) entry.format = DetectCommitted(env, path);
+    if (entry.format.empty()) {
+      entry.why_incomplete = fmt::format(
+          "not written by distckpt (no {}) and not a committed checkpoint of a format distckpt "
+          "reads (metadata.json with .metadata, common.pt or native metadata)",
+          kManifestFile);
+      return entry;
+    }
+    // Megatron's dist_checkpointing.save writes metadata.json (its
+    // CheckpointingConfig) last, after every rank's data and DCP's .metadata.
+    const std::string config = JoinPath(path, kMegatronConfigFileName);
+    if (entry.format != "native" &&
+        (!env->FileExists(config) ||
+         !MegatronShardedBackend(ReadFileToString(env, config)).has_value())) {
+      entry.why_incomplete = fmt::format(
+          "not written by distckpt (no {}), and {} (Megatron's last file of a save) is missing or "
+          "names no sharded_backend",
+          kManifestFile, config);
+      return entry;
+    }
+    // Megatron's own save: the directory is the checkpoint (one component),
+    // holding whatever its state dict held.
+    IterationManifest m;
+    m.iteration = iteration;
+    m.layout = layout;
+    m.components = {""};
+    entry.manifest = std::move(m);
+    entry.complete = true;
     return entry;
   }
   try {
@@ -93,6 +129,7 @@ CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iter
     return entry;
   }
   for (const std::string& c : entry.manifest->components) {
+    if (entry.format.empty()) entry.format = DetectCommitted(env, ComponentDir(path, c));
     if (!IsCommitted(env, ComponentDir(path, c))) {
       entry.why_incomplete =
           fmt::format("component '{}' is not a committed checkpoint", c.empty() ? "." : c);
@@ -115,7 +152,7 @@ Catalog ScanRoot(Env* env, const std::string& root, CheckpointLayout layout) {
     std::optional<int64_t> it = ParseIterationDirName(layout, name);
     std::string path = JoinPath(root, name);
     if (!it || !env->IsDirectory(path)) continue;
-    catalog.entries.push_back(InspectIterationDir(env, path, *it));
+    catalog.entries.push_back(InspectIterationDir(env, path, *it, layout));
   }
   std::sort(catalog.entries.begin(), catalog.entries.end(),
             [](const CatalogEntry& a, const CatalogEntry& b) { return a.iteration < b.iteration; });

@@ -3,6 +3,12 @@
 // layout, whether it is complete (the manager's manifest present and every
 // component it lists a committed checkpoint) and, if not, why.
 //
+// Directories other tools wrote are adopted: a Megatron iteration directory
+// without distckpt's manifest is complete when it is itself a committed
+// checkpoint of a format distckpt reads (torch_dist: metadata.json naming the
+// backend and DCP's .metadata, common.pt or the common_state object; native;
+// zarr) — a manifest is synthesized (CatalogEntry::foreign).
+//
 // Thread-safety: pure functions of the directory (rank-local, no collectives).
 #ifndef DISTCKPT_MANAGER_CATALOG_H_
 #define DISTCKPT_MANAGER_CATALOG_H_
@@ -37,6 +43,10 @@ struct CatalogEntry {
   bool complete = false;
   std::string why_incomplete;  // when !complete
   std::optional<IterationManifest> manifest;
+  // Not started by distckpt (no kManifestFile, no kStartedFile): written by
+  // another tool; never cleared or pruned unless asked by name.
+  bool foreign = false;
+  std::string format;  // complete: the format detected ("dcp", "native", ...)
 };
 
 struct Catalog {
@@ -51,7 +61,12 @@ struct Catalog {
 // The directory of a component of an iteration directory ("" = itself).
 std::string ComponentDir(const std::string& iteration_dir, const std::string& component);
 // Reads and checks one iteration directory (CatalogEntry.complete / why).
-CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iteration);
+// Under the Megatron layout a directory without a manifest that is a
+// committed checkpoint is complete and foreign.
+CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iteration,
+                                 CheckpointLayout layout = CheckpointLayout::kMegatron);
+// The format name of the committed checkpoint in `dir`, or "" if none.
+std::string DetectCommitted(Env* env, const std::string& dir);
 // Every iteration directory under `root` (missing root: empty catalog).
 Catalog ScanRoot(Env* env, const std::string& root, CheckpointLayout layout);
 

@@ -26,6 +26,11 @@ inline constexpr char kReleaseDir[] = "release";
 // Written by the manager into an iteration directory once every component of
 // it committed, before the tracker: iteration, layout, components, contents.
 inline constexpr char kManifestFile[] = "distckpt_iteration.json";
+// Written by the manager into an iteration directory it creates, before any
+// data: the directory is distckpt's to clear if its save never finished.
+// A directory with neither file was written by someone else (Megatron's own
+// training loop, verl): distckpt never deletes or replaces it unless told to.
+inline constexpr char kStartedFile[] = "distckpt_started";
 
 // "iter_0000100" (Megatron: 7 digits, more when needed) or "global_step_100".
 std::string IterationDirName(CheckpointLayout layout, int64_t iteration);

@@ -40,6 +40,10 @@ void DeleteIterationDir(Env* env, const std::string& path,
   }
   if (on_unlinked) on_unlinked();
   env->RemoveAll(path);
+  // The engine's save lock beside it (io/file_lock.h), which a save leaves
+  // behind: it would otherwise litter the root with one per deleted iteration.
+  const std::string lock = path + ".lock";
+  if (env->FileExists(lock)) env->RemoveFile(lock);
   env->SyncDir(DirName(path));
 }
 
@@ -93,10 +97,21 @@ void CheckpointManager::ClearForSave(int64_t iteration) {
              "{}: iteration {} is the checkpoint the tracker names; refusing to overwrite it", dir,
              iteration);
       }
+      CatalogEntry entry = InspectIterationDir(e, dir, iteration, options_.layout);
+      if (entry.foreign) {
+        Fail(ErrorKind::kInvalidArgument,
+             "{}: iteration {} holds {} that distckpt did not write; refusing to delete or "
+             "replace it (move it away, or save into another root)",
+             dir, iteration,
+             entry.complete ? fmt::format("a complete {} checkpoint", entry.format)
+                            : std::string("files"));
+      }
       DeleteIterationDir(e, dir);
       cleared = true;
     }
     e->CreateDirs(dir);
+    WriteFileAtomic(e, JoinPath(dir, kStartedFile),
+                    fmt::format("{{\"iteration\": {}, \"writer\": \"distckpt\"}}\n", iteration));
     e->SyncDir(options_.root);
   });
   if (cleared) events_.push_back({"cleared", iteration, dir});
@@ -111,6 +126,13 @@ void CheckpointManager::Save(int64_t iteration, const IterationState& state) {
              "save of iteration {} while the async save of iteration {} is pending", iteration,
              pending_iteration);
       }
+    }
+    if (std::optional<Tracker> tracker = ReadTracker(env(), options_.root);
+        tracker && !tracker->release && tracker->iteration > iteration) {
+      Fail(ErrorKind::kInvalidArgument,
+           "save of iteration {}: the tracker of {} names iteration {}, a later one; refusing to "
+           "move it back (resume from it, or save into another root)",
+           iteration, options_.root, tracker->iteration);
     }
     for (const std::string& c : options_.components) {
       auto it = state.find(c);
@@ -222,11 +244,16 @@ void CheckpointManager::ApplyRetention(int64_t committed) {
       events_.push_back({"warning", committed, "tracker moved during retention: nothing deleted"});
       return;
     }
-    std::vector<int64_t> doomed =
-        SupersededIterations(options_.retention, catalog.CompleteIterations(), committed);
+    // Only what distckpt wrote: another tool's iterations are never deleted here.
+    std::vector<int64_t> ours;
+    for (const CatalogEntry& entry : catalog.entries) {
+      if (entry.complete && !entry.foreign) ours.push_back(entry.iteration);
+    }
+    std::vector<int64_t> doomed = SupersededIterations(options_.retention, ours, committed);
     if (options_.clean_incomplete) {
       for (const CatalogEntry& entry : catalog.entries) {
-        if (!entry.complete && entry.iteration < committed) doomed.push_back(entry.iteration);
+        if (!entry.complete && !entry.foreign && entry.iteration < committed)
+          doomed.push_back(entry.iteration);
       }
     }
     for (int64_t it : doomed) {
@@ -269,13 +296,20 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
       if (!e->IsDirectory(path_dir)) {
         Fail(ErrorKind::kIncomplete, "resume: {} is not a directory", path_dir);
       }
-      if (!e->FileExists(manifest)) {
-        Fail(ErrorKind::kIncomplete, "resume: {} has no {}: not a complete checkpoint", path_dir,
-             kManifestFile);
+      if (e->FileExists(manifest)) {
+        mine = IterationManifest::FromJson(ParseJson(ReadFileToString(e, manifest), manifest),
+                                           manifest)
+                   .iteration;
+      } else {
+        // Another tool's checkpoint (Megatron's iter_N): its iteration from its name.
+        std::string base = path_dir.substr(path_dir.find_last_of('/') + 1);
+        mine = ParseIterationDirName(options_.layout, base).value_or(0);
+        CatalogEntry entry = InspectIterationDir(e, path_dir, mine, options_.layout);
+        if (!entry.complete) {
+          Fail(ErrorKind::kIncomplete, "resume: {} is not a complete checkpoint: {}", path_dir,
+               entry.why_incomplete);
+        }
       }
-      mine =
-          IterationManifest::FromJson(ParseJson(ReadFileToString(e, manifest), manifest), manifest)
-              .iteration;
     }
   });
   std::vector<int64_t> agreed = {mine, release ? 1 : 0};
@@ -310,7 +344,8 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
       }
       return;
     }
-    CatalogEntry entry = InspectIterationDir(e, point.dir, point.iteration);
+    CatalogEntry entry = InspectIterationDir(e, point.dir, point.iteration, options_.layout);
+    point.foreign = entry.foreign;
     if (!entry.complete) {
       Fail(ErrorKind::kIncomplete, "resume ({}): iteration {} at {} is not complete: {}", spec,
            point.iteration, point.dir, entry.why_incomplete);
@@ -331,7 +366,8 @@ LoadResult CheckpointManager::Load(const ResumePoint& point, const std::string& 
            ComponentName(component), fmt::join(point.manifest.components, ", "));
     }
     for (const std::string& content : contents) {
-      if (!Contains(point.manifest.contents, content)) {
+      // Another tool's checkpoint lists no contents: the load's key check decides.
+      if (!point.foreign && !Contains(point.manifest.contents, content)) {
         Fail(ErrorKind::kKeyMismatch, "{}: content '{}' was not saved (saved: {})", point.dir,
              content, fmt::join(point.manifest.contents, ", "));
       }

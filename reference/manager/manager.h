@@ -4,7 +4,10 @@
 //
 // Save(iteration, state) — collective over `comm`:
 //   1. rank 0 clears ROOT/<iteration dir> if a crashed or superseded attempt
-//      left one there (never the tracker's checkpoint: refused);
+//      of distckpt left one there (never the tracker's checkpoint, never a
+//      directory another tool wrote: refused), then creates it with the
+//      kStartedFile marker; a save older than the tracker's iteration is
+//      refused (it would move the tracker back);
 //   2. every component (Megatron: the iteration directory itself; verl:
 //      actor/, critic/...) is saved with the engine's Save, or SaveAsync
 //      (options.async) whose writers run in the background;
@@ -16,8 +19,10 @@
 //   4. retention (after the tracker is durable): rank 0 rebuilds the list
 //      of complete checkpoints from disk and deletes the superseded ones
 //      (retention.h), manifest first, so a crash mid-delete leaves an
-//      incomplete directory, never a damaged "complete" one; incomplete
-//      directories older than the committed iteration are removed too.
+//      incomplete directory, never a damaged "complete" one, and their save
+//      locks; incomplete directories distckpt started, older than the
+//      committed iteration, are removed too. Iterations another tool wrote
+//      (Megatron's own) are never deleted by retention.
 //      Deletion problems are warnings, not save failures.
 // The tracker never names a directory that is not complete, and the
 // checkpoint it names is never deleted.
@@ -87,6 +92,7 @@ struct ResumePoint {
   bool release = false;
   std::string dir;  // the iteration directory
   IterationManifest manifest;
+  bool foreign = false;               // written by another tool (catalog.h): no contents listed
   std::vector<std::string> ignored;   // incomplete directories seen, with why
   std::vector<std::string> warnings;  // e.g. ranks that saw another iteration
 };

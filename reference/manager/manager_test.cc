@@ -5,6 +5,8 @@
 
 #include "comm/thread_world.h"
 #include "core/error_testing.h"
+#include "engine/save.h"
+#include "format/format.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
 
@@ -238,6 +240,61 @@ TEST(Manager, RetentionIsRebuiltFromDiskAndCleansOlderIncomplete) {
   Catalog c = ScanRoot(env, dir.path(), CheckpointLayout::kVerl);
   EXPECT_THAT(c.CompleteIterations(), ElementsAre(4, 5));
   EXPECT_EQ(c.entries.size(), 2u);
+}
+
+// A root Megatron's own training loop wrote: iter_N directories that are
+// committed torch_dist checkpoints without distckpt's manifest, a tracker.
+TEST(Manager, AdoptsAndNeverDestroysIterationsAnotherToolWrote) {
+  ScopedTempDir dir;
+  Env* env = Env::Default();
+  const std::string foreign5 = JoinPath(dir.path(), "iter_0000005");
+  RunRanks(kWorld, [&](Communicator& comm) {
+    SaveOptions save;
+    save.format = &FormatByName("dcp");  // metadata.json (Megatron's config) + .metadata
+    Dict tree;
+    for (auto& [content, node] : ComponentState("", comm.rank(), 5)) tree[content] = node;
+    Save(Node(std::move(tree)), foreign5, comm, save);
+  });
+  WriteTracker(env, dir.path(), {5, false});
+  env->CreateDirs(JoinPath(dir.path(), "iter_0000007"));  // someone else's, unfinished
+  WriteFileAtomic(env, JoinPath(dir.path(), "iter_0000007/notes.txt"), std::string("mine"));
+
+  Catalog c = ScanRoot(env, dir.path(), CheckpointLayout::kMegatron);
+  ASSERT_EQ(c.entries.size(), 2u);
+  EXPECT_TRUE(c.entries[0].complete) << c.entries[0].why_incomplete;
+  EXPECT_TRUE(c.entries[0].foreign);
+  EXPECT_EQ(c.entries[0].format, "dcp");
+  EXPECT_FALSE(c.entries[1].complete);
+  EXPECT_TRUE(c.entries[1].foreign);
+  EXPECT_THAT(c.entries[1].why_incomplete, HasSubstr("not written by distckpt"));
+
+  RunRanks(kWorld, [&](Communicator& comm) {
+    CheckpointManager m(Options(dir.path(), CheckpointLayout::kMegatron, 1), comm);
+    ResumePoint p = m.Resume("auto");
+    ASSERT_TRUE(p.found);
+    EXPECT_EQ(p.iteration, 5);
+    EXPECT_TRUE(p.foreign);
+    EXPECT_EQ(m.Resume(foreign5).iteration, 5);
+    Node request(Dict{{"model", Node(Dict{{"w", Request("w", comm.rank())}})}});
+    LoadResult loaded = m.Load(p, "", request, {"model"});
+    ExpectModel(loaded.state_dict, "model", "w", comm.rank(), 5, 0);
+    // Never into the unfinished directory someone else left, nor behind the tracker.
+    EXPECT_THAT([&] { m.Save(7, StateOf({""}, comm.rank(), 7)); },
+                ThrowsError(ErrorKind::kInvalidArgument, "distckpt did not write"));
+    EXPECT_THAT([&] { m.Save(3, StateOf({""}, comm.rank(), 3)); },
+                ThrowsError(ErrorKind::kInvalidArgument, "refusing to move it back"));
+    // keep_last 1: our own superseded iterations go, the foreign one stays.
+    m.Save(10, StateOf({""}, comm.rank(), 10));
+    m.Save(20, StateOf({""}, comm.rank(), 20));
+  });
+  c = ScanRoot(env, dir.path(), CheckpointLayout::kMegatron);
+  std::vector<int64_t> left;
+  for (const CatalogEntry& e : c.entries) left.push_back(e.iteration);
+  EXPECT_THAT(left, ElementsAre(5, 7, 20));
+  EXPECT_EQ(ReadFileToString(env, JoinPath(dir.path(), "iter_0000007/notes.txt")), "mine");
+  // Retention took the deleted iteration's save lock with it.
+  EXPECT_FALSE(env->FileExists(JoinPath(dir.path(), "iter_0000010.lock")));
+  EXPECT_FALSE(env->FileExists(JoinPath(dir.path(), "iter_0000010")));
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ class Expander {
   Expander(const GptConfig& c, const Topology& t, int rank)
       : c_(c),
         t_(t),
+        rank_(rank),
         me_(t.Coords(rank)),
         dpcp_(me_.dp * t.cp + me_.cp),
         homogeneous_(c.homogeneous()),
@@ -78,11 +79,19 @@ class Expander {
       if (stage.embedding) {
         Add("embedding.word_embeddings.weight", "embedding.word_embeddings.weight", {vp, c_.hidden},
             {{0, me_.tp, t_.tp}}, Replica(true), {c_.vocab, c_.hidden}, true);
+        if (c_.position_embeddings > 0) {
+          Add("embedding.position_embeddings.weight", "embedding.position_embeddings.weight",
+              {c_.position_embeddings, c_.hidden}, {}, Replica(false), {}, false);
+        }
       }
       for (int64_t g = stage.first_layer; g < stage.first_layer + stage.layer_count; ++g) Layer(g);
       if (stage.loss) {
         Add("decoder.final_layernorm.weight", "decoder.final_layernorm.weight", {c_.hidden}, {},
             Replica(false), {}, false);
+        if (c_.norm_bias) {
+          Add("decoder.final_layernorm.bias", "decoder.final_layernorm.bias", {c_.hidden}, {},
+              Replica(false), {}, false);
+        }
         if (!c_.tied) {
           Add("output_layer.weight", "output_layer.weight", {vp, c_.hidden}, {{0, me_.tp, t_.tp}},
               Replica(true), {c_.vocab, c_.hidden}, true);
@@ -120,16 +129,25 @@ class Expander {
     for (int v = 0; v < t_.vpp; ++v) {
       const Stage& stage = stages_[v * t_.pp + me_.pp];
       for (int64_t g = stage.first_layer; g < stage.first_layer + stage.layer_count; ++g) {
-        auto [key, shape, offset] = LayerKey(g, "self_attention.linear_qkv._extra_state");
-        if (shape.empty()) {  // Megatron's _get_extra_state_offsets without sharded offsets
-          shape = {1};
-          offset = {0};
+        for (const std::string& module : c_.extra_state) {
+          if (!HasModule(g, module)) continue;
+          auto [key, shape, offset] = LayerKey(g, module + "._extra_state");
+          if (shape.empty()) {  // Megatron's _get_extra_state_offsets without sharded offsets
+            shape = {1};
+            offset = {0};
+          }
+          add(LayerPath(g, module + "._extra_state"), key, shape, offset, {0, me_.tp, dpcp_});
         }
-        add(LayerPath(g, "self_attention.linear_qkv._extra_state"), key, shape, offset,
-            {0, me_.tp, dpcp_});
+      }
+      if (stage.loss && c_.output_extra_state) {
+        add("output_layer._extra_state", "output_layer._extra_state", {1}, {0}, {0, me_.tp, dpcp_});
       }
     }
     add("rng_state", "rng_state", {t_.pp, t_.tp}, {me_.pp, me_.tp}, {dpcp_});
+    if (c_.rerun_state) {
+      add("rerun_state_machine.sharded", "rerun_state_machine_state", {t_.world_size()}, {rank_},
+          {0});
+    }
     return out;
   }
 
@@ -209,24 +227,45 @@ class Expander {
         false, prepend_shape, prepend_offset, glu_axis);
   }
 
+  bool Dense(int64_t g) const { return c_.experts == 0 || !c_.moe_layers[g]; }
+
+  // Whether layer g has `module` (a MoE layer has no mlp.linear_fc1/fc2).
+  bool HasModule(int64_t g, const std::string& module) const {
+    return Dense(g) || !module.starts_with("mlp.linear_fc");
+  }
+
+  // A layer norm: `unfused` ("input_layernorm.") or, with fused_norms, the
+  // name inside the linear that follows it (`fused`, "" if none).
+  void Norm(int64_t g, const std::string& unfused, const std::string& fused) {
+    const std::string base = c_.fused_norms && !fused.empty() ? fused : unfused;
+    LayerParam(g, base + "weight", {c_.hidden}, {}, Replica(false));
+    if (c_.norm_bias) LayerParam(g, base + "bias", {c_.hidden}, {}, Replica(false));
+  }
+
   void Layer(int64_t g) {
     const int64_t h = c_.hidden, f = c_.ffn;
     const int tp = me_.tp, TP = t_.tp;
-    LayerParam(g, "input_layernorm.weight", {h}, {}, Replica(false));
+    const bool bias = c_.linear_bias != 0;      // proj and fc2
+    const bool qkv_bias = bias || c_.qkv_bias;  // linear_qkv
+    const bool fc1_bias = c_.linear_bias == 1;  // only with every linear biased
+    Norm(g, "input_layernorm.", "self_attention.linear_qkv.layer_norm_");
     // Grouped-query attention: per query group [q of its heads, k, v] (Megatron's order).
     const int64_t qkv = c_.query_groups > 0 ? h + 2 * c_.query_groups * (h / c_.heads) : 3 * h;
     LayerParam(g, "self_attention.linear_qkv.weight", {qkv, h}, {{0, tp, TP}}, Replica(true));
-    LayerParam(g, "self_attention.linear_qkv.bias", {qkv}, {{0, tp, TP}}, Replica(true));
+    if (qkv_bias)
+      LayerParam(g, "self_attention.linear_qkv.bias", {qkv}, {{0, tp, TP}}, Replica(true));
     LayerParam(g, "self_attention.linear_proj.weight", {h, h}, {{1, tp, TP}}, Replica(true));
-    LayerParam(g, "self_attention.linear_proj.bias", {h}, {}, Replica(false));
-    LayerParam(g, "pre_mlp_layernorm.weight", {h}, {}, Replica(false));
+    if (bias) LayerParam(g, "self_attention.linear_proj.bias", {h}, {}, Replica(false));
     const int glu = c_.glu ? 0 : -1;
-    if (c_.experts == 0 || !c_.moe_layers[g]) {
+    if (Dense(g)) {
+      Norm(g, "pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_");
       LayerParam(g, "mlp.linear_fc1.weight", {f, h}, {{0, tp, TP}}, Replica(true), glu);
+      if (fc1_bias) LayerParam(g, "mlp.linear_fc1.bias", {f}, {{0, tp, TP}}, Replica(true), glu);
       LayerParam(g, "mlp.linear_fc2.weight", {h, f}, {{1, tp, TP}}, Replica(true));
-      LayerParam(g, "mlp.linear_fc2.bias", {h}, {}, Replica(false));
+      if (bias) LayerParam(g, "mlp.linear_fc2.bias", {h}, {}, Replica(false));
       return;
     }
+    Norm(g, "pre_mlp_layernorm.", "");
     LayerParam(g, "mlp.router.weight", {c_.experts, h}, {}, Replica(false));
     // SequentialMLP experts: a second prepended axis with the global expert index.
     const int64_t local = c_.experts / t_.ep;
@@ -246,6 +285,7 @@ class Expander {
 
   const GptConfig& c_;
   const Topology& t_;
+  int rank_;
   RankCoords me_;
   int64_t dpcp_;
   bool homogeneous_;  // O(layers) to compute: once, not per key
@@ -293,10 +333,30 @@ std::vector<std::vector<std::string>> ParseLayout(const json& j, const std::stri
 }
 
 void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
-  static const std::set<std::string> kFields{
-      "kind",  "prefix",          "layers",  "hidden",         "ffn", "heads",
-      "vocab", "vocab_multiple",  "experts", "moe_layer_freq", "glu", "tied",
-      "dtype", "pipeline_layout", "rename",  "query_groups"};
+  static const std::set<std::string> kFields{"kind",
+                                             "prefix",
+                                             "layers",
+                                             "hidden",
+                                             "ffn",
+                                             "heads",
+                                             "vocab",
+                                             "vocab_multiple",
+                                             "experts",
+                                             "moe_layer_freq",
+                                             "glu",
+                                             "tied",
+                                             "dtype",
+                                             "pipeline_layout",
+                                             "rename",
+                                             "query_groups",
+                                             "fused_norms",
+                                             "norm_bias",
+                                             "linear_bias",
+                                             "qkv_bias",
+                                             "position_embeddings",
+                                             "extra_state",
+                                             "output_extra_state",
+                                             "rerun_state"};
   if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "{}: expected an object", path);
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!kFields.count(it.key()))
@@ -325,6 +385,27 @@ void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
   }
   SetBool(j, path, "glu", c.glu);
   SetBool(j, path, "tied", c.tied);
+  SetBool(j, path, "fused_norms", c.fused_norms);
+  SetBool(j, path, "norm_bias", c.norm_bias);
+  SetBool(j, path, "qkv_bias", c.qkv_bias);
+  SetBool(j, path, "output_extra_state", c.output_extra_state);
+  SetBool(j, path, "rerun_state", c.rerun_state);
+  if (j.contains("linear_bias")) {
+    bool b = false;
+    SetBool(j, path, "linear_bias", b);
+    c.linear_bias = b ? 1 : 0;
+  }
+  SetInt(j, path, "position_embeddings", c.position_embeddings, 0);
+  if (j.contains("extra_state")) {
+    if (!j["extra_state"].is_array())
+      Fail(ErrorKind::kInvalidArgument, "{}.extra_state: expected a list of module names", path);
+    c.extra_state.clear();
+    for (const json& m : j["extra_state"]) {
+      if (!m.is_string() || m.get<std::string>().empty())
+        Fail(ErrorKind::kInvalidArgument, "{}.extra_state: expected module names", path);
+      c.extra_state.push_back(m.get<std::string>());
+    }
+  }
   if (j.contains("dtype")) {
     if (!j["dtype"].is_string())
       Fail(ErrorKind::kInvalidArgument, "{}.dtype: expected a string", path);

@@ -46,6 +46,23 @@ struct GptConfig {
   // "embedding" | "decoder" | "loss", stage index = vpp_stage*pp + pp_rank.
   std::map<int, std::vector<std::vector<std::string>>> layouts;
   std::map<std::string, std::string> rename;  // key -> key (to test key changes)
+  // What Megatron's own GPT configurations store beyond the defaults above
+  // (megatron-semantics §5.2; pretrain_gpt.py's arguments in parentheses):
+  bool fused_norms = false;  // layer norms under the linears' names (Megatron-Core's
+                             // `self_attention.linear_qkv.layer_norm_weight`,
+                             // `mlp.linear_fc1.layer_norm_weight`; TE and local specs)
+  bool norm_bias = false;    // LayerNorm: every norm has a bias (--normalization LayerNorm)
+  // Linear biases: -1 the generator's default (linear_qkv, linear_proj and
+  // linear_fc2); 0 none (--disable-bias-linear); 1 every linear, linear_fc1
+  // included (--add-bias-linear, Megatron's default).
+  int linear_bias = -1;
+  bool qkv_bias = false;            // --add-qkv-bias (with linear_bias 0)
+  int64_t position_embeddings = 0;  // learned absolute positions: rows (max_position_embeddings)
+  std::vector<std::string> extra_state = {"self_attention.linear_qkv"};  // per-layer modules
+  bool output_extra_state = false;  // output_layer._extra_state
+  // Megatron's rerun state machine: `rerun_state_machine_state`, one object
+  // per rank on a (world,) grid (core/rerun_state_machine.py).
+  bool rerun_state = false;
 
   bool homogeneous() const;
 };

@@ -16,10 +16,13 @@ using nlohmann::json;
 constexpr std::string_view kEmbedding = "embedding.word_embeddings.weight";
 constexpr std::string_view kFinalNorm = "decoder.final_layernorm.weight";
 
-// The prefixes of the GPT models a checkpoint holds ("" and e.g. "draft.").
+// The prefixes of the GPT models a checkpoint holds ("" and e.g. "draft."),
+// not counting the optimizer's copies of a model's keys ("optimizer.state.
+// exp_avg.embedding.word_embeddings.weight" is optimizer state, not a model).
 std::set<std::string> ModelPrefixes(const CheckpointMetadata& md) {
   std::set<std::string> prefixes;
   for (const auto& [key, t] : md.tensors) {
+    if (key.starts_with("optimizer.")) continue;
     for (std::string_view suffix : {kEmbedding, kFinalNorm}) {
       if (key.size() >= suffix.size() && key.ends_with(suffix))
         prefixes.insert(key.substr(0, key.size() - suffix.size()));
@@ -81,6 +84,7 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
   auto key = [&](std::string_view name) { return prefix + std::string(name); };
   json model = {{"kind", "gpt"}};
   if (!prefix.empty()) model["prefix"] = prefix;
+  auto has = [&](std::string_view name) { return Find(md, key(name)) != nullptr; };
 
   const StoredTensor* embedding = Find(md, key(kEmbedding));
   const StoredTensor* output = Find(md, key("output_layer.weight"));
@@ -111,10 +115,28 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
       vocab && model.contains("vocab") && *vocab <= model["vocab"].get<int64_t>()) {
     model["vocab"] = *vocab;
   }
+  auto flag = [&](const char* name) -> std::optional<bool> {
+    if (!args || !args->is_object() || !args->contains(name) || !(*args)[name].is_boolean())
+      return std::nullopt;
+    return (*args)[name].get<bool>();
+  };
+  // The architecture Megatron's args name (training/arguments.py); the keys
+  // below decide what is stored where the args are silent.
+  if (auto heads = arg("num_attention_heads")) model["heads"] = *heads;
+  if (flag("group_query_attention").value_or(false)) {
+    if (auto groups = arg("num_query_groups")) model["query_groups"] = *groups;
+  }
+  if (auto glu = flag("swiglu")) model["glu"] = *glu;
 
   // Layers: stacked on a prepended axis (homogeneous), or one key set per
   // global layer ("decoder.layers.<g>.", Megatron's non-homogeneous MoE).
-  const StoredTensor* stacked_norm = Find(md, key("decoder.layers.input_layernorm.weight"));
+  // Megatron-Core stores the layer norms inside the linears that follow them
+  // (`self_attention.linear_qkv.layer_norm_weight`, TE and local specs alike);
+  // older checkpoints and our own generator under their module names.
+  const bool fused = has("decoder.layers.self_attention.linear_qkv.layer_norm_weight");
+  const StoredTensor* stacked_norm =
+      Find(md, key(fused ? "decoder.layers.self_attention.linear_qkv.layer_norm_weight"
+                         : "decoder.layers.input_layernorm.weight"));
   const std::string per_layer = key("decoder.layers.");
   std::set<int64_t> layer_numbers, moe_layers;
   for (const auto& [k, t] : md.tensors) {
@@ -173,9 +195,75 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
   else
     model["experts"] = 0;
 
+  // What the layers store beyond weights, from the keys of the first layer
+  // (stacked: "decoder.layers.X"; per layer: "decoder.layers.<g>.X").
+  std::string first = "decoder.layers.";
+  if (!stacked_norm && !layer_numbers.empty())
+    first = fmt::format("decoder.layers.{}.", *layer_numbers.begin());
+  auto layer_has = [&](const std::string& name) { return has(first + name); };
+  bool any_fused = false;
+  for (const auto& [k, t] : md.tensors) {
+    if (k.starts_with(per_layer) && k.find(".layer_norm_weight") != std::string::npos)
+      any_fused = true;
+  }
+  model["fused_norms"] = any_fused;
+  const std::string input_norm =
+      any_fused ? "self_attention.linear_qkv.layer_norm_" : "input_layernorm.";
+  model["norm_bias"] = layer_has(input_norm + "bias") || has("decoder.final_layernorm.bias");
+  const bool proj_bias = layer_has("self_attention.linear_proj.bias");
+  const bool qkv_bias = layer_has("self_attention.linear_qkv.bias");
+  bool fc1_bias = false;
+  for (const auto& [k, t] : md.tensors) {
+    if (k.starts_with(per_layer) && k.ends_with("mlp.linear_fc1.bias")) fc1_bias = true;
+  }
+  if (fc1_bias) {
+    model["linear_bias"] = true;
+  } else if (!proj_bias) {
+    model["linear_bias"] = false;
+    model["qkv_bias"] = qkv_bias;
+  }  // else the generator's default: linear_qkv, linear_proj and linear_fc2 biases
+  if (const StoredTensor* pos = Find(md, key("embedding.position_embeddings.weight"));
+      pos && pos->global_shape.size() == 2) {
+    model["position_embeddings"] = pos->global_shape[0];
+  }
+  // _extra_state objects per layer module, and the output layer's.
+  std::set<std::string> extra;
+  bool output_extra = false;
+  for (const auto& [unique, o] : md.objects) {
+    if (o.key == key("output_layer._extra_state")) output_extra = true;
+    if (prefix.empty() && o.key == "rerun_state_machine_state") model["rerun_state"] = true;
+    if (!o.key.starts_with(per_layer) || !o.key.ends_with("._extra_state")) continue;
+    std::string module = o.key.substr(per_layer.size());
+    module = module.substr(0, module.size() - std::string_view("._extra_state").size());
+    if (size_t dot = module.find('.');
+        dot != std::string::npos && module.find_first_not_of("0123456789") == dot) {
+      module = module.substr(dot + 1);  // per-layer keys: "<g>.self_attention.linear_qkv"
+    }
+    extra.insert(module);
+  }
+  model["extra_state"] = json(std::vector<std::string>(extra.begin(), extra.end()));
+  model["output_extra_state"] = output_extra;
+
   for (const auto& [field, value] : overrides) {
     if (field != "prefix") model[field] = value;
   }
+  // The args' sizes where they exist, checked against the shapes.
+  auto check = [&](const char* arg_name, const char* field) {
+    std::optional<int64_t> a = arg(arg_name);
+    if (!a || overrides.count(field)) return;
+    if (model.contains(field) && model[field].is_number_integer() &&
+        model[field].get<int64_t>() != *a) {
+      Fail(ErrorKind::kInvalidArgument,
+           "--spec gpt: the checkpoint's args say {}={} but its tensors give {}={}; pass --set "
+           "{}=VALUE",
+           arg_name, *a, field, model[field].get<int64_t>(), field);
+    }
+    model[field] = *a;
+  };
+  check("num_layers", "layers");
+  check("hidden_size", "hidden");
+  check(model["experts"].get<int64_t>() > 0 ? "moe_ffn_hidden_size" : "ffn_hidden_size", "ffn");
+
   // Fields the generator needs and the shapes did not decide.
   const std::map<std::string, std::string> why = {
       {"hidden",
@@ -186,7 +274,8 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
       {"glu", "linear_fc1 rows are neither ffn nor 2*ffn"},
       {"vocab", fmt::format("no '{}' or '{}output_layer.weight'", key(kEmbedding), prefix)},
       {"heads",
-       "linear_qkv is [3*hidden, hidden] for any head count, so the shapes do not decide it"},
+       "the checkpoint stores no Megatron args with num_attention_heads, and linear_qkv is "
+       "[3*hidden, hidden] for any head count, so the shapes do not decide it"},
   };
   for (const auto& [field, reason] : why) {
     if (!model.contains(field)) CannotInfer(field, reason);
@@ -228,11 +317,49 @@ Scenario SpecFromJson(json spec, const std::string& source, const CheckpointMeta
   return Scenario::FromJson(spec, source);
 }
 
+std::optional<json> InferOptimizer(const CheckpointMetadata& md) {
+  bool any = false, distributed = false, fp32_param = false, param = false, flat = false;
+  for (const auto& [k, t] : md.tensors) {
+    if (!k.starts_with("optimizer.")) continue;
+    any = true;
+    if (k.starts_with("optimizer.distributed.") || k.find(".optimizer.distributed.") != k.npos)
+      distributed = true;
+    if (k.starts_with("optimizer.state.fp32_param.")) fp32_param = true;
+    if (k.starts_with("optimizer.state.param.")) param = true;
+    for (const StoredChunk& c : t.chunks) flat |= c.flat.has_value();
+  }
+  if (!any) return std::nullopt;
+  // Megatron's DistributedOptimizer records its format in the common state.
+  std::string format;
+  if (md.common.is_object() && md.common.contains("optimizer") &&
+      md.common["optimizer"].is_object()) {
+    format = md.common["optimizer"].value("param_state_sharding_type", "");
+  }
+  if (format.empty()) {
+    format = distributed  ? "dp_reshardable"
+             : param      ? "fully_reshardable"
+             : flat       ? "fully_sharded_model_space"
+             : fp32_param ? "plain"
+                          : "plain";
+  }
+  json opt = {{"kind", "adam"}, {"format", format}};
+  if (md.common.is_object() && md.common.contains("optimizer")) {
+    const json& o = md.common["optimizer"];
+    if (o.is_object() && o.contains("state") && o["state"].is_object() &&
+        o["state"].contains("common_step") && o["state"]["common_step"].is_number_integer()) {
+      opt["step"] = o["state"]["common_step"];
+    }
+  }
+  return opt;
+}
+
 Scenario LoadRequestSpec(const std::string& spec, const CheckpointMetadata& md,
                          const SpecOverrides& overrides) {
   if (spec == "gpt") {
     json model = InferGptModel(md, overrides);
-    return Scenario::FromJson({{"name", "gpt (inferred)"}, {"model", model}}, "--spec gpt");
+    json scenario = {{"name", "gpt (inferred)"}, {"model", model}};
+    if (std::optional<json> opt = InferOptimizer(md)) scenario["optimizer"] = *opt;
+    return Scenario::FromJson(scenario, "--spec gpt");
   }
   if (!overrides.empty()) {
     Fail(ErrorKind::kInvalidArgument, "--set applies to --spec gpt only (spec {})", spec);

@@ -14,6 +14,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "format/checkpoint_metadata.h"
@@ -33,6 +34,14 @@ SpecOverrides ParseSpecOverrides(const std::vector<std::string>& assignments);
 // linear_qkv is [3*hidden, hidden] for any head count) must come from
 // `overrides`; otherwise the inference is refused naming the field.
 nlohmann::json InferGptModel(const CheckpointMetadata& metadata, const SpecOverrides& overrides);
+
+// The optimizer section (scenarios/README.md, Optimizer) of the Adam state
+// `metadata` holds: its format from Megatron's param_state_sharding_type in
+// the common state, else from the keys (optimizer.distributed.* bucket
+// space: dp_reshardable; optimizer.state.param.*: fully_reshardable;
+// flattened ranges: fully_sharded_model_space; else plain); nullopt when the
+// checkpoint holds no optimizer state.
+std::optional<nlohmann::json> InferOptimizer(const CheckpointMetadata& metadata);
 
 // A spec file's JSON with every omitted `tensors[].shape` filled from
 // `metadata` (the stored global shape without the spec's stack axes), parsed.

@@ -86,6 +86,15 @@ json GptToJson(const GptConfig& c) {
     j["pipeline_layout"] = layouts;
   }
   if (!c.rename.empty()) j["rename"] = c.rename;
+  // The stored-layout fields, where they differ from the generator's defaults.
+  if (c.fused_norms) j["fused_norms"] = true;
+  if (c.norm_bias) j["norm_bias"] = true;
+  if (c.linear_bias >= 0) j["linear_bias"] = c.linear_bias == 1;
+  if (c.qkv_bias) j["qkv_bias"] = true;
+  if (c.position_embeddings > 0) j["position_embeddings"] = c.position_embeddings;
+  if (c.extra_state != GptConfig{}.extra_state) j["extra_state"] = c.extra_state;
+  if (c.output_extra_state) j["output_extra_state"] = true;
+  if (c.rerun_state) j["rerun_state"] = true;
   return j;
 }
 

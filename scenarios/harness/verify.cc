@@ -11,6 +11,7 @@
 #include "engine/common_state.h"
 #include "engine/load.h"
 #include "engine/save.h"
+#include "format/dcp/megatron_files.h"
 #include "harness/expand.h"
 #include "harness/resave.h"
 #include "mapping/dict_utils.h"
@@ -52,7 +53,40 @@ Topology SavedTopology(const VerifyOptions& options, const CheckpointMetadata& m
   return topo;
 }
 
+std::string GridString(const Shape& shape) { return ShapeToString(shape); }
+
 }  // namespace
+
+std::vector<ObjectFate> ObjectFates(const Scenario& spec, const CheckpointMetadata& md,
+                                    const Topology& topo) {
+  std::map<std::string, Shape> stored = StoredObjectGrids(md);
+  std::map<std::string, Shape> requested;
+  const int ranks = std::min(topo.world_size(), 4096);
+  for (int rank = 0; rank < ranks; ++rank) {
+    for (const ObjectParam& o : ExpandRank(spec, topo, rank).objects)
+      requested.emplace(o.object.key, o.object.global_shape);
+  }
+  std::vector<ObjectFate> fates;
+  for (const auto& [key, grid] : stored) {
+    auto it = requested.find(key);
+    if (it == requested.end()) {
+      fates.push_back({key, "dropped",
+                       fmt::format("stored on grid {}; the request spec does not ask for it, so a "
+                                   "load leaves it and a reshard does not carry it",
+                                   GridString(grid))});
+    } else if (it->second != grid) {
+      fates.push_back(
+          {key, "regridded",
+           fmt::format("stored on grid {}, topology {} places it on {}: objects are not "
+                       "resharded, so it is not loaded or carried (Megatron's load_checkpoint "
+                       "likewise skips rng_state after a TP/PP change)",
+                       GridString(grid), topo.ToString(), GridString(it->second))});
+    } else {
+      fates.push_back({key, "kept", fmt::format("grid {}", GridString(grid))});
+    }
+  }
+  return fates;
+}
 
 VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std::string& topology,
                         const VerifyOptions& options) {
@@ -114,6 +148,7 @@ VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std:
   }
   result.missing = Joined(missing);
   result.unexpected = Joined(unexpected);
+  result.objects_fate = ObjectFates(spec, md, topo);
   result.seconds = SecondsSince(start);
   return result;
 }
@@ -144,6 +179,9 @@ DataCheck VerifyData(const std::string& dir, Env* env) {
     ++check.objects;
     check.bytes += object.length;
   }
+  IntegrityCheck integrity = VerifyMegatronIntegrity(env, dir);
+  check.integrity = integrity.present;
+  check.integrity_files = integrity.files;
   return check;
 }
 

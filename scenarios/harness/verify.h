@@ -13,7 +13,8 @@
 // item), never a tensor item.
 //
 // VerifyData reads every stored byte once (chunk by chunk, bounded memory)
-// and checks every checksum (native xxHash3, DCP zip CRC32); damage throws
+// and checks every checksum (native xxHash3, DCP zip CRC32), then every file
+// Megatron's integrity.json lists (SHA-256) when there is one; damage throws
 // CheckpointError(kCorruption) naming file and key. What carries no
 // checksum is counted as unverified (DataCheck), never as matching.
 //
@@ -47,15 +48,30 @@ struct VerifyOptions {
   Env* env = nullptr;          // nullptr = Env::Default()
 };
 
+// What a load (or reshard) under a topology does to one object the
+// checkpoint stores: Megatron's rng_state lives on a (PP, TP) grid, the
+// rerun state machine's and a dataloader's state per rank; a topology
+// change leaves them behind, and users' worst resume bugs are silent ones.
+struct ObjectFate {
+  std::string key;     // the ShardedObject key
+  std::string fate;    // "kept", "regridded" (not carried), "dropped" (not requested)
+  std::string detail;  // stored grid and the topology's, or why
+};
+// Every stored object key, in key order (ranks of `topology` expanded up to
+// 4096 of them to find what the spec requests).
+std::vector<ObjectFate> ObjectFates(const Scenario& spec, const CheckpointMetadata& metadata,
+                                    const Topology& topology);
+
 struct VerifyResult {
   bool ok = false;
-  std::string error;                  // why it would not load (agreed over the ranks)
-  int ranks = 0;                      // world size of the topology
-  uint64_t tensors = 0;               // requested ShardedTensors, summed over ranks
-  uint64_t objects = 0;               // requested ShardedObjects, summed over ranks
-  uint64_t bytes_needed = 0;          // stored bytes a load would read, summed over ranks
-  std::string missing, unexpected;    // return_* modes: sorted, comma-separated
-  std::vector<std::string> warnings;  // log_* modes
+  std::string error;                     // why it would not load (agreed over the ranks)
+  int ranks = 0;                         // world size of the topology
+  uint64_t tensors = 0;                  // requested ShardedTensors, summed over ranks
+  uint64_t objects = 0;                  // requested ShardedObjects, summed over ranks
+  uint64_t bytes_needed = 0;             // stored bytes a load would read, summed over ranks
+  std::string missing, unexpected;       // return_* modes: sorted, comma-separated
+  std::vector<std::string> warnings;     // log_* modes
+  std::vector<ObjectFate> objects_fate;  // every stored object (ObjectFates)
   double seconds = 0;
 };
 
@@ -76,6 +92,10 @@ struct DataCheck {
   bool verified() const {
     return unverified_chunks == 0 && unverified_objects == 0 && !unverified_metadata;
   }
+  // Megatron's integrity.json (format/dcp/megatron_files.h), when present:
+  // every file it lists checked against its SHA-256.
+  bool integrity = false;
+  uint64_t integrity_files = 0;
 };
 DataCheck VerifyData(const std::string& dir, Env* env = nullptr);
 

@@ -95,8 +95,20 @@ const std::unordered_set<std::string>& AllowList() {
         // The unpickler evaluates it only as encode(str, "latin1").
         {"_codecs", {"encode"}},
         {"megatron.core.enums", {"ModelType"}},
-        {"megatron.core.transformer.enums", {"AttnBackend", "ModelType"}},
+        // Megatron-Core 0.16-0.20 (safe_globals.py): args.exit_signal is a
+        // signal.Signals, validate_args stores CudaGraph* enums, args may hold
+        // an OptimizerConfig and BytesIO / torch.Generator states.
+        {"megatron.core.transformer.enums",
+         {"AttnBackend", "ModelType", "CudaGraphModule", "CudaGraphScope",
+          "InferenceCudaGraphScope"}},
         {"megatron.core.rerun_state_machine", {"RerunDiagnostic", "RerunMode", "RerunState"}},
+        {"megatron.core.optimizer.optimizer_config", {"OptimizerConfig"}},
+        {"megatron.core.optimizer", {"OptimizerConfig"}},
+        {"signal", {"Signals"}},
+        {"io", {"BytesIO"}},
+        {"_io", {"BytesIO"}},
+        {"torch._C", {"Generator"}},
+        {"torch", {"Generator"}},
     };
     std::unordered_set<std::string> set;
     for (const AllowedModule& m : modules) {
@@ -116,6 +128,117 @@ const std::unordered_set<std::string>& AllowList() {
 
 bool IsAllowedGlobal(std::string_view module, std::string_view name) {
   return AllowList().contains(fmt::format("{}.{}", module, name));
+}
+
+bool IsForbiddenGlobal(std::string_view module, std::string_view name) {
+  // Whole modules (and their submodules) whose globals run code or touch the system.
+  static constexpr std::string_view kModules[] = {"os",
+                                                  "posix",
+                                                  "nt",
+                                                  "subprocess",
+                                                  "_posixsubprocess",
+                                                  "sys",
+                                                  "importlib",
+                                                  "imp",
+                                                  "runpy",
+                                                  "shutil",
+                                                  "socket",
+                                                  "ctypes",
+                                                  "_ctypes",
+                                                  "pickle",
+                                                  "_pickle",
+                                                  "marshal",
+                                                  "multiprocessing",
+                                                  "threading",
+                                                  "_thread",
+                                                  "asyncio",
+                                                  "code",
+                                                  "codeop",
+                                                  "pty",
+                                                  "pdb",
+                                                  "bdb",
+                                                  "timeit",
+                                                  "trace",
+                                                  "profile",
+                                                  "cProfile",
+                                                  "webbrowser",
+                                                  "functools",
+                                                  "operator",
+                                                  "_operator",
+                                                  "inspect",
+                                                  "site",
+                                                  "sitecustomize",
+                                                  "pkgutil",
+                                                  "zipimport",
+                                                  "tempfile",
+                                                  "glob",
+                                                  "fileinput",
+                                                  "commands",
+                                                  "popen2",
+                                                  "platform",
+                                                  "sysconfig",
+                                                  "distutils",
+                                                  "setuptools",
+                                                  "pip",
+                                                  "ensurepip",
+                                                  "venv",
+                                                  "dill",
+                                                  "cloudpickle",
+                                                  "joblib",
+                                                  "yaml",
+                                                  "http",
+                                                  "urllib",
+                                                  "ftplib",
+                                                  "smtplib",
+                                                  "telnetlib",
+                                                  "xmlrpc",
+                                                  "ssl",
+                                                  "select",
+                                                  "selectors",
+                                                  "mmap",
+                                                  "resource",
+                                                  "gc",
+                                                  "weakref",
+                                                  "builtins",
+                                                  "__builtin__",
+                                                  "torch.hub",
+                                                  "torch.jit",
+                                                  "torch.ops",
+                                                  "torch.classes",
+                                                  "torch.package",
+                                                  "torch.utils",
+                                                  "torch.serialization",
+                                                  "numpy.lib",
+                                                  "numpy.testing",
+                                                  "numpy.f2py",
+                                                  "_io",
+                                                  "io",
+                                                  "signal",
+                                                  "types",
+                                                  "__main__"};
+  // Plain data types of builtins (pickle names set, frozenset, ... this way).
+  static constexpr std::string_view kDataBuiltins[] = {
+      "set", "frozenset", "bytearray", "complex", "slice", "range", "bytes", "str",
+      "int", "float",     "bool",      "list",    "tuple", "dict",  "object"};
+  if (IsAllowedGlobal(module, name)) return false;  // BytesIO, Signals, SimpleNamespace, getattr
+  if (module == "torch" && (name == "load" || name == "from_file")) return true;
+  if (module == "numpy" && (name == "load" || name == "fromfile" || name == "loadtxt")) return true;
+  if (module == "builtins" || module == "__builtin__") {
+    for (std::string_view data : kDataBuiltins) {
+      if (name == data) return false;
+    }
+    return true;
+  }
+  for (std::string_view m : kModules) {
+    if (module == m ||
+        (module.size() > m.size() && module.starts_with(m) && module[m.size()] == '.')) {
+      return true;
+    }
+  }
+  // Dunder attributes (__import__, __reduce__, ...) of anything but copyreg's
+  // own protocol helpers (__newobj__, __newobj_ex__).
+  return module != "copyreg" &&
+         (name.starts_with("__") || name.find(".__") != std::string_view::npos);
 }
 
 bool IsAllowedVerlGlobal(std::string_view module, std::string_view name) {

@@ -10,11 +10,17 @@
 // as getattr(<allowed class>, "<name>"), the Python 3.11 spelling of the
 // memory-format enum), and the classes Megatron's common.pt holds
 // (argparse.Namespace, types.SimpleNamespace, numpy arrays and dtypes,
-// Megatron's enums; megatron/core/safe_globals.py of v0.15). The unpickler
-// refuses any other global with CheckpointError(kUnsupported) "refusing to
-// unpickle global 'module.name'".
+// Megatron's enums, signal.Signals, io.BytesIO, torch._C.Generator,
+// OptimizerConfig: megatron/core/safe_globals.py of Megatron-Core 0.13-0.20).
 //
-// Thread-safety: pure function.
+// A global off the list is *unknown*: the unpickler carries it as inert data
+// (unknown_globals.h) unless the policy refuses unknown classes. A
+// *forbidden* global (IsForbiddenGlobal: code execution or system access when
+// a Python unpickler resolves it, such as os.system or builtins.eval) is
+// refused under every policy, so distckpt never writes one into a checkpoint
+// that a later torch.load(weights_only=False) would execute.
+//
+// Thread-safety: pure functions.
 #ifndef DISTCKPT_FORMAT_DCP_ALLOW_LIST_H_
 #define DISTCKPT_FORMAT_DCP_ALLOW_LIST_H_
 
@@ -24,6 +30,14 @@ namespace distckpt {
 
 // True if the global `module.name` is on the allow-list.
 bool IsAllowedGlobal(std::string_view module, std::string_view name);
+
+// True if resolving `module.name` in Python runs code or reaches the system:
+// the modules os, posix, nt, subprocess, sys, importlib, runpy, shutil,
+// socket, ctypes, pickle, marshal, multiprocessing, code, pty, functools,
+// operator, ... (and their submodules), builtins other than plain data types,
+// io / _io other than BytesIO, signal other than Signals, types other than
+// SimpleNamespace, and torch's loaders, hub, jit, ops and packages.
+bool IsForbiddenGlobal(std::string_view module, std::string_view name);
 
 // The allow-list for verl's per-rank FSDP files (format/verl/verl_files.h),
 // a superset of the above with only the classes torch.save uses to rebuild

@@ -1,5 +1,6 @@
 #include "format/dcp/pickler.h"
 
+#include <cctype>
 #include <cstring>
 #include <optional>
 
@@ -120,8 +121,9 @@ void PickleWriter::BinPersId() { Op('Q'); }
 
 namespace {
 
-// {"__object__": "module.name", "args": [...] (, "state": ...)} naming an
-// allowed class: torch_save.h's form of a pickled object.
+// {"__object__": "module.name", "args": [...] (, "state": ...)} naming a
+// class that is not forbidden (allow_list.h; an unknown class read as opaque
+// data is written back as it was): torch_save.h's form of a pickled object.
 bool IsObjectForm(const nlohmann::json& v) {
   if (v.size() != 2 && v.size() != 3) return false;
   auto name = v.find("__object__");
@@ -130,7 +132,11 @@ bool IsObjectForm(const nlohmann::json& v) {
   if (v.size() == 3 && !v.contains("state")) return false;
   const std::string& n = name->get_ref<const std::string&>();
   const size_t dot = n.rfind('.');
-  return dot != std::string::npos && IsAllowedGlobal(n.substr(0, dot), n.substr(dot + 1));
+  if (dot == std::string::npos || dot == 0 || dot + 1 == n.size()) return false;
+  for (char c : n) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return false;
+  }
+  return !IsForbiddenGlobal(n.substr(0, dot), n.substr(dot + 1));
 }
 
 // {"__bytes__": "<even-length lowercase hex>"} -> the bytes, or nullopt.

@@ -60,6 +60,8 @@ struct PyValue {
   const PyValue* args = nullptr;                                   // kObject: a kTuple
   const PyValue* state = nullptr;  // kObject: BUILD state, or nullptr
   uint32_t depth = 1;              // nesting seen while unpickling
+  // kGlobal: off the allow-list, carried as inert data (unknown_globals.h).
+  bool unknown = false;
 
   bool Is(std::string_view module, std::string_view global_name) const;
   // For kObject: true if the class / callable is `module.name`.

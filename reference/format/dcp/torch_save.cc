@@ -6,6 +6,7 @@
 #include "core/json_parse.h"
 #include "core/printable.h"
 #include "format/dcp/pickler.h"
+#include "format/dcp/unknown_globals.h"
 #include "format/dcp/unpickler.h"
 
 namespace distckpt {
@@ -105,6 +106,7 @@ class Jsonizer {
       case PyKind::kDict:
         return Object(v, depth);
       case PyKind::kGlobal:
+        if (v.unknown) NoteUnknownGlobal(zip_.source() + ": data.pkl", v.GlobalName(), Path());
         return v.GlobalName();
       case PyKind::kPersistent:
         return {{"__persistent__", Convert(*v.items[0], depth + 1)}};
@@ -114,8 +116,11 @@ class Jsonizer {
     if (std::optional<TorchTensor> t = AsTorchTensor(v, zip_.source())) return Tensor(*t);
     if (v.IsInstance("torch", "Size")) return PyToShape(v, zip_.source());
     // Every other object keeps its class (argparse.Namespace included: Megatron's
-    // check_checkpoint_args reads `args` by attribute), so a save writes it back.
-    nlohmann::json out = {{"__object__", v.GlobalName()}, {"args", Convert(*v.args, depth + 1)}};
+    // check_checkpoint_args reads `args` by attribute), so a save writes it back;
+    // an unknown class (unknown_globals.h) too, noted with where it sits.
+    if (v.callable->unknown)
+      NoteUnknownGlobal(zip_.source() + ": data.pkl", v.GlobalName(), Path());
+    nlohmann::json out = {{"__object__", v.GlobalName()}, {"args", Args(*v.args, depth)}};
     if (v.state) out["state"] = Convert(*v.state, depth + 1);
     return out;
   }
@@ -123,13 +128,33 @@ class Jsonizer {
  private:
   nlohmann::json Array(const std::vector<const PyValue*>& items, size_t depth) {
     nlohmann::json out = nlohmann::json::array();
-    for (const PyValue* item : items) out.push_back(Convert(*item, depth + 1));
+    for (size_t i = 0; i < items.size(); ++i) {
+      path_.push_back(std::to_string(i));
+      out.push_back(Convert(*items[i], depth + 1));
+      path_.pop_back();
+    }
     return out;
   }
 
   nlohmann::json Object(const PyValue& dict, size_t depth) {
     nlohmann::json out = nlohmann::json::object();
-    for (const auto& [key, value] : dict.entries) out[Key(*key)] = Convert(*value, depth + 1);
+    for (const auto& [key, value] : dict.entries) {
+      std::string k = Key(*key);
+      path_.push_back(k);
+      out[k] = Convert(*value, depth + 1);
+      path_.pop_back();
+    }
+    return out;
+  }
+
+  // Where the value being converted sits: "args.exit_signal" ("" at the root;
+  // an object's attributes as its BUILD state's keys).
+  std::string Path() const {
+    std::string out;
+    for (const std::string& part : path_) {
+      if (!out.empty()) out += '.';
+      out += part;
+    }
     return out;
   }
 
@@ -217,9 +242,18 @@ class Jsonizer {
     }
   }
 
+  // An object's call arguments: their place in the path is the object's own.
+  nlohmann::json Args(const PyValue& args, size_t depth) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const PyValue* item : args.items) out.push_back(Convert(*item, depth + 2));
+    return args.kind == PyKind::kTuple || args.kind == PyKind::kList ? out
+                                                                     : Convert(args, depth + 1);
+  }
+
   const ZipReader& zip_;
   size_t max_depth_;
   uint64_t spent_ = 0;
+  std::vector<std::string> path_;
 };
 
 }  // namespace

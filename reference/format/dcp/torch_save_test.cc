@@ -1,11 +1,15 @@
 #include "format/dcp/torch_save.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include "core/error_testing.h"
 #include "format/dcp/pickler.h"
 #include "format/dcp/testing.h"
+#include "format/dcp/unknown_globals.h"
 #include "format/dcp/unpickler.h"
 
 namespace distckpt {
@@ -226,6 +230,65 @@ TEST(TorchSaveTest, ObjectsAndBytesAreWrittenBack) {
   EXPECT_EQ(tree.root()->Get("raw")->kind, PyKind::kBytes);
   EXPECT_EQ(tree.root()->Get("raw")->text, std::string("\x00\xff\x7f\x80", 4));
   EXPECT_EQ(tree.root()->Get("not_allowed")->kind, PyKind::kDict);  // never a call to os.system
+}
+
+// The `args` Megatron-Core 0.13 to 0.20 put in every checkpoint's common state
+// (fixtures/pickles/megatron-args: each release's own parse_args /
+// validate_args, torch.save): every class they hold is known, so each opens
+// under --strict-globals too, with no unknown class noted.
+TEST(TorchSaveTest, OpensTheArgsOfEveryMegatronRelease) {
+  TakeUnknownGlobalNotes();
+  int opened = 0;
+  for (const char* release : {"0.13", "0.14", "0.15", "0.16", "0.17", "0.18", "0.19", "0.20"}) {
+    SCOPED_TRACE(release);
+    const std::string name = fmt::format("megatron-args/args-core_v{}.pt", release);
+    const std::string bytes = Fixture(name);
+    SetUnknownGlobalPolicy(UnknownGlobalPolicy::kRefuse);
+    nlohmann::json got;
+    EXPECT_NO_THROW(got = TorchLoadJson(ZipReader(bytes, name)));
+    SetUnknownGlobalPolicy(UnknownGlobalPolicy::kCarry);
+    ASSERT_TRUE(got.is_object());
+    EXPECT_EQ(got.at("args").at("__object__"), "argparse.Namespace");
+    EXPECT_TRUE(got.at("args").at("state").at("num_layers").is_number_integer());
+    if (std::string_view(release) >= "0.16") {
+      // args.exit_signal = signal.SIGTERM: REDUCE(signal.Signals, (15,)).
+      EXPECT_EQ(got.at("args").at("state").at("exit_signal").at("__object__"), "signal.Signals");
+      EXPECT_EQ(got.at("args").at("state").at("exit_signal").at("args").at(0), 15);
+    }
+    ++opened;
+  }
+  EXPECT_EQ(opened, 8);
+  EXPECT_TRUE(TakeUnknownGlobalNotes().empty());
+}
+
+// A class no allow-list knows (a newer Megatron's, a user's) is carried:
+// read with its name, arguments and state, noted with where it sits, and
+// written back as the same class; --strict-globals refuses it.
+TEST(TorchSaveTest, UnknownClassesAreCarriedNotedAndWrittenBack) {
+  TakeUnknownGlobalNotes();
+  nlohmann::json common =
+      TorchLoadJson(ZipReader(Fixture("megatron-args/args-core_v0.20.pt"), "args.pt"));
+  common["args"]["state"]["future_mode"] = {{"__object__", "megatron.core.future.enums.Mode"},
+                                            {"args", {3}}};
+  common["extra"] = {{"__object__", "mylib.config.RunConfig"},
+                     {"args", nlohmann::json::array()},
+                     {"state", {{"lr", 0.5}}}};
+  const std::string saved = TorchSaveJson(common);
+  ASSERT_TRUE(TakeUnknownGlobalNotes().empty());  // writing notes nothing
+  EXPECT_EQ(TorchLoadJson(ZipReader(saved, "resaved.pt")), common);
+  std::vector<UnknownGlobalNote> notes = TakeUnknownGlobalNotes();
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_EQ(notes[0].source, "resaved.pt: data.pkl");
+  std::map<std::string, std::string> where;
+  for (const UnknownGlobalNote& n : notes) where[n.global] = n.path;
+  EXPECT_EQ(where["megatron.core.future.enums.Mode"], "args.future_mode");
+  EXPECT_EQ(where["mylib.config.RunConfig"], "extra");
+  EXPECT_THAT(DescribeUnknownGlobal(notes[0]), testing::HasSubstr("carried as opaque data"));
+  SetUnknownGlobalPolicy(UnknownGlobalPolicy::kRefuse);
+  EXPECT_THAT([&] { TorchLoadJson(ZipReader(saved, "resaved.pt")); },
+              ThrowsError(ErrorKind::kUnsupported, "--strict-globals"));
+  SetUnknownGlobalPolicy(UnknownGlobalPolicy::kCarry);
+  TakeUnknownGlobalNotes();
 }
 
 TEST(TorchSaveTest, CodecsEncodeOnlyAsLatin1Bytes) {

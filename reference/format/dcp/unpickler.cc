@@ -234,13 +234,25 @@ class Unpickler {
   }
 
   void PushGlobal(std::string module, std::string name) {
-    if (!(limits_.allow_global ? limits_.allow_global : IsAllowedGlobal)(module, name)) {
+    const bool known =
+        (limits_.allow_global ? limits_.allow_global : IsAllowedGlobal)(module, name);
+    if (!known && IsForbiddenGlobal(module, name)) {
       Fail(ErrorKind::kUnsupported,
-           "{}: refusing to unpickle global '{}.{}' (not on distckpt's allow-list of DCP and "
-           "torch classes; nothing was executed)",
+           "{}: refusing to unpickle global '{}.{}' (it would run code or reach the system in "
+           "Python; nothing was executed)",
            source_, module, name);
     }
+    if (!known && limits_.unknown_globals.value_or(GetUnknownGlobalPolicy()) ==
+                      UnknownGlobalPolicy::kRefuse) {
+      Fail(ErrorKind::kUnsupported,
+           "{}: refusing to unpickle global '{}.{}' (not on distckpt's allow-list of DCP, torch "
+           "and Megatron classes, and unknown classes are refused (--strict-globals); nothing "
+           "was executed)",
+           source_, module, name);
+    }
+    if (!known) NoteUnknownGlobal(source_, fmt::format("{}.{}", module, name));
     PyValue* v = New(PyKind::kGlobal);
+    v->unknown = !known;
     v->text = std::move(module);
     v->name = std::move(name);
     Push(v);
@@ -294,7 +306,8 @@ class Unpickler {
       return Push(bytes);
     }
     if (callable->Is("builtins", "getattr")) {
-      if (a.size() != 2 || a[0]->kind != PyKind::kGlobal || a[1]->kind != PyKind::kStr) {
+      if (a.size() != 2 || a[0]->kind != PyKind::kGlobal || a[0]->unknown ||
+          a[1]->kind != PyKind::kStr) {
         Fail(ErrorKind::kUnsupported,
              "{}: refusing builtins.getattr except on an allowed class with a str name", source_);
       }

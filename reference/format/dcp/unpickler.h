@@ -1,7 +1,8 @@
 // A safe unpickler for pickle protocols 2-5 (and the binary protocol 1
 // opcodes such streams contain). It builds a PyTree (py_value.h) and never
-// executes anything: a GLOBAL resolves only if it is on the allow-list
-// (allow_list.h), and an allowed call (REDUCE, NEWOBJ) is recorded as data,
+// executes anything: a GLOBAL on the allow-list (allow_list.h) resolves; one
+// off it is carried as an unknown global or refused (unknown_globals.h), a
+// forbidden one always refused; a call (REDUCE, NEWOBJ) is recorded as data,
 // not performed. A few allowed calls are evaluated because they only build data:
 // OrderedDict(...) becomes a dict, PosixPath(*parts) a str,
 // getattr(cls, "NAME") the global "cls.NAME". BUILD on such an OrderedDict
@@ -20,11 +21,13 @@
 #define DISTCKPT_FORMAT_DCP_UNPICKLER_H_
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "format/dcp/allow_list.h"
 #include "format/dcp/py_value.h"
+#include "format/dcp/unknown_globals.h"
 
 namespace distckpt {
 
@@ -36,6 +39,9 @@ struct UnpickleLimits {
   size_t max_nodes = 1u << 23;
   // The globals that resolve; nullptr: IsAllowedGlobal (allow_list.h).
   bool (*allow_global)(std::string_view module, std::string_view name) = nullptr;
+  // What a global off that list becomes (forbidden ones are always refused);
+  // nullopt: the process's GetUnknownGlobalPolicy().
+  std::optional<UnknownGlobalPolicy> unknown_globals;
 };
 
 // `source` names the stream in errors (a file, "data.pkl of item ...").

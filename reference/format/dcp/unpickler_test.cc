@@ -118,6 +118,110 @@ TEST(UnpicklerTest, RefusesGlobalsOffTheAllowList) {
   EXPECT_FALSE(IsAllowedGlobal("torch.distributed.checkpoint.metadata", "__builtins__"));
 }
 
+// Megatron-Core 0.20's args: exit_signal = signal.SIGTERM (REDUCE(signal.Signals, (15,))),
+// and InferenceCudaGraphScope, a class 0.15's allow-list did not know.
+TEST(UnpicklerTest, OpensEveryClassOfMegatronsSafeGlobals) {
+  for (const auto& [module, name] : std::vector<std::pair<std::string, std::string>>{
+           {"signal", "Signals"},
+           {"megatron.core.transformer.enums", "InferenceCudaGraphScope"},
+           {"megatron.core.transformer.enums", "CudaGraphScope"},
+           {"megatron.core.transformer.enums", "CudaGraphModule"},
+           {"megatron.core.optimizer.optimizer_config", "OptimizerConfig"},
+           {"_io", "BytesIO"},
+           {"torch._C", "Generator"},
+           {"types", "SimpleNamespace"},
+           {"numpy.dtypes", "UInt32DType"},
+           {"megatron.core.rerun_state_machine", "RerunDiagnostic"}}) {
+    EXPECT_TRUE(IsAllowedGlobal(module, name)) << module << "." << name;
+    EXPECT_FALSE(IsForbiddenGlobal(module, name)) << module << "." << name;
+  }
+  UnpickleLimits strict;
+  strict.unknown_globals = UnknownGlobalPolicy::kRefuse;
+  PyTree tree = Load("\x80\x02\x63signal\nSignals\nK\x0f\x85R."s, strict);
+  EXPECT_EQ(tree.root()->GlobalName(), "signal.Signals");
+  EXPECT_EQ(tree.root()->args->items[0]->integer, 15);
+  TakeUnknownGlobalNotes();
+}
+
+TEST(UnpicklerTest, CarriesUnknownClassesAsInertDataAndNotesThem) {
+  TakeUnknownGlobalNotes();
+  // NEWOBJ(mylib.config.RunConfig, ()) with BUILD state {"lr": 3}, then
+  // REDUCE(mylib.enums.Mode, ("fast",)).
+  const std::string stream =
+      "\x80\x02(\x63mylib.config\nRunConfig\n)\x81}X\x02\x00\x00\x00lrK\x03sb"
+      "\x63mylib.enums\nMode\nX\x04\x00\x00\x00fast\x85Rl."s;
+  PyTree tree = Load(stream);
+  const PyValue& list = *tree.root();
+  ASSERT_EQ(list.items.size(), 2u);
+  EXPECT_TRUE(list.items[0]->IsInstance("mylib.config", "RunConfig"));
+  EXPECT_TRUE(list.items[0]->callable->unknown);
+  EXPECT_EQ(list.items[0]->Field("lr")->integer, 3);
+  EXPECT_EQ(list.items[1]->GlobalName(), "mylib.enums.Mode");
+  EXPECT_EQ(list.items[1]->args->items[0]->text, "fast");
+  std::vector<UnknownGlobalNote> notes = TakeUnknownGlobalNotes();
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_EQ(notes[0].global, "mylib.config.RunConfig");
+  EXPECT_EQ(notes[1].global, "mylib.enums.Mode");
+  EXPECT_EQ(notes[0].source, "test");
+  EXPECT_THAT(DescribeUnknownGlobal(notes[0]),
+              testing::HasSubstr("test: unknown class 'mylib.config.RunConfig' carried as opaque"));
+
+  // Under the strict policy (--strict-globals) the same stream is refused.
+  UnpickleLimits strict;
+  strict.unknown_globals = UnknownGlobalPolicy::kRefuse;
+  EXPECT_THAT([&] { Load(stream, strict); },
+              ThrowsError(ErrorKind::kUnsupported,
+                          "'mylib.config.RunConfig' (not on distckpt's allow-list"));
+  // The process-wide policy applies where the limits do not say.
+  SetUnknownGlobalPolicy(UnknownGlobalPolicy::kRefuse);
+  EXPECT_THAT([&] { Load(stream); }, ThrowsError(ErrorKind::kUnsupported, "--strict-globals"));
+  SetUnknownGlobalPolicy(UnknownGlobalPolicy::kCarry);
+  EXPECT_NO_THROW(Load(stream));
+  // getattr on an unknown class is refused: it could name any attribute.
+  EXPECT_THAT(
+      [&] { Load("\x80\x02\x63builtins\ngetattr\n\x63mylib\nX\nX\x01\x00\x00\x00y\x86R."s); },
+      ThrowsError(ErrorKind::kUnsupported, "getattr"));
+  TakeUnknownGlobalNotes();
+}
+
+TEST(UnpicklerTest, ForbiddenGlobalsAreRefusedUnderEveryPolicy) {
+  for (const auto& [module, name] :
+       std::vector<std::pair<std::string, std::string>>{{"os", "system"},
+                                                        {"posix", "system"},
+                                                        {"subprocess", "Popen"},
+                                                        {"builtins", "eval"},
+                                                        {"builtins", "exec"},
+                                                        {"builtins", "__import__"},
+                                                        {"__builtin__", "open"},
+                                                        {"torch", "load"},
+                                                        {"torch.hub", "load"},
+                                                        {"numpy", "load"},
+                                                        {"importlib", "import_module"},
+                                                        {"runpy", "run_path"},
+                                                        {"functools", "partial"},
+                                                        {"operator", "attrgetter"},
+                                                        {"io", "open"},
+                                                        {"signal", "signal"},
+                                                        {"types", "FunctionType"},
+                                                        {"shutil", "rmtree"},
+                                                        {"mylib", "__reduce__"}}) {
+    EXPECT_TRUE(IsForbiddenGlobal(module, name)) << module << "." << name;
+    const std::string stream = "\x80\x02\x63"s + module + "\n" + name + "\nN\x85R."s;
+    EXPECT_THAT([&] { Load(stream); },
+                ThrowsError(ErrorKind::kUnsupported, "would run code or reach the system"))
+        << module << "." << name;
+  }
+  for (const auto& [module, name] :
+       std::vector<std::pair<std::string, std::string>>{{"builtins", "set"},
+                                                        {"builtins", "bytearray"},
+                                                        {"copyreg", "_reconstructor"},
+                                                        {"mylib", "Thing"},
+                                                        {"osmosis", "system"}}) {
+    EXPECT_FALSE(IsForbiddenGlobal(module, name)) << module << "." << name;
+  }
+  EXPECT_TRUE(TakeUnknownGlobalNotes().empty());
+}
+
 TEST(UnpicklerTest, BoundsNestingMemoAndNodes) {
   // 100000 nested lists: refused, not a stack overflow.
   std::string deep = "\x80\x02"s + std::string(100000, ']') + std::string(99999, 'a') + ".";
