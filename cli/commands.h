@@ -56,6 +56,9 @@ struct VerifyArgs {
   std::string strict;                   // default: the spec's
   std::string saved_topology;
   bool data = false;  // also read every byte and check every checksum
+  // With data: a chunk, object or metadata.json that carries no checksum
+  // fails the data verdict (exit 1) instead of being reported as unverified.
+  bool require_checksums = false;
   bool strict_objects = false;  // an object the topology drops or re-grids fails the verdict
   ReportPaths reports;
 };

@@ -56,6 +56,7 @@ ConvertSummary ConvertCheckpoint(const std::string& src, const std::string& out,
     for (const auto& [key, node] : whole.as<Dict>()) {
       // One global tensor in memory at a time, in its stored dtype.
       ShardedTensor request = node.as<ShardedTensor>();
+      CheckTensorStored(*reader, md.tensors.at(key));  // before a buffer of its claimed size
       request.data = Tensor::Empty(request.dtype, request.global_shape);
       Node loaded = ReadShardedState(*reader, Node(Dict{{"t", Node(request)}}),
                                      VerifyPolicy::kWhenWhole, nullptr, 1);

@@ -61,6 +61,7 @@ int DumpCommand(const std::string& dir, const std::string& key, const std::strin
   }
   // The whole tensor as one unsharded request: every stored chunk is read
   // and the chunks must cover the tensor exactly once.
+  CheckTensorStored(*reader, md.tensors.at(key));  // before a buffer of its claimed size
   Dict request{{key, LoadTensorsMetadata(dir, env).at(key)}};
   Node loaded =
       ReadShardedState(*reader, Node(std::move(request)), VerifyPolicy::kWhenWhole, nullptr);

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -12,6 +14,7 @@
 
 #include "cli/hf.h"
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "engine/metadata_api.h"
 #include "engine/read_state.h"
 #include "format/format.h"
@@ -235,6 +238,7 @@ std::string ReadConfigFile(const std::string& path) {
   if (!in) Fail(ErrorKind::kInvalidArgument, "--config {}: cannot open", path);
   std::stringstream text;
   text << in.rdbuf();
+  CheckJsonDepth(text.str(), "--config " + path);
   nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
   if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "--config {}: not a JSON object", path);
   return text.str();
@@ -245,9 +249,12 @@ std::string ReadConfigFile(const std::string& path) {
 GptExportSpec GptExportSpecFromFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) Fail(ErrorKind::kInvalidArgument, "spec {}: cannot open", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  CheckJsonDepth(text.str(), "spec " + path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in, nullptr, true, true);
+    j = nlohmann::json::parse(text.str(), nullptr, true, true);
   } catch (const nlohmann::json::exception& e) {
     Fail(ErrorKind::kInvalidArgument, "spec {}: not JSON: {}", path, e.what());
   }
@@ -313,6 +320,8 @@ ExportSource OpenExportSource(const std::string& checkpoint, Env* env) {
 
 Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedTensor>& stored,
                   const HfTensor& t, DType dtype) {
+  // Before a buffer of the size the metadata claims: the files hold it.
+  for (const HfPiece& p : t.pieces) CheckTensorStored(reader, reader.metadata().tensors.at(p.key));
   Tensor buffer = Tensor::Empty(dtype, t.shape);
   size_t offset = 0;
   for (const HfPiece& p : t.pieces) {
@@ -337,27 +346,72 @@ Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedT
 }
 
 uint64_t ParseByteSize(const std::string& text) {
-  size_t end = 0;
+  // Decimal digits, then a unit: no sign ("-1" is not 2^64 - 1), no spaces.
   uint64_t value = 0;
-  try {
-    value = std::stoull(text, &end);
-  } catch (...) {
-    Fail(ErrorKind::kInvalidArgument, "bad size '{}' (e.g. 5GB, 500MB, 1000)", text);
+  const auto [digits_end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || text.empty() || text[0] < '0' || text[0] > '9') {
+    Fail(ErrorKind::kInvalidArgument, "--max-shard-size: bad size '{}' (e.g. 5GB, 500MB, 1000)",
+         text);
   }
+  const size_t end = static_cast<size_t>(digits_end - text.data());
   std::string unit = text.substr(end);
   const std::map<std::string, uint64_t> units = {
       {"", 1},          {"B", 1},         {"KB", 1000},       {"MB", 1000000}, {"GB", 1000000000},
       {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1ull << 30}};
   auto it = units.find(unit);
-  if (it == units.end() || value == 0) {
-    Fail(ErrorKind::kInvalidArgument, "bad size '{}' (e.g. 5GB, 500MB, 1000)", text);
+  if (it == units.end() || value == 0 ||
+      value > std::numeric_limits<uint64_t>::max() / it->second) {
+    Fail(ErrorKind::kInvalidArgument, "--max-shard-size: bad size '{}' (e.g. 5GB, 500MB, 1000)",
+         text);
   }
   return value * it->second;
 }
 
+// An HF model directory is written into a new or empty directory only: its
+// fixed names (config.json, the index, model-*-of-*.safetensors) would
+// replace the files of whatever is there.
+void RequireEmptyExportDir(Env* env, const std::string& out) {
+  if (!env->IsDirectory(out)) {
+    if (env->FileExists(out))
+      Fail(ErrorKind::kInvalidArgument, "export: {} is not a directory", out);
+    return;
+  }
+  const std::vector<std::string> names = env->ListDir(out);
+  if (!names.empty()) {
+    Fail(ErrorKind::kInvalidArgument,
+         "export --to hf: {} is not empty (it holds {}{}); export into a new or empty directory",
+         out, names.front(), names.size() > 1 ? fmt::format(" and {} more", names.size() - 1) : "");
+  }
+}
+
+// The files an export wrote, removed unless it finishes (Keep): a failed
+// export leaves no index or shards without their config.json.
+class RemoveUnlessKept {
+ public:
+  explicit RemoveUnlessKept(Env* env) : env_(env) {}
+  ~RemoveUnlessKept() {
+    for (const std::string& path : paths_) {
+      try {
+        env_->RemoveFile(path);
+      } catch (const CheckpointError&) {  // the first error is the one reported
+      }
+    }
+  }
+  const std::string& Add(std::string path) { return paths_.emplace_back(std::move(path)); }
+  void Keep() { paths_.clear(); }
+
+ private:
+  Env* env_;
+  std::vector<std::string> paths_;
+};
+
 ExportSummary ExportToHf(const ExportArgs& args) {
   Env* env = Env::Default();
+  RequireEmptyExportDir(env, args.out);
   const bool verbatim = args.spec == "names";
+  // Read before anything is written: a bad --config leaves no shards.
+  const std::string config_text =
+      verbatim && !args.config.empty() ? ReadConfigFile(args.config) : std::string();
   GptExportSpec spec;
   if (!verbatim) {
     spec = args.model.is_null() ? GptExportSpecFromFile(args.spec)
@@ -387,12 +441,14 @@ ExportSummary ExportToHf(const ExportArgs& args) {
     largest = std::max(largest, bytes);
   }
   env->CreateDirs(args.out);
+  RemoveUnlessKept written(env);
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (size_t f = 0; f < files.size(); ++f) {
     const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, files.size());
     std::vector<SafetensorsEntry> entries;
     for (size_t i : files[f]) entries.push_back({plan[i].name, dtype_of(plan[i]), plan[i].shape});
-    SafetensorsWriter writer(env, JoinPath(args.out, name), entries, {{"format", "pt"}});
+    SafetensorsWriter writer(env, written.Add(JoinPath(args.out, name)), entries,
+                             {{"format", "pt"}});
     for (size_t i : files[f]) {
       const HfTensor& t = plan[i];
       // The one tensor held at a time.
@@ -404,12 +460,14 @@ ExportSummary ExportToHf(const ExportArgs& args) {
   }
   nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
                                   {"weight_map", weight_map}};
-  WriteFileAtomic(env, JoinPath(args.out, "model.safetensors.index.json"), index.dump(2) + "\n");
+  WriteFileAtomic(env, written.Add(JoinPath(args.out, "model.safetensors.index.json")),
+                  index.dump(2) + "\n");
   if (verbatim) {
     // The model's own config (verl keeps it in huggingface/), copied as it is.
     if (!args.config.empty()) {
-      WriteFileAtomic(env, JoinPath(args.out, "config.json"), ReadConfigFile(args.config));
+      WriteFileAtomic(env, written.Add(JoinPath(args.out, "config.json")), config_text);
     }
+    written.Keep();
     return {plan.size(), files.size(), total, largest};
   }
   nlohmann::ordered_json config = {
@@ -424,7 +482,8 @@ ExportSummary ExportToHf(const ExportArgs& args) {
       {"tie_word_embeddings", spec.tied},
       {"hidden_act", spec.glu ? "silu" : "gelu"},
       {"torch_dtype", plan.empty() ? "float32" : std::string(DTypeName(dtype_of(plan[0])))}};
-  WriteFileAtomic(env, JoinPath(args.out, "config.json"), config.dump(2) + "\n");
+  WriteFileAtomic(env, written.Add(JoinPath(args.out, "config.json")), config.dump(2) + "\n");
+  written.Keep();
   return {plan.size(), files.size(), total, largest};
 }
 

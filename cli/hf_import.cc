@@ -22,6 +22,7 @@
 #include "cli/hf.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "format/format.h"
 #include "format/safetensors/safetensors.h"
 #include "harness/request_spec.h"
@@ -39,12 +40,7 @@ class HfDir {
     const std::string index_path = JoinPath(dir, "model.safetensors.index.json");
     std::vector<std::string> files;
     if (env->FileExists(index_path)) {
-      nlohmann::json index;
-      try {
-        index = nlohmann::json::parse(ReadFileToString(env, index_path));
-      } catch (const nlohmann::json::exception& e) {
-        Fail(ErrorKind::kCorruption, "{}: not JSON: {}", index_path, e.what());
-      }
+      nlohmann::json index = ParseJson(ReadFileToString(env, index_path), index_path);
       if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
         Fail(ErrorKind::kCorruption, "{}: no weight_map object", index_path);
       }

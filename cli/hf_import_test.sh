@@ -58,7 +58,7 @@ expect_input_error "mlp.gate_proj.weight" \
   "$d" import "$w/x" --from hf "$w/hf" --spec "$work/bad-ffn.json" --topology tp=2
 expect_input_error "no model.safetensors" \
   "$d" import "$w/x" --from hf "$work" --spec "$spec" --topology tp=2
-expect_input_error "refusing to overwrite" "$d" import "$w/b" --from hf "$w/hf" --spec "$spec" --topology tp=2
+expect_input_error "refusing to save into" "$d" import "$w/b" --from hf "$w/hf" --spec "$spec" --topology tp=2
 [ ! -e "$w/x" ] || { echo "a failed import left $w/x"; ls -la "$w/x"; exit 1; }
 ! ls -d "$w"/*.hf-import 2>/dev/null || { echo "temporary import left behind"; exit 1; }
 "$d" diff "$w/a" "$w/a-native" >/dev/null   # untouched by the failures

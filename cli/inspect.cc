@@ -14,7 +14,7 @@ namespace distckpt {
 namespace {
 
 // Every data file the metadata names exists and holds at least the bytes it
-// places there (stat only: no file is opened). Throws
+// places there (each opened as a load would, nothing read). Throws
 // CheckpointError(kCorruption) naming the file and an item stored in it.
 void CheckDataFiles(Env* env, const std::string& dir, const CheckpointMetadata& md) {
   struct Need {
@@ -46,7 +46,9 @@ void CheckDataFiles(Env* env, const std::string& dir, const CheckpointMetadata& 
       Fail(ErrorKind::kCorruption, "data file {} is missing (the metadata places {} in it)", path,
            n.item);
     }
-    uint64_t size = env->FileSize(path);
+    // Opened as a load opens it (a symbolic link, a FIFO or a device is
+    // refused the same way), though nothing is read.
+    const uint64_t size = env->NewRandomAccessFile(path)->size();
     if (size < n.end) {
       Fail(ErrorKind::kCorruption,
            "data file {} is truncated: {} bytes, the metadata places {} bytes in it ({} ends at "

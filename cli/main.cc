@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
 #include <iostream>
 #include <memory>
 
@@ -62,6 +64,9 @@ void AddStepOptions(CLI::App* cmd, distckpt::StepArgs& a, bool load) {
         "--fully-parallel",
         [&strategy] { strategy.save.kind = SaveStrategy::Kind::kFullyParallel; },
         "spread the writing of replicated shards over each DP group");
+    cmd->add_flag("--overwrite", strategy.overwrite,
+                  "replace a committed checkpoint in --dir, of any format (a staging directory "
+                  "swapped in at commit); without it such a save is refused");
     cmd->add_flag("--async", strategy.async,
                   "stage, write in background threads, then finalize (commit)");
     cmd->add_option("--writers", strategy.save.writers,
@@ -111,6 +116,40 @@ void AddSpecOptions(CLI::App* cmd, std::string& spec, std::vector<std::string>& 
                   "request spec: a scenario / spec file, or gpt (inferred from the checkpoint)")
       ->required();
   cmd->add_option("--set", sets, "field=value for --spec gpt (repeatable)");
+}
+
+// CLI11 reads an integer with strtoll / strtoull in base 0: "-1" into an
+// unsigned field, 99999999999999999999 saturated to 2^63 - 1, 010 as
+// octal, 0x10 as hex. Every integer option of every command takes plain
+// decimal digits (a '-' first for a signed one) whose value fits 64 bits;
+// CLI11 then checks it fits the option's type.
+void StrictIntegers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options({})) {
+    const std::string type = opt->get_type_name();
+    if (type != "INT" && type != "UINT") continue;
+    const bool is_signed = type == "INT";
+    opt->check(CLI::Validator(
+        [is_signed](std::string& text) -> std::string {
+          std::string_view digits = text;
+          if (is_signed && digits.starts_with('-')) digits.remove_prefix(1);
+          if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
+                                             [](char c) { return c >= '0' && c <= '9'; })) {
+            return fmt::format("'{}' is not a decimal integer{}", text,
+                               is_signed ? "" : " (no sign: the value cannot be negative)");
+          }
+          bool fits;
+          if (is_signed) {
+            int64_t v;
+            fits = std::from_chars(text.data(), text.data() + text.size(), v).ec == std::errc();
+          } else {
+            uint64_t v;
+            fits = std::from_chars(text.data(), text.data() + text.size(), v).ec == std::errc();
+          }
+          return fits ? std::string() : fmt::format("'{}' is out of range", text);
+        },
+        "", "strict integer"));
+  }
+  for (CLI::App* cmd : app.get_subcommands({})) StrictIntegers(*cmd);
 }
 
 }  // namespace
@@ -191,6 +230,10 @@ int main(int argc, char** argv) {
                      "topology the checkpoint was saved under (default: recorded in it)");
   verify->add_flag("--data", verify_args.data,
                    "also read every stored byte once and check every checksum");
+  verify
+      ->add_flag("--require-checksums", verify_args.require_checksums,
+                 "with --data: fail (exit 1) when anything carries no checksum to check")
+      ->needs("--data");
   verify->add_flag("--strict-objects", verify_args.strict_objects,
                    "fail a topology under which a stored object (rng_state, rerun or "
                    "dataloader state) would be dropped or re-gridded");
@@ -199,9 +242,10 @@ int main(int argc, char** argv) {
   distckpt::ReshardArgs reshard_args;
   CLI::App* reshard = app.add_subcommand(
       "reshard", "load a spec's request from a checkpoint under a topology and save it there");
-  reshard->add_option("dir", reshard_args.dir,
-                      "checkpoint directory (native or DCP), or a run root with Megatron's "
-                      "tracker: its tracker's iteration into --out/iter_N plus a tracker")
+  reshard
+      ->add_option("dir", reshard_args.dir,
+                   "checkpoint directory (native or DCP), or a run root with Megatron's "
+                   "tracker: its tracker's iteration into --out/iter_N plus a tracker")
       ->required();
   reshard->add_option("--topology,-t", reshard_args.topology, "topology to reshard to")->required();
   AddSpecOptions(reshard, reshard_args.spec, reshard_args.sets);
@@ -329,6 +373,7 @@ int main(int argc, char** argv) {
   CLI::App* devices = app.add_subcommand(
       "devices", "print how many CUDA devices this build and machine have (0: none)");
 
+  StrictIntegers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

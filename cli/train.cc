@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "format/format.h"
+#include "manager/layout.h"
 #include "topology/topology.h"
 
 namespace distckpt {
@@ -68,8 +69,8 @@ void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayo
   if (!catalog.tracker_error.empty()) held.push_back("an unreadable tracker");
   for (const CatalogEntry& e : catalog.entries) {
     if (e.complete) {
-      held.push_back(fmt::format("{} (complete{})", e.path, e.foreign ? ", not written by distckpt"
-                                                                     : ""));
+      held.push_back(
+          fmt::format("{} (complete{})", e.path, e.foreign ? ", not written by distckpt" : ""));
     } else if (e.foreign) {
       held.push_back(fmt::format("{} (not written by distckpt)", e.path));
     }
@@ -163,8 +164,8 @@ int ManageCommand(const ManageArgs& args) {
     for (const CatalogEntry& e : catalog.entries) {
       if (e.complete && (!e.foreign || args.include_foreign)) candidates.push_back(e.iteration);
     }
-    for (int64_t it : SupersededIterations({args.keep, args.retain_interval}, candidates,
-                                           committed)) {
+    for (int64_t it :
+         SupersededIterations({args.keep, args.retain_interval}, candidates, committed)) {
       if (it == committed) continue;
       DeleteIterationDir(env, catalog.Find(it)->path);
       std::cout << "deleted " << catalog.Find(it)->path << "\n";
@@ -204,8 +205,8 @@ int ManageCommand(const ManageArgs& args) {
           "  {:>10}  {}  {}\n", e.iteration, e.complete ? "complete  " : "INCOMPLETE",
           !e.complete ? e.path + ": " + e.why_incomplete
           : e.foreign ? fmt::format("{} ({} checkpoint not written by distckpt)", e.path, e.format)
-                      : fmt::format("{} [{}] under {}", e.path, fmt::join(e.manifest->contents, ","),
-                                    e.manifest->topology));
+                      : fmt::format("{} [{}] under {}", e.path,
+                                    fmt::join(e.manifest->contents, ","), e.manifest->topology));
     }
   }
   if (!catalog.tracker_error.empty()) return kExitInputError;
@@ -216,6 +217,12 @@ int ManageCommand(const ManageArgs& args) {
                 << ", which is not a complete checkpoint\n";
       return kExitVerdictFailed;
     }
+  }
+  if (catalog.tracker && catalog.tracker->release &&
+      !env->IsDirectory(JoinPath(args.dir, kReleaseDir))) {  // as resume refuses it
+    std::cerr << "distckpt manage: the tracker says 'release' but "
+              << JoinPath(args.dir, kReleaseDir) << " is missing\n";
+    return kExitVerdictFailed;
   }
   return kExitOk;
 }

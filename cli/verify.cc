@@ -3,6 +3,7 @@
 #include "harness/verify.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 
@@ -108,34 +109,40 @@ int VerifyCommand(const VerifyArgs& args) {
   }
   if (args.data) {
     DataCheck data = VerifyData(args.dir);  // damage: CheckpointError naming file and key
-    // A format without checksums (Megatron's zarr) is read whole but cannot be verified.
-    std::string what =
-        data.unverified == 0
-            ? "every checksum matches"
-            : fmt::format(
-                  "UNVERIFIED: the checkpoint carries no checksums for {} of its {} "
-                  "chunks (every byte was read; objects' CRC32s match)",
-                  data.unverified, data.chunks);
+    std::string note;
+    if (data.verified()) {
+      note = "every checksum matches";
+    } else {
+      // Bytes without a checksum are read, but wrong ones would pass: never "matches".
+      std::vector<std::string> parts;
+      if (data.unverified_chunks) parts.push_back(fmt::format("{} chunks", data.unverified_chunks));
+      if (data.unverified_objects) {
+        parts.push_back(fmt::format("{} objects", data.unverified_objects));
+      }
+      if (data.unverified_metadata) parts.push_back("metadata.json");
+      note = fmt::format(
+          "UNVERIFIED: {} carry no checksum (their bytes cannot be told from damaged ones); "
+          "the checksums present match",
+          fmt::join(parts, ", "));
+      if (args.require_checksums) note += " (--require-checksums: fails)";
+    }
     if (data.integrity) {
-      what += fmt::format("; integrity.json: {} files match their SHA-256", data.integrity_files);
+      note += fmt::format("; integrity.json: {} files match their SHA-256", data.integrity_files);
     }
     std::cout << fmt::format("verify --data {}: {} chunks and {} objects, {} bytes read, {}\n",
-                             args.dir, data.chunks, data.objects, data.bytes, what);
-    report.cases.push_back(
-        {"distckpt.verify",
-         "data",
-         true,
-         data.unverified == 0
-             ? fmt::format("{} chunks, {} objects, {} bytes: checksums match", data.chunks,
-                           data.objects, data.bytes)
-             : fmt::format("{} chunks, {} objects, {} bytes: read, {} chunks unverified (no "
-                           "checksums stored)",
-                           data.chunks, data.objects, data.bytes, data.unverified),
-         0,
-         {{"chunks", data.chunks},
-          {"bytes", data.bytes},
-          {"unverified", data.unverified},
-          {"integrity_files", data.integrity_files}}});
+                             args.dir, data.chunks, data.objects, data.bytes, note);
+    report.cases.push_back({"distckpt.verify",
+                            "data",
+                            data.verified() || !args.require_checksums,
+                            fmt::format("{} chunks, {} objects, {} bytes: {}", data.chunks,
+                                        data.objects, data.bytes, note),
+                            0,
+                            {{"chunks", data.chunks},
+                             {"bytes", data.bytes},
+                             {"unverified_chunks", data.unverified_chunks},
+                             {"unverified_objects", data.unverified_objects},
+                             {"unverified_metadata", data.unverified_metadata},
+                             {"integrity_files", data.integrity_files}}});
   }
   WriteReports(args.reports, report);
   return report.failures() == 0 ? kExitOk : kExitVerdictFailed;
@@ -158,8 +165,9 @@ std::optional<RootReshard> ResolveRoot(ReshardArgs& args) {
     if (f->Detect(env, args.dir)) return std::nullopt;  // a checkpoint, not a root
   }
   std::optional<Tracker> tracker = ReadTracker(env, args.dir);
-  const std::string name =
-      tracker->release ? kReleaseDir : IterationDirName(CheckpointLayout::kMegatron, tracker->iteration);
+  const std::string name = tracker->release
+                               ? kReleaseDir
+                               : IterationDirName(CheckpointLayout::kMegatron, tracker->iteration);
   if (env->IsDirectory(args.out) && !env->ListDir(args.out).empty()) {
     Fail(ErrorKind::kInvalidArgument,
          "reshard of the run root {}: --out {} is not empty; a root-level reshard writes {} and a "
@@ -190,7 +198,8 @@ int ReshardCommand(const ReshardArgs& given) {
   const int world = Topology::Parse(args.topology).world_size();
   {
     Env* env = Env::Default();
-    std::unique_ptr<CheckpointReader> reader = DetectFormat(env, args.dir).OpenReader(env, args.dir);
+    std::unique_ptr<CheckpointReader> reader =
+        DetectFormat(env, args.dir).OpenReader(env, args.dir);
     std::vector<ObjectFate> fates =
         ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology));
     int changed = PrintObjectFates(fates);

@@ -42,7 +42,7 @@ done <<<"$keys"
 "$exe" verify "$ck" --spec "$fixtures/gpt-spec.json" --topology tp=1,pp=2 --topology tp=4 \
   --data >"$work/v" || fail "verify --spec: $(cat "$work/v")"
 [ "$(grep -c ': loads' "$work/v")" -eq 2 ] || fail "verify --spec: $(cat "$work/v")"
-grep -q "UNVERIFIED: the checkpoint carries no checksums for 59 of its 59 chunks" "$work/v" ||
+grep -q "UNVERIFIED: 59 chunks carry no checksum" "$work/v" ||
   fail "verify --data: $(cat "$work/v")"
 "$exe" reshard "$ck" --spec "$fixtures/gpt-spec.json" --topology tp=1,pp=2 --out "$work/r" \
   --format dcp >/dev/null

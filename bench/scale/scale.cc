@@ -91,6 +91,7 @@ class MetadataOnlyReader : public CheckpointReader {
     Fail(ErrorKind::kUnsupported, "scale simulation: no bytes to read ({})", o.key);
   }
   const ReadStats& stats() const override { return stats_; }
+  void CheckStored(const StoredTensor&, const StoredChunk&) override {}  // no files: nothing read
 
  private:
   const CheckpointMetadata& md_;

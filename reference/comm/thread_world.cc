@@ -423,9 +423,13 @@ std::vector<RankOutcome> RunRanksCollect(int world_size,
   try {
     for (int r = 0; r < world_size; ++r) threads.emplace_back(run_rank, r);
   } catch (const std::exception& e) {  // could not start a thread: release the started ones
-    world->Abort(static_cast<int>(threads.size()), e.what());
+    const int started = static_cast<int>(threads.size());
+    world->Abort(started, e.what());
     for (std::thread& t : threads) t.join();
-    throw;
+    Fail(ErrorKind::kInvalidArgument,
+         "a world of {} ranks runs one thread per rank, and this machine started only {} ({}): "
+         "use fewer ranks, or --backend mpi",
+         world_size, started, e.what());
   }
   for (std::thread& t : threads) t.join();
   return outcomes;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/json_parse.h"
 #include "engine/metadata_api.h"
 #include "engine/read_state.h"
 #include "format/format.h"
@@ -145,8 +146,11 @@ CheckpointDiff DiffCheckpoints(const std::string& a, const std::string& b,
       Record(diff, k, "only_a", "");
       continue;
     }
-    nlohmann::json va = nlohmann::json::parse(ra->ReadObject(oa), nullptr, false);
-    nlohmann::json vb = nlohmann::json::parse(rb->ReadObject(it->second), nullptr, false);
+    const std::string pa = ra->ReadObject(oa), pb = rb->ReadObject(it->second);
+    CheckJsonDepth(pa, fmt::format("object '{}' in {}", unique_key, oa.file));
+    CheckJsonDepth(pb, fmt::format("object '{}' in {}", unique_key, it->second.file));
+    nlohmann::json va = nlohmann::json::parse(pa, nullptr, false);
+    nlohmann::json vb = nlohmann::json::parse(pb, nullptr, false);
     ++diff.objects_compared;
     Record(diff, k, va == vb ? "identical" : "differs",
            va == vb ? "" : fmt::format("{} vs {}", va.dump(), vb.dump()));

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "core/little_endian.h"
 #include "engine/common_state.h"
 #include "engine/read_state.h"
@@ -75,7 +76,9 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
   const size_t data_start = kMagicSize + 8 + length;
   if (length > blob.size() || data_start > blob.size())
     Fail(ErrorKind::kCorruption, "{} is truncated", what);
-  json header = json::parse(std::string_view(blob).substr(kMagicSize + 8, length), nullptr, false);
+  const std::string_view header_text = std::string_view(blob).substr(kMagicSize + 8, length);
+  CheckJsonDepth(header_text, what);
+  json header = json::parse(header_text, nullptr, false);
   if (!header.is_object() || header.value("version", 0) != kVersion ||
       header.value("iteration", int64_t{-1}) != iteration || header.value("rank", -1) != rank) {
     Fail(ErrorKind::kCorruption, "{}: damaged header, or another rank's or iteration's file", what);

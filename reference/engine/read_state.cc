@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/helper_pool.h"
+#include "core/json_parse.h"
 #include "engine/chunk_index.h"
 #include "engine/common_state.h"
 #include "engine/load_plan.h"
@@ -192,6 +193,7 @@ nlohmann::json LoadObject(CheckpointReader& reader, const ShardedObject& request
   const StoredObject& stored = StoredFor(reader.metadata(), request);
   std::string payload = reader.ReadObject(stored);
   if (summary) summary->bytes_needed += stored.length;
+  CheckJsonDepth(payload, fmt::format("object '{}' in {}", stored.unique_key, stored.file));
   nlohmann::json value = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
     Fail(ErrorKind::kCorruption, "object '{}' in {} is not valid JSON", stored.unique_key,

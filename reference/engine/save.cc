@@ -256,16 +256,29 @@ void CommitSave(CheckpointMetadata local, const PreparedSave& prepared, const st
   if (prepared.reused_plan) ++cache->hits;
 }
 
+void RemoveFailedSave(const PreparedSave& prepared, const std::string& dir, Communicator& comm) {
+  if (comm.rank() != kCoordinator || prepared.write_dir.empty()) return;
+  try {
+    prepared.format->RemoveUncommitted(prepared.env, dir, prepared.write_dir);
+  } catch (const CheckpointError&) {
+  }
+}
+
 SaveSummary Save(const Node& state_dict, const std::string& dir, Communicator& comm,
                  const SaveOptions& options) {
   auto start = std::chrono::steady_clock::now();
   SaveSummary summary;
   PreparedSave prepared = PrepareSave(state_dict, dir, comm, options, summary, /*borrow=*/true);
-  CheckpointMetadata local;
-  AgreeOnOutcome(comm, [&] {
-    local = WriteMainReplicas(prepared, comm.rank(), ThreadsPerRank(comm), summary);
-  });
-  CommitSave(std::move(local), prepared, dir, comm, options);
+  try {
+    CheckpointMetadata local;
+    AgreeOnOutcome(comm, [&] {
+      local = WriteMainReplicas(prepared, comm.rank(), ThreadsPerRank(comm), summary);
+    });
+    CommitSave(std::move(local), prepared, dir, comm, options);
+  } catch (const CheckpointError&) {  // every rank's (AgreeOnOutcome): no rank writes any more
+    RemoveFailedSave(prepared, dir, comm);
+    throw;
+  }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

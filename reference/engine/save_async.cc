@@ -113,9 +113,14 @@ AsyncSave SaveAsync(const Node& state_dict, const std::string& dir, Communicator
 
   AsyncRequest request(job);
   request.AddFinalize([job, prepared = std::move(prepared), dir, &comm, options, summary, start] {
-    CheckpointMetadata local;
-    AgreeOnOutcome(comm, [&] { local = job->Result(); });
-    CommitSave(std::move(local), prepared, dir, comm, options);
+    try {
+      CheckpointMetadata local;
+      AgreeOnOutcome(comm, [&] { local = job->Result(); });  // every writer has stopped
+      CommitSave(std::move(local), prepared, dir, comm, options);
+    } catch (const CheckpointError&) {
+      RemoveFailedSave(prepared, dir, comm);
+      throw;
+    }
     summary->bytes_written = job->bytes_written();
     summary->seconds = SecondsSince(start);
   });

@@ -313,8 +313,40 @@ TEST(SaveLoadTest, RefusesToOverwriteACommittedCheckpointByDefault) {
         [&] {
           Save(StateOf({{"w", Node(Shard("w", {2, 2}, 0, 0, 1))}}), tmp.path(), comm);
         },
-        ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
+        ThrowsError(
+            ErrorKind::kInvalidArgument,
+            "refusing to save into " + tmp.path() +
+                ": it holds a native checkpoint (metadata.json); a save replaces a committed "
+                "checkpoint only when told to (distckpt save --overwrite"));
   });
+}
+
+// Issue 39: a save that fails (a full disk) removes the data files it wrote,
+// so the disk does not stay full; into a staging directory, the staging
+// directory goes; the previous checkpoint stays.
+TEST(SaveLoadTest, FailedSaveRemovesItsPartialFiles) {
+  ScopedTempDir tmp;
+  const std::string fresh = JoinPath(tmp.path(), "fresh");
+  const std::string previous = JoinPath(tmp.path(), "previous");
+  Shape global{8, 64};
+  SaveRows(previous, 2, global);
+  const std::vector<std::string> previous_files = Env::Default()->ListDir(previous);
+  for (const std::string& dir : {fresh, previous}) {
+    FaultInjectionEnv env(Env::Default());
+    env.FailWritesAfter(1500);  // rank 0's 1 KiB chunk is written, rank 1's is not
+    RunRanks(2, [&](Communicator& comm) {
+      SaveOptions options;
+      options.env = &env;
+      options.overwrite = true;
+      Node state = StateOf({{"w", Node(Shard("w", global, 0, comm.rank(), 2))}});
+      EXPECT_THAT([&] { Save(state, dir, comm, options); }, ThrowsError(ErrorKind::kIo));
+    });
+  }
+  EXPECT_THAT(Env::Default()->ListDir(fresh), testing::IsEmpty());
+  EXPECT_FALSE(Env::Default()->FileExists(previous + ".staging"));
+  EXPECT_EQ(Env::Default()->ListDir(previous), previous_files);
+  Node plain = LoadPlainTensors(previous);
+  ExpectArange(plain.at("w").as<Tensor>(), global, Box{{0, 0}, global});
 }
 
 TEST(SaveLoadTest, UnexpectedKeyWithDefaultStrictNamesTheKey) {

@@ -77,6 +77,11 @@ void ForEachItemToWrite(
 void CommitSave(CheckpointMetadata local, const PreparedSave& prepared, const std::string& dir,
                 Communicator& comm, const SaveOptions& options);
 
+// After a save failed on every rank (its writes are over): the coordinator
+// removes the files it left (Format::RemoveUncommitted). Errors of the
+// removal are dropped: the save's own error is the one reported.
+void RemoveFailedSave(const PreparedSave& prepared, const std::string& dir, Communicator& comm);
+
 }  // namespace distckpt
 
 #endif  // DISTCKPT_ENGINE_SAVE_STEPS_H_

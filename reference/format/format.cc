@@ -1,5 +1,7 @@
 #include "format/format.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "format/dcp/dcp_format.h"
 #include "format/zarr/zarr_format.h"
@@ -21,6 +23,7 @@ std::string FormatNames() {
 void CheckpointReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                                    std::span<const ReadRun> ranges, VerifyPolicy policy,
                                    uint64_t /*piece_bytes*/, const ConsumeBytes& consume) {
+  CheckStored(tensor, chunk);  // before a buffer sized from the metadata
   uint64_t total = 0;
   for (const ReadRun& range : ranges) total += range.length;
   std::vector<std::byte> staging(total);
@@ -32,6 +35,26 @@ void CheckpointReader::StreamChunk(const StoredTensor& tensor, const StoredChunk
   }
   ReadChunk(tensor, chunk, runs, policy);
   for (const ReadRun& run : runs) consume(run.offset_in_chunk, std::span(run.dst, run.length));
+}
+
+void CheckTensorStored(CheckpointReader& reader, const StoredTensor& tensor) {
+  unsigned __int128 held = 0;
+  for (const StoredChunk& chunk : tensor.chunks) {
+    reader.CheckStored(tensor, chunk);
+    held += chunk.length;
+  }
+  unsigned __int128 needed = DTypeSize(tensor.dtype);
+  for (int64_t dim : tensor.global_shape) {
+    needed *= static_cast<uint64_t>(std::max<int64_t>(dim, 0));
+    if (needed > held) break;  // (and before the product can overflow)
+  }
+  if (needed > held) {
+    Fail(ErrorKind::kCorruption,
+         "tensor '{}': global shape {} of {} takes more bytes than its {} stored chunks hold "
+         "({})",
+         tensor.key, ShapeToString(tensor.global_shape), DTypeName(tensor.dtype),
+         tensor.chunks.size(), static_cast<uint64_t>(held));
+  }
 }
 
 void CheckpointReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy) {

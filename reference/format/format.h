@@ -159,7 +159,17 @@ class CheckpointReader {
   // if one was). nullptr otherwise.
   virtual std::shared_ptr<const ObjectRecord> CommonRecord() const { return nullptr; }
   virtual const ReadStats& stats() const = 0;
+  // Fails (CheckpointError(kCorruption) naming the file and the key) unless
+  // `chunk`'s data file holds its byte range (native: its block checksums
+  // too). Metadata can claim any size: whoever allocates memory sized from
+  // it calls this (or CheckTensorStored) first.
+  virtual void CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) = 0;
 };
+
+// CheckStored of every chunk of `tensor`, and that they hold at least the
+// bytes of its global shape (chunks that cover it do): after this, a buffer
+// of the tensor's size is bounded by what its data files hold.
+void CheckTensorStored(CheckpointReader& reader, const StoredTensor& tensor);
 
 // The sharded object holding the common state when a format keeps it in a
 // data file (Format::CommonStateAsObject): unique key "common_state/shard_0_1".
@@ -177,6 +187,12 @@ class Format {
   // staging directory that Commit swaps in, so the old checkpoint survives a
   // failed save. Returns the directory ranks write into.
   virtual std::string PrepareDirectory(Env* env, const std::string& dir, bool overwrite) const = 0;
+  // Coordinator only, after a save into `write_dir` (PrepareDirectory's) failed
+  // on every rank before its commit: removes the files it left (its data
+  // files, temps; a staging directory whole), so a failed save does not keep
+  // a full disk full. Nothing is removed once `write_dir` is committed.
+  virtual void RemoveUncommitted(Env* env, const std::string& dir,
+                                 const std::string& write_dir) const = 0;
   virtual std::unique_ptr<CheckpointWriter> NewWriter(Env* env, const std::string& write_dir,
                                                       int rank) const = 0;
   // A writer of data stream `stream` (>= 0) of `rank`: distinct streams write

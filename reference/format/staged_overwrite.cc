@@ -1,6 +1,7 @@
 #include "format/staged_overwrite.h"
 
 #include "core/error.h"
+#include "format/dcp/megatron_files.h"
 
 namespace distckpt {
 namespace {
@@ -16,7 +17,32 @@ std::string StagingDir(const std::string& dir) { return Sibling(dir, ".staging")
 std::string OldDir(const std::string& dir) { return Sibling(dir, ".old"); }
 std::string ParentDir(const std::string& dir) { return DirName(Sibling(dir, "")); }
 
+// Megatron's CheckpointingConfig (a handful of fields), not a native metadata.json.
+bool IsMegatronConfigFile(Env* env, const std::string& path) {
+  return env->FileSize(path) <= 4096 &&
+         MegatronShardedBackend(ReadFileToString(env, path)).has_value();
+}
+
 }  // namespace
+
+std::string CommittedCheckpointIn(Env* env, const std::string& dir) {
+  if (!env->IsDirectory(dir)) return "";
+  for (const std::string& name : env->ListDir(dir)) {
+    if (name == ".metadata") return "a DCP checkpoint (.metadata)";
+    // Megatron's own metadata.json (its config beside torch_dist data) is
+    // not a checkpoint by itself: its .metadata is.
+    if (name == "metadata.json" && !IsMegatronConfigFile(env, JoinPath(dir, name))) {
+      return "a native checkpoint (metadata.json)";
+    }
+    if (name == ".zgroup" || name == ".zarray" || name == "zarr.json") {
+      return fmt::format("a zarr store ({})", name);
+    }
+    if (name.starts_with("model_world_size_") && name.ends_with(".pt")) {
+      return fmt::format("a verl FSDP checkpoint ({})", name);
+    }
+  }
+  return "";
+}
 
 std::string PrepareStagedDirectory(Env* env, const std::string& dir, bool overwrite,
                                    const StagedLayout& layout) {
@@ -28,10 +54,14 @@ std::string PrepareStagedDirectory(Env* env, const std::string& dir, bool overwr
     env->SyncDir(ParentDir(dir));
     env->RemoveAll(old);
   }
-  if (layout.is_committed(env, dir)) {
+  std::string committed = CommittedCheckpointIn(env, dir);
+  if (committed.empty() && layout.is_committed(env, dir)) committed = "a committed checkpoint";
+  if (!committed.empty()) {
     if (!overwrite) {
       Fail(ErrorKind::kInvalidArgument,
-           "refusing to overwrite committed checkpoint {} (pass overwrite)", dir);
+           "refusing to save into {}: it holds {}; a save replaces a committed checkpoint only "
+           "when told to (distckpt save --overwrite, SaveOptions::overwrite)",
+           dir, committed);
     }
     if (env->FileExists(old)) {
       Fail(ErrorKind::kInvalidArgument,
@@ -51,6 +81,19 @@ std::string PrepareStagedDirectory(Env* env, const std::string& dir, bool overwr
     if (layout.is_stale(name)) env->RemoveFile(JoinPath(dir, name));
   }
   return dir;
+}
+
+void RemoveUncommittedSave(Env* env, const std::string& dir, const std::string& write_dir,
+                           const StagedLayout& layout) {
+  if (layout.is_committed(env, write_dir)) return;  // the commit ran: keep it
+  if (write_dir != dir) {
+    env->RemoveAll(write_dir);  // a staging directory holds this save's files only
+    return;
+  }
+  if (!env->IsDirectory(dir)) return;
+  for (const std::string& name : env->ListDir(dir)) {
+    if (layout.is_stale(name)) env->RemoveFile(JoinPath(dir, name));
+  }
 }
 
 void SwapInStaging(Env* env, const std::string& dir, const std::string& write_dir) {

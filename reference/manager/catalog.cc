@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
 
@@ -116,7 +117,7 @@ CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iter
     return entry;
   }
   try {
-    nlohmann::json j = nlohmann::json::parse(ReadFileToString(env, manifest_path));
+    nlohmann::json j = ParseJson(ReadFileToString(env, manifest_path), manifest_path);
     entry.manifest = IterationManifest::FromJson(j, manifest_path);
   } catch (const std::exception& e) {
     entry.why_incomplete = fmt::format("unreadable manifest: {}", e.what());

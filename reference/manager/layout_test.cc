@@ -47,5 +47,15 @@ TEST(Tracker, GarbageIsCorruptionNamingTheFile) {
   EXPECT_THAT([] { ParseTracker("12abc", "t"); }, ThrowsError(ErrorKind::kCorruption, "12abc"));
 }
 
+// Issue 39: Megatron reads int(f.read().strip()); a NUL or control byte is
+// shown escaped, not cutting the message short.
+TEST(Tracker, WhitespaceAroundAsMegatronAndControlBytesShown) {
+  EXPECT_EQ(ParseTracker(" 7\n", "t"), (Tracker{7, false}));
+  EXPECT_EQ(ParseTracker("\t\n release \r\n", "t"), (Tracker{0, true}));
+  EXPECT_THAT([] { ParseTracker(std::string("2\0junk\n", 7), "/r/latest"); },
+              ThrowsError(ErrorKind::kCorruption, "found '2\\x00junk' (7 bytes)"));
+  EXPECT_THAT([] { ParseTracker("   ", "t"); }, ThrowsError(ErrorKind::kCorruption));
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "engine/save.h"
 #include "engine/save_async.h"
 
@@ -296,7 +297,7 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
         Fail(ErrorKind::kIncomplete, "resume: {} is not a directory", path_dir);
       }
       if (e->FileExists(manifest)) {
-        mine = IterationManifest::FromJson(nlohmann::json::parse(ReadFileToString(e, manifest)),
+        mine = IterationManifest::FromJson(ParseJson(ReadFileToString(e, manifest), manifest),
                                            manifest)
                    .iteration;
       } else {

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "comm/thread_world.h"
+#include "core/error_testing.h"
 #include "engine/save.h"
 #include "format/format.h"
-#include "core/error_testing.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
 

@@ -1,6 +1,6 @@
 // The tracker file ROOT/latest_checkpointed_iteration.txt: the commit point
 // of a training run's checkpoints. It holds a decimal iteration or
-// "release" (Megatron), optionally followed by whitespace.
+// "release" (Megatron), with any whitespace around it (Megatron strips it).
 //
 // WriteTracker writes it atomically (temp file, fsync, rename, directory
 // fsync), so a reader sees the previous value or the new one, never a torn

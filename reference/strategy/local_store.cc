@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 
 namespace distckpt {
 namespace {
@@ -105,8 +106,9 @@ std::map<int64_t, int> LocalStore::Commits() const {
     std::optional<int64_t> iteration = ParseCommitName(name);
     if (!iteration) continue;
     const std::string path = JoinPath(dir_, name);
-    nlohmann::json j =
-        nlohmann::json::parse(ReadFileToString(env_, path), nullptr, /*allow_exceptions=*/false);
+    const std::string text = ReadFileToString(env_, path);
+    CheckJsonDepth(text, path);
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("iteration") || !j.contains("world") ||
         !j["iteration"].is_number_integer() || !j["world"].is_number_integer() ||
         j["iteration"].get<int64_t>() != *iteration || j["world"].get<int64_t>() < 1 ||

@@ -112,7 +112,8 @@ Topology Topology::Parse(std::string_view text) {
   std::vector<std::string> seen;
   std::string_view rest = text;
   while (true) {
-    size_t comma = rest.find(',');
+    const size_t comma = rest.find(',');
+    const bool more = comma != std::string_view::npos;  // "tp=2," has an empty last field
     std::string_view item = rest.substr(0, comma);
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     // trim spaces
@@ -153,7 +154,7 @@ Topology Topology::Parse(std::string_view text) {
            "order)",
            text, name);
     }
-    if (rest.empty()) break;
+    if (!more) break;
   }
   // Checked before any product is formed in int (tp=65536,pp=65536 was a
   // world of 0, tp=4,pp=1073741825 one of 4).

@@ -95,6 +95,15 @@ TEST(TopologyTest, RefusesWorldsWhoseSizeOverflows) {
   EXPECT_EQ(Topology::Parse("tp=1024,pp=1024").world_size(), 1 << 20);
 }
 
+// Issue 39: a trailing (or doubled) comma is an empty field, not ignored.
+TEST(TopologyTest, RefusesEmptyFields) {
+  for (const char* text : {"tp=2,", "tp=2,,pp=2", ",tp=2", "tp=2, ", ""}) {
+    EXPECT_THAT([&] { Topology::Parse(text); },
+                ThrowsError(ErrorKind::kInvalidArgument, "empty field"))
+        << text;
+  }
+}
+
 }  // namespace
 }  // namespace distckpt
 

@@ -156,14 +156,13 @@ class Expander {
         }
       }
       if (stage.loss && c_.output_extra_state) {
-        add("output_layer._extra_state", "output_layer._extra_state", {1}, {0},
-            {0, me_.tp, dpcp_});
+        add("output_layer._extra_state", "output_layer._extra_state", {1}, {0}, {0, me_.tp, dpcp_});
       }
     }
     add("rng_state", "rng_state", {t_.pp, t_.tp}, {me_.pp, me_.tp}, {dpcp_});
     if (c_.rerun_state) {
-      add("rerun_state_machine.sharded", "rerun_state_machine_state", {t_.world_size()},
-          {rank_}, {0});
+      add("rerun_state_machine.sharded", "rerun_state_machine_state", {t_.world_size()}, {rank_},
+          {0});
     }
     return out;
   }
@@ -262,9 +261,9 @@ class Expander {
   void Layer(int64_t g) {
     const int64_t h = c_.hidden, f = c_.ffn;
     const int tp = me_.tp, TP = t_.tp;
-    const bool bias = c_.linear_bias != 0;             // proj and fc2
-    const bool qkv_bias = bias || c_.qkv_bias;         // linear_qkv
-    const bool fc1_bias = c_.linear_bias == 1;         // only with every linear biased
+    const bool bias = c_.linear_bias != 0;      // proj and fc2
+    const bool qkv_bias = bias || c_.qkv_bias;  // linear_qkv
+    const bool fc1_bias = c_.linear_bias == 1;  // only with every linear biased
     Norm(g, "input_layernorm.", "self_attention.linear_qkv.layer_norm_");
     // Grouped-query attention: per query group [q of its heads, k, v] (Megatron's order).
     const int64_t qkv = c_.query_groups > 0 ? h + 2 * c_.query_groups * (h / c_.heads) : 3 * h;

@@ -56,10 +56,10 @@ struct GptConfig {
   // linear_fc2); 0 none (--disable-bias-linear); 1 every linear, linear_fc1
   // included (--add-bias-linear, Megatron's default).
   int linear_bias = -1;
-  bool qkv_bias = false;              // --add-qkv-bias (with linear_bias 0)
-  int64_t position_embeddings = 0;    // learned absolute positions: rows (max_position_embeddings)
+  bool qkv_bias = false;            // --add-qkv-bias (with linear_bias 0)
+  int64_t position_embeddings = 0;  // learned absolute positions: rows (max_position_embeddings)
   std::vector<std::string> extra_state = {"self_attention.linear_qkv"};  // per-layer modules
-  bool output_extra_state = false;    // output_layer._extra_state
+  bool output_extra_state = false;  // output_layer._extra_state
   // Megatron's rerun state machine: `rerun_state_machine_state`, one object
   // per rank on a (world,) grid (core/rerun_state_machine.py).
   bool rerun_state = false;

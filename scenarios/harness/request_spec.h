@@ -13,8 +13,8 @@
 #define DISTCKPT_SCENARIO_REQUEST_SPEC_H_
 
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "format/checkpoint_metadata.h"

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "harness/fp8_section.h"
 #include "harness/limits.h"
 
@@ -513,6 +514,7 @@ json ReadScenarioJson(const std::string& path) {
   if (!in) Fail(ErrorKind::kInvalidArgument, "cannot open scenario file {}", path);
   std::stringstream buffer;
   buffer << in.rdbuf();
+  CheckJsonDepth(buffer.str(), path);
   json j = json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
   if (j.is_discarded()) Fail(ErrorKind::kInvalidArgument, "{}: not valid JSON", path);
   return j;

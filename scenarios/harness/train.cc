@@ -195,7 +195,22 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
       }
     }
     log(fmt::format("saving {}", step));
-    manager.Save(step, state);
+    try {
+      manager.Save(step, state);
+    } catch (const CheckpointError& e) {  // every rank's (the save agrees on its outcome)
+      // An earlier async save still pending may be what failed first (a full
+      // disk fails its writes, then this save's first write): its error is
+      // the one to report, with this one after it.
+      if (manager.pending() == 0) throw;
+      try {
+        manager.Finalize(true);
+      } catch (const CheckpointError& earlier) {
+        throw CheckpointError(earlier.kind(),
+                              fmt::format("{} (then the save of iteration {} failed too: {})",
+                                          earlier.what(), step, e.what()));
+      }
+      throw;
+    }
     if (!options.manager.async) {
       report.committed.push_back(step);
       log(fmt::format("committed {}", step));

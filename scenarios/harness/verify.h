@@ -15,7 +15,8 @@
 // VerifyData reads every stored byte once (chunk by chunk, bounded memory)
 // and checks every checksum (native xxHash3, DCP zip CRC32), then every file
 // Megatron's integrity.json lists (SHA-256) when there is one; damage throws
-// CheckpointError(kCorruption) naming file and key.
+// CheckpointError(kCorruption) naming file and key. What carries no
+// checksum is counted as unverified (DataCheck), never as matching.
 //
 // Reshard loads, on every rank of T, the spec's request from the checkpoint
 // (real stored values, nothing generated; tensors in their stored dtype,
@@ -63,13 +64,13 @@ std::vector<ObjectFate> ObjectFates(const Scenario& spec, const CheckpointMetada
 
 struct VerifyResult {
   bool ok = false;
-  std::string error;                  // why it would not load (agreed over the ranks)
-  int ranks = 0;                      // world size of the topology
-  uint64_t tensors = 0;               // requested ShardedTensors, summed over ranks
-  uint64_t objects = 0;               // requested ShardedObjects, summed over ranks
-  uint64_t bytes_needed = 0;          // stored bytes a load would read, summed over ranks
-  std::string missing, unexpected;    // return_* modes: sorted, comma-separated
-  std::vector<std::string> warnings;  // log_* modes
+  std::string error;                     // why it would not load (agreed over the ranks)
+  int ranks = 0;                         // world size of the topology
+  uint64_t tensors = 0;                  // requested ShardedTensors, summed over ranks
+  uint64_t objects = 0;                  // requested ShardedObjects, summed over ranks
+  uint64_t bytes_needed = 0;             // stored bytes a load would read, summed over ranks
+  std::string missing, unexpected;       // return_* modes: sorted, comma-separated
+  std::vector<std::string> warnings;     // log_* modes
   std::vector<ObjectFate> objects_fate;  // every stored object (ObjectFates)
   double seconds = 0;
 };
@@ -80,14 +81,21 @@ struct VerifyResult {
 VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std::string& topology,
                         const VerifyOptions& options = {});
 
+// What VerifyData read, and what of it carried no checksum to check (a
+// native version 1 checkpoint: chunks and objects may have none, and
+// metadata.json has none; a DCP checkpoint torch wrote: its raw tensor
+// items). Unverified bytes are read but cannot be told from damaged ones.
 struct DataCheck {
   uint64_t chunks = 0, objects = 0, bytes = 0;
+  uint64_t unverified_chunks = 0, unverified_objects = 0;
+  bool unverified_metadata = false;
+  bool verified() const {
+    return unverified_chunks == 0 && unverified_objects == 0 && !unverified_metadata;
+  }
   // Megatron's integrity.json (format/dcp/megatron_files.h), when present:
   // every file it lists checked against its SHA-256.
   bool integrity = false;
   uint64_t integrity_files = 0;
-  // Chunks read whose format stores no checksum for them (zarr): read, not verified.
-  uint64_t unverified = 0;
 };
 DataCheck VerifyData(const std::string& dir, Env* env = nullptr);
 

@@ -248,6 +248,8 @@ TEST_F(VerifyTest, DataCheckNamesFileAndKeyOfAFlippedByte) {
   DataCheck ok = VerifyData(dir);
   EXPECT_EQ(ok.chunks, 6u);
   EXPECT_EQ(ok.bytes, 3u * 8 * 4 * 4);
+  EXPECT_TRUE(ok.verified());  // version 3: every chunk, object and the metadata checksummed
+  EXPECT_EQ(ok.unverified_chunks + ok.unverified_objects, 0u);
   Env* env = Env::Default();
   const CheckpointMetadata md = DetectFormat(env, dir).OpenReader(env, dir)->metadata();
   const StoredChunk& chunk = md.tensors.at("layer1.weight").chunks.at(1);

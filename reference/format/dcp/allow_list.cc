@@ -132,26 +132,94 @@ bool IsAllowedGlobal(std::string_view module, std::string_view name) {
 
 bool IsForbiddenGlobal(std::string_view module, std::string_view name) {
   // Whole modules (and their submodules) whose globals run code or touch the system.
-  static constexpr std::string_view kModules[] = {
-      "os",        "posix",         "nt",         "subprocess",  "_posixsubprocess", "sys",
-      "importlib", "imp",           "runpy",      "shutil",      "socket",           "ctypes",
-      "_ctypes",   "pickle",        "_pickle",    "marshal",     "multiprocessing",  "threading",
-      "_thread",   "asyncio",       "code",       "codeop",      "pty",              "pdb",
-      "bdb",       "timeit",        "trace",      "profile",     "cProfile",         "webbrowser",
-      "functools", "operator",      "_operator",  "inspect",     "site",             "sitecustomize",
-      "pkgutil",   "zipimport",     "tempfile",   "glob",        "fileinput",        "commands",
-      "popen2",    "platform",      "sysconfig",  "distutils",   "setuptools",       "pip",
-      "ensurepip", "venv",          "dill",       "cloudpickle", "joblib",           "yaml",
-      "http",      "urllib",        "ftplib",     "smtplib",     "telnetlib",        "xmlrpc",
-      "ssl",       "select",        "selectors",  "mmap",        "resource",         "gc",
-      "weakref",   "builtins",   "__builtin__", "torch.hub",        "torch.jit",
-      "torch.ops", "torch.classes", "torch.package", "torch.utils", "torch.serialization",
-      "numpy.lib", "numpy.testing", "numpy.f2py", "_io",         "io",               "signal",
-      "types",     "__main__"};
+  static constexpr std::string_view kModules[] = {"os",
+                                                  "posix",
+                                                  "nt",
+                                                  "subprocess",
+                                                  "_posixsubprocess",
+                                                  "sys",
+                                                  "importlib",
+                                                  "imp",
+                                                  "runpy",
+                                                  "shutil",
+                                                  "socket",
+                                                  "ctypes",
+                                                  "_ctypes",
+                                                  "pickle",
+                                                  "_pickle",
+                                                  "marshal",
+                                                  "multiprocessing",
+                                                  "threading",
+                                                  "_thread",
+                                                  "asyncio",
+                                                  "code",
+                                                  "codeop",
+                                                  "pty",
+                                                  "pdb",
+                                                  "bdb",
+                                                  "timeit",
+                                                  "trace",
+                                                  "profile",
+                                                  "cProfile",
+                                                  "webbrowser",
+                                                  "functools",
+                                                  "operator",
+                                                  "_operator",
+                                                  "inspect",
+                                                  "site",
+                                                  "sitecustomize",
+                                                  "pkgutil",
+                                                  "zipimport",
+                                                  "tempfile",
+                                                  "glob",
+                                                  "fileinput",
+                                                  "commands",
+                                                  "popen2",
+                                                  "platform",
+                                                  "sysconfig",
+                                                  "distutils",
+                                                  "setuptools",
+                                                  "pip",
+                                                  "ensurepip",
+                                                  "venv",
+                                                  "dill",
+                                                  "cloudpickle",
+                                                  "joblib",
+                                                  "yaml",
+                                                  "http",
+                                                  "urllib",
+                                                  "ftplib",
+                                                  "smtplib",
+                                                  "telnetlib",
+                                                  "xmlrpc",
+                                                  "ssl",
+                                                  "select",
+                                                  "selectors",
+                                                  "mmap",
+                                                  "resource",
+                                                  "gc",
+                                                  "weakref",
+                                                  "builtins",
+                                                  "__builtin__",
+                                                  "torch.hub",
+                                                  "torch.jit",
+                                                  "torch.ops",
+                                                  "torch.classes",
+                                                  "torch.package",
+                                                  "torch.utils",
+                                                  "torch.serialization",
+                                                  "numpy.lib",
+                                                  "numpy.testing",
+                                                  "numpy.f2py",
+                                                  "_io",
+                                                  "io",
+                                                  "signal",
+                                                  "types",
+                                                  "__main__"};
   // Plain data types of builtins (pickle names set, frozenset, ... this way).
   static constexpr std::string_view kDataBuiltins[] = {
-      "set",   "frozenset", "bytearray", "complex", "slice", "range", "bytes", "str",
-      "int",   "float",     "bool",      "list",    "tuple", "dict",  "object"};
+      "set", "frozenset", "bytearray", "complex", "slice", "range", "bytes", "str",
+      "int", "float",     "bool",      "list",    "tuple", "dict",  "object"};
   if (IsAllowedGlobal(module, name)) return false;  // BytesIO, Signals, SimpleNamespace, getattr
   if (module == "torch" && (name == "load" || name == "from_file")) return true;
   if (module == "numpy" && (name == "load" || name == "fromfile" || name == "loadtxt")) return true;
@@ -162,13 +230,15 @@ bool IsForbiddenGlobal(std::string_view module, std::string_view name) {
     return true;
   }
   for (std::string_view m : kModules) {
-    if (module == m || (module.size() > m.size() && module.starts_with(m) && module[m.size()] == '.')) {
+    if (module == m ||
+        (module.size() > m.size() && module.starts_with(m) && module[m.size()] == '.')) {
       return true;
     }
   }
   // Dunder attributes (__import__, __reduce__, ...) of anything but copyreg's
   // own protocol helpers (__newobj__, __newobj_ex__).
-  return module != "copyreg" && (name.starts_with("__") || name.find(".__") != std::string_view::npos);
+  return module != "copyreg" &&
+         (name.starts_with("__") || name.find(".__") != std::string_view::npos);
 }
 
 bool IsAllowedVerlGlobal(std::string_view module, std::string_view name) {

@@ -168,6 +168,11 @@ class DcpFormatImpl : public Format {
     return PrepareStagedDirectory(env, dir, overwrite, Layout());
   }
 
+  void RemoveUncommitted(Env* env, const std::string& dir,
+                         const std::string& write_dir) const override {
+    RemoveUncommittedSave(env, dir, write_dir, Layout());
+  }
+
   std::unique_ptr<CheckpointWriter> NewWriter(Env* env, const std::string& write_dir,
                                               int rank) const override {
     return NewStreamWriter(env, write_dir, rank, 0);

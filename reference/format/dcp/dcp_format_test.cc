@@ -653,8 +653,10 @@ TEST(DcpFormatTest, PrepareDirectoryProtectsCommittedCheckpoints) {
   Env* env = Env::Default();
   const std::string dir = tmp.path() + "/ck";
   Save(dir, DcpFormat());
-  EXPECT_THAT([&] { DcpFormat().PrepareDirectory(env, dir, false); },
-              ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
+  EXPECT_THAT(
+      [&] { DcpFormat().PrepareDirectory(env, dir, false); },
+      ThrowsError(ErrorKind::kInvalidArgument,
+                  "refusing to save into " + dir + ": it holds a DCP checkpoint (.metadata)"));
   EXPECT_EQ(DcpFormat().PrepareDirectory(env, dir + "/", true), dir + ".staging");
 
   // An uncommitted save's files go; the user's stay.

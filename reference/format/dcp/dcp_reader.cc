@@ -456,6 +456,11 @@ const std::vector<uint32_t>& DcpReader::BlockCrcs(const DcpIndexEntry& entry,
   return *block_crcs_.emplace(&entry, std::move(crcs)).first->second;
 }
 
+void DcpReader::CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) {
+  // The record around the payload (a torch.save zip) is larger still.
+  files_.Open(chunk.file, chunk.offset, chunk.length, [&] { return ChunkName(tensor, chunk); });
+}
+
 void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                           std::span<const ReadRun> runs, VerifyPolicy policy) {
   const Describe what = [&] { return ChunkName(tensor, chunk); };

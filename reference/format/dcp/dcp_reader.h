@@ -73,6 +73,7 @@ class DcpReader : public CheckpointReader {
   std::shared_ptr<const ObjectRecord> ReadObjectRecord(const StoredObject& object) override;
   std::shared_ptr<const ObjectRecord> CommonRecord() const override { return common_record_; }
   const ReadStats& stats() const override { return stats_; }
+  void CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) override;
 
  private:
   struct TensorItem {

@@ -1,6 +1,7 @@
 #include "format/dcp/dcp_writer.h"
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "format/dcp/torch_save.h"
 #include "format/dcp/torch_zip.h"
 #include "format/hashed_writes.h"
@@ -146,6 +147,7 @@ void DcpWriter::StoreObject(StoredObject& object, std::span<const std::byte> byt
     object.offset = Append(bytes);
     return;
   }
+  CheckJsonDepth(payload, fmt::format("object '{}': payload", object.unique_key));
   nlohmann::json value = nlohmann::json::parse(payload, nullptr, false);
   if (value.is_discarded()) {
     Fail(ErrorKind::kInvalidArgument, "object '{}': payload is not JSON", object.unique_key);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 
 namespace distckpt {
 
@@ -20,6 +21,7 @@ std::string TorchDistConfigText() {
 }
 
 std::optional<std::string> MegatronShardedBackend(std::string_view text) {
+  if (JsonNestingDepth(text) > kMaxJsonDepth) return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;
   auto backend = j.find("sharded_backend");
@@ -59,16 +61,16 @@ IntegrityCheck VerifyMegatronIntegrity(Env* env, const std::string& dir) {
   const std::string manifest_path = JoinPath(dir, kMegatronIntegrityFileName);
   if (!env->FileExists(manifest_path)) return check;
   check.present = true;
-  nlohmann::json manifest = nlohmann::json::parse(ReadFileToString(env, manifest_path), nullptr,
-                                                  /*allow_exceptions=*/false);
+  const std::string text = ReadFileToString(env, manifest_path);
+  CheckJsonDepth(text, manifest_path);
+  nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object() || !manifest.contains("files") || !manifest["files"].is_object()) {
     Fail(ErrorKind::kCorruption, "{}: not Megatron's integrity manifest (no \"files\" object)",
          manifest_path);
   }
-  const std::string algorithm =
-      manifest.contains("algorithm") && manifest["algorithm"].is_string()
-          ? manifest["algorithm"].get<std::string>()
-          : "sha256";
+  const std::string algorithm = manifest.contains("algorithm") && manifest["algorithm"].is_string()
+                                    ? manifest["algorithm"].get<std::string>()
+                                    : "sha256";
   if (algorithm != "sha256") {
     Fail(ErrorKind::kCorruption, "{}: unsupported hash algorithm '{}' (Megatron writes sha256)",
          manifest_path, algorithm);

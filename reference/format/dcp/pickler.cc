@@ -1,7 +1,6 @@
 #include "format/dcp/pickler.h"
 
 #include <cctype>
-
 #include <cstring>
 #include <optional>
 

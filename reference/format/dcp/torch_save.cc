@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/json_parse.h"
+#include "core/printable.h"
 #include "format/dcp/pickler.h"
 #include "format/dcp/unknown_globals.h"
 #include "format/dcp/unpickler.h"
@@ -94,7 +96,7 @@ class Jsonizer {
       case PyKind::kFloat:
         return v.real;
       case PyKind::kStr:
-        return v.text;
+        return Text(v.text);
       case PyKind::kBytes:
         return {{"__bytes__", Hex(v.text)}};
       case PyKind::kList:
@@ -116,7 +118,8 @@ class Jsonizer {
     // Every other object keeps its class (argparse.Namespace included: Megatron's
     // check_checkpoint_args reads `args` by attribute), so a save writes it back;
     // an unknown class (unknown_globals.h) too, noted with where it sits.
-    if (v.callable->unknown) NoteUnknownGlobal(zip_.source() + ": data.pkl", v.GlobalName(), Path());
+    if (v.callable->unknown)
+      NoteUnknownGlobal(zip_.source() + ": data.pkl", v.GlobalName(), Path());
     nlohmann::json out = {{"__object__", v.GlobalName()}, {"args", Args(*v.args, depth)}};
     if (v.state) out["state"] = Convert(*v.state, depth + 1);
     return out;
@@ -155,10 +158,21 @@ class Jsonizer {
     return out;
   }
 
+  // A Python str as JSON text, which must be UTF-8 (a pickle may hold lone
+  // surrogates, or damaged bytes): refused naming the file, not thrown by a
+  // later dump naming nothing.
+  const std::string& Text(const std::string& text) const {
+    if (!IsValidUtf8(text)) {
+      Fail(ErrorKind::kCorruption, "{}: a string is not valid UTF-8 ('{}')", zip_.source(),
+           Printable(text));
+    }
+    return text;
+  }
+
   std::string Key(const PyValue& k) {
     switch (k.kind) {
       case PyKind::kStr:
-        return k.text;
+        return Text(k.text);
       case PyKind::kInt:
         return std::to_string(k.integer);
       case PyKind::kBool:
@@ -233,7 +247,7 @@ class Jsonizer {
     nlohmann::json out = nlohmann::json::array();
     for (const PyValue* item : args.items) out.push_back(Convert(*item, depth + 2));
     return args.kind == PyKind::kTuple || args.kind == PyKind::kList ? out
-                                                                      : Convert(args, depth + 1);
+                                                                     : Convert(args, depth + 1);
   }
 
   const ZipReader& zip_;

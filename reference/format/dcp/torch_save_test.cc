@@ -125,6 +125,27 @@ TEST(TorchSaveTest, JsonValuesRoundTrip) {
   EXPECT_EQ(TorchLoadJson(ZipReader(TorchSaveJson(7), "int")), 7);
 }
 
+// Issue 39: a pickled str that is not UTF-8 (a lone surrogate, damage) was
+// a bare json type_error 316 naming nothing, at a later dump.
+TEST(TorchSaveTest, InvalidUtf8InAStringIsRefusedNamingTheFile) {
+  for (const bool as_key : {false, true}) {
+    PickleWriter w;
+    const std::string bad("ok\xed\xa0\x80", 5);  // U+D800 as Python's surrogatepass writes it
+    if (as_key) {
+      w.Dict(false, [&] {  // {bad: 1}
+        w.Str(bad);
+        w.Int(1);
+      });
+    } else {
+      w.Str(bad);
+    }
+    const std::string pickle = w.Finish();
+    EXPECT_THAT([&] { TorchLoadJson(ZipReader(Archive(pickle, ""), "ck/common.pt")); },
+                ThrowsError(ErrorKind::kCorruption,
+                            "ck/common.pt: a string is not valid UTF-8 ('ok\\xed\\xa0\\x80')"));
+  }
+}
+
 TEST(TorchSaveTest, PythonValuesBecomeJson) {
   // {1: b'\x01', 'ns': argparse.Namespace(a=1), 'enum': AttnBackend(5), 'dtype': torch.bfloat16,
   //  'size': torch.Size((2,)), 't': tensor([1.5, 2.5])}

@@ -121,8 +121,7 @@ TEST(UnpicklerTest, RefusesGlobalsOffTheAllowList) {
 // Megatron-Core 0.20's args: exit_signal = signal.SIGTERM (REDUCE(signal.Signals, (15,))),
 // and InferenceCudaGraphScope, a class 0.15's allow-list did not know.
 TEST(UnpicklerTest, OpensEveryClassOfMegatronsSafeGlobals) {
-  for (const auto& [module, name] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [module, name] : std::vector<std::pair<std::string, std::string>>{
            {"signal", "Signals"},
            {"megatron.core.transformer.enums", "InferenceCudaGraphScope"},
            {"megatron.core.transformer.enums", "CudaGraphScope"},
@@ -217,9 +216,12 @@ TEST(UnpicklerTest, ForbiddenGlobalsAreRefusedUnderEveryPolicy) {
                 ThrowsError(ErrorKind::kUnsupported, "would run code or reach the system"))
         << module << "." << name;
   }
-  for (const auto& [module, name] : std::vector<std::pair<std::string, std::string>>{
-           {"builtins", "set"}, {"builtins", "bytearray"}, {"copyreg", "_reconstructor"},
-           {"mylib", "Thing"}, {"osmosis", "system"}}) {
+  for (const auto& [module, name] :
+       std::vector<std::pair<std::string, std::string>>{{"builtins", "set"},
+                                                        {"builtins", "bytearray"},
+                                                        {"copyreg", "_reconstructor"},
+                                                        {"mylib", "Thing"},
+                                                        {"osmosis", "system"}}) {
     EXPECT_FALSE(IsForbiddenGlobal(module, name)) << module << "." << name;
   }
   EXPECT_TRUE(TakeUnknownGlobalNotes().empty());

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "format/native/block_checksums.h"
 #include "format/native/json_text.h"
 #include "io/checksum.h"
@@ -78,9 +79,17 @@ class Field {
   }
   int64_t Int(int64_t min, int64_t max) const {
     Expect(value_.is_number_integer(), "an integer");
-    bool in_range = value_.is_number_unsigned()
-                        ? value_.get<uint64_t>() <= static_cast<uint64_t>(max)
-                        : value_.get<int64_t>() >= min && value_.get<int64_t>() <= max;
+    // nlohmann stores a non-negative integer as unsigned: both bounds apply
+    // to it too (a block_size or format_version of 0 is out of range).
+    bool in_range;
+    if (value_.is_number_unsigned()) {
+      const uint64_t u = value_.get<uint64_t>();
+      in_range = max >= 0 && u <= static_cast<uint64_t>(max) &&
+                 (min <= 0 || u >= static_cast<uint64_t>(min));
+    } else {
+      const int64_t i = value_.get<int64_t>();
+      in_range = i >= min && i <= max;
+    }
     if (!in_range) Fail(fmt::format("{} is out of range [{}, {}]", value_.dump(), min, max));
     return value_.get<int64_t>();
   }
@@ -669,13 +678,7 @@ std::string MetadataToText(const CheckpointMetadata& metadata) {
 }
 
 CheckpointMetadata MetadataFromText(std::string_view text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
-    Fail(ErrorKind::kCorruption, "{}: not valid JSON: {}", source, e.what());
-  }
-  return MetadataFromJson(j, source);
+  return MetadataFromJson(ParseJson(text, source), source);
 }
 
 }  // namespace distckpt

@@ -373,6 +373,46 @@ TEST(MetadataJsonTest, Version2ChunksNeedTheirBlockChecksums) {
               ThrowsError(ErrorKind::kCorruption, "unexpected field 'checksum'"));
 }
 
+// Issue 39: parsed text stores a non-negative integer as unsigned, and the
+// bounded field reader skipped the lower bound for it: block_size 0 (then a
+// division by zero) and format_version 0 passed. From text, resealed.
+TEST(MetadataJsonTest, ZeroFieldsFromTextAreOutOfRange) {
+  for (const CheckpointMetadata& md : {ExampleV2(), ExampleV3()}) {
+    const json zero_block = EditedChunk0(md, "block_size", 0, false);
+    EXPECT_THAT(
+        [&] { MetadataFromText(zero_block.dump(), "ck/metadata.json"); },
+        ThrowsError(ErrorKind::kCorruption,
+                    "ck/metadata.json: tensors[\"decoder.w\"].chunks[0].block_size: 0 is out "
+                    "of range [1, 1099511627776]"));
+    json zero_version = MetadataToJson(md);
+    zero_version["format_version"] = 0;
+    Reseal(zero_version);
+    EXPECT_THAT([&] { MetadataFromText(zero_version.dump(), "m"); },
+                ThrowsError(ErrorKind::kCorruption, "m: format_version: 0 is out of range [1, "));
+    // The upper bound still holds for unsigned values.
+    const json big_rank = EditedChunk0(md, "rank", uint64_t{1} << 40, false);
+    EXPECT_THAT(
+        [&] { MetadataFromText(big_rank.dump(), "m"); },
+        ThrowsError(ErrorKind::kCorruption, "chunks[0].rank: 1099511627776 is out of range"));
+  }
+}
+
+// Issue 39: ~90,000 levels of nesting (in common) are refused before a
+// parse; the recursive copy of such a value overflowed the stack.
+TEST(MetadataJsonTest, DeepNestingIsRefusedNamingTheFile) {
+  std::string text = MetadataToText(ExampleV3());
+  const std::string key = "\"common\": ";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const std::string deep = std::string(90000, '[') + std::string(90000, ']');
+  text.insert(at + key.size(), "{\"deep\": " + deep + ", \"was\": ");
+  text.insert(text.find('\n', at), "}");  // closes the object around the old value
+  EXPECT_THAT([&] { MetadataFromText(text, "ck/metadata.json"); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "ck/metadata.json: not valid JSON: arrays and objects nested deeper than "
+                          "512 levels"));
+}
+
 // Version 3 keeps one checksum per chunk, of the block checksums that the
 // data file holds after the payload: O(chunks), not O(bytes).
 TEST(MetadataJsonTest, Version3KeepsTheChecksumOfTheBlockChecksums) {

@@ -2,6 +2,7 @@
 // (metadata_json.h) committed last, read by NativeReader. FORMAT.md has the
 // byte layout and the crash windows of an overwrite.
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "format/format.h"
 #include "format/metadata_cache.h"
 #include "format/native/metadata_json.h"
@@ -47,8 +48,9 @@ class NativeFormatImpl : public Format {
     // Megatron's own metadata.json is a handful of fields; anything larger is
     // ours, and is parsed once, by OpenReader, not twice.
     if (env->FileSize(path) > kLargestForeignMetadata) return true;
-    nlohmann::json j = nlohmann::json::parse(ReadFileToString(env, path), nullptr,
-                                             /*allow_exceptions=*/false);
+    const std::string text = ReadFileToString(env, path);
+    if (JsonNestingDepth(text) > kMaxJsonDepth) return true;  // OpenReader refuses it
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     // A damaged metadata.json is still ours (opening it reports the damage);
     // Megatron writes one of its own ("sharded_backend") beside torch_dist data.
     if (!j.is_object()) return true;
@@ -59,6 +61,11 @@ class NativeFormatImpl : public Format {
 
   std::string PrepareDirectory(Env* env, const std::string& dir, bool overwrite) const override {
     return PrepareStagedDirectory(env, dir, overwrite, Layout());
+  }
+
+  void RemoveUncommitted(Env* env, const std::string& dir,
+                         const std::string& write_dir) const override {
+    RemoveUncommittedSave(env, dir, write_dir, Layout());
   }
 
   std::unique_ptr<CheckpointWriter> NewWriter(Env* env, const std::string& write_dir,

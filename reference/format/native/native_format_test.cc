@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <tuple>
 
+#include "format/dcp/megatron_files.h"
 #include "format/format.h"
 #include "format/native/example_checkpoint.h"
 #include "format/native/metadata_json.h"
 #include "format/native/native_writer.h"
+#include "format/staged_overwrite.h"
 #include "io/checksum.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
@@ -276,8 +278,47 @@ TEST(NativeFormatTest, RefusesToOverwriteACommittedCheckpoint) {
   EXPECT_THAT(
       [&] { NativeFormat().PrepareDirectory(env, dir, /*overwrite=*/false); },
       ThrowsError(ErrorKind::kInvalidArgument,
-                  "refusing to overwrite committed checkpoint " + dir + " (pass overwrite)"));
+                  "refusing to save into " + dir +
+                      ": it holds a native checkpoint (metadata.json); a save replaces a committed "
+                      "checkpoint "
+                      "only when told to (distckpt save --overwrite, SaveOptions::overwrite)"));
   ExpectExample(env, dir, 0);
+}
+
+// Issue 39: a committed checkpoint of another format (a PyTorch DCP, a zarr
+// store, verl's rank files) is refused too, naming it: native files beside
+// it would shadow it. With overwrite it is replaced whole, through staging.
+TEST(NativeFormatTest, RefusesToSaveOverAnotherFormatsCheckpoint) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const struct {
+    const char* file;
+    const char* what;
+  } others[] = {
+      {".metadata", "a DCP checkpoint (.metadata)"},
+      {".zgroup", "a zarr store (.zgroup)"},
+      {"zarr.json", "a zarr store (zarr.json)"},
+      {"model_world_size_2_rank_0.pt", "a verl FSDP checkpoint (model_world_size_2_rank_0.pt)"}};
+  for (const auto& other : others) {
+    const std::string dir = JoinPath(tmp.path(), other.file);
+    env->CreateDirs(dir);
+    WriteFileAtomic(env, JoinPath(dir, other.file), "theirs");
+    EXPECT_EQ(CommittedCheckpointIn(env, dir), other.what);
+    for (const Format* format : {&NativeFormat(), &FormatByName("dcp")}) {
+      EXPECT_THAT([&] { format->PrepareDirectory(env, dir, /*overwrite=*/false); },
+                  ThrowsError(ErrorKind::kInvalidArgument,
+                              "refusing to save into " + dir + ": it holds " + other.what));
+    }
+    EXPECT_EQ(ReadFileToString(env, JoinPath(dir, other.file)), "theirs");
+    EXPECT_EQ(NativeFormat().PrepareDirectory(env, dir, /*overwrite=*/true), dir + ".staging");
+    env->RemoveAll(dir + ".staging");
+  }
+  // Megatron's own metadata.json beside no .metadata is not a checkpoint.
+  const std::string megatron = JoinPath(tmp.path(), "megatron");
+  env->CreateDirs(megatron);
+  WriteFileAtomic(env, JoinPath(megatron, "metadata.json"), TorchDistConfigText());
+  EXPECT_EQ(CommittedCheckpointIn(env, megatron), "");
+  EXPECT_EQ(FormatByName("dcp").PrepareDirectory(env, megatron, false), megatron);
 }
 
 TEST(NativeFormatTest, OverwriteGoesThroughStaging) {
@@ -345,7 +386,8 @@ TEST(NativeFormatTest, InterruptedSwapIsFinishedByTheNextSave) {
       [&] { NativeFormat().OpenReader(env, dir); },
       ThrowsError(ErrorKind::kIncomplete, "left the new checkpoint in " + dir + ".staging"));
   EXPECT_THAT([&] { NativeFormat().PrepareDirectory(env, dir, false); },
-              ThrowsError(ErrorKind::kInvalidArgument, "refusing to overwrite"));
+              ThrowsError(ErrorKind::kInvalidArgument,
+                          "refusing to save into " + dir + ": it holds a native"));
   ExpectExample(env, dir, 1);
   EXPECT_EQ(env->ListDir(tmp.path()), std::vector<std::string>{"ckpt"});
 }

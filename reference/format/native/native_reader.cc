@@ -342,6 +342,11 @@ void NativeReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& ch
   ++(verify ? stats_.chunks_verified : stats_.chunks_unverified);
 }
 
+void NativeReader::CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) {
+  files_.Open(chunk.file, chunk.offset, chunk.length + SumsBytes(chunk),
+              [&] { return ChunkName(tensor, chunk); });
+}
+
 std::string NativeReader::ReadObject(const StoredObject& object) {
   const Describe what = [&] { return fmt::format("object '{}'", object.unique_key); };
   const RandomAccessFile& file = files_.Open(object.file, object.offset, object.length, what);

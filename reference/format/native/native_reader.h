@@ -54,6 +54,7 @@ class NativeReader : public CheckpointReader {
                    const ConsumeBytes& consume) override;
   std::string ReadObject(const StoredObject& object) override;
   const ReadStats& stats() const override { return stats_; }
+  void CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) override;
 
  private:
   std::span<const uint64_t> BlockSums(const RandomAccessFile& file, const StoredChunk& chunk,

@@ -437,6 +437,27 @@ TEST_F(NativeReaderTest, TruncatedOrMissingDataFileIsCorruption) {
       ThrowsError(ErrorKind::kCorruption, "__0_0.bin is missing (key 'b' chunk"));
 }
 
+// Issue 39: metadata can claim any size; CheckStored confirms a chunk's
+// byte range (and its block checksums) in its file, opening it only, before
+// anyone allocates a buffer of that size; CheckTensorStored also that the
+// chunks hold the tensor's global shape.
+TEST_F(NativeReaderTest, CheckStoredConfirmsTheFileHoldsTheClaim) {
+  reader_->CheckStored(Tensor("w"), W1());
+  CheckTensorStored(*reader_, Tensor("w"));
+  EXPECT_EQ(BytesRead(), 0u);
+  StoredChunk huge = W1();
+  huge.length = uint64_t{16} << 30;  // 16 GiB claimed in a file of a few hundred bytes
+  EXPECT_THAT([&] { reader_->CheckStored(Tensor("w"), huge); },
+              ThrowsError(ErrorKind::kCorruption, "__1_0.bin is truncated: key 'w'"));
+  StoredTensor claimed = Tensor("w");
+  claimed.global_shape = {int64_t{1} << 40, 5};
+  EXPECT_THAT([&] { CheckTensorStored(*reader_, claimed); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "tensor 'w': global shape (1099511627776, 5) of f32 takes more "
+                          "bytes than its 2 stored chunks hold (160)"));
+  EXPECT_EQ(BytesRead(), 0u);
+}
+
 TEST_F(NativeReaderTest, RejectsMalformedRuns) {
   std::vector<std::byte> got(80);
   const ReadRun overlapping[] = {{0, 20, got.data()}, {10, 20, got.data() + 20}};

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "core/little_endian.h"
 
 namespace distckpt {
@@ -153,12 +154,7 @@ SafetensorsFile OpenSafetensors(Env* env, const std::string& path) {
   }
   std::string text(n, '\0');
   f.file->Read(8, std::as_writable_bytes(std::span(text)));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    Fail(ErrorKind::kCorruption, "{}: header is not JSON: {}", path, e.what());
-  }
+  nlohmann::json header = ParseJson(text, path + ": header");
   if (!header.is_object()) Fail(ErrorKind::kCorruption, "{}: header is not a JSON object", path);
   f.data_start = 8 + n;
   try {

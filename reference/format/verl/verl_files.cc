@@ -4,29 +4,26 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "format/dcp/allow_list.h"
 #include "format/dcp/torch_save.h"
 #include "format/dcp/torch_zip.h"
 #include "format/dcp/unpickler.h"
 #include "fsdp/layout.h"
+#include "io/env.h"
 
 namespace distckpt {
 namespace {
 
 namespace fs = std::filesystem;
 
+// Through Env's open, as every checkpoint file: a FIFO, a device or a
+// symbolic link (to /dev/zero, or out of the directory) is refused, not read.
 std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail(ErrorKind::kIncomplete, "verl checkpoint: cannot open {}", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (!in.good() && !in.eof()) Fail(ErrorKind::kIo, "verl checkpoint: cannot read {}", path);
-  return buffer.str();
+  return ReadFileToString(Env::Default(), path);
 }
 
 // One torch.save archive, unpickled with the verl allow-list.
@@ -207,8 +204,10 @@ int VerlWorldSize(const std::string& dir) {
          worlds[0], worlds[1]);
   }
   const std::string config = (fs::path(dir) / "fsdp_config.json").string();
-  if (fs::exists(config)) {
-    nlohmann::json j = nlohmann::json::parse(ReadWholeFile(config), nullptr, false);
+  if (fs::exists(fs::symlink_status(config))) {  // a link is refused when opened
+    const std::string text = ReadWholeFile(config);
+    CheckJsonDepth(text, config);
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("world_size") ||
         !j["world_size"].is_number_integer()) {
       Fail(ErrorKind::kCorruption, "{}: no integer world_size", config);

@@ -45,6 +45,9 @@ class ZarrFormatImpl : public Format {
   }
 
   std::string PrepareDirectory(Env*, const std::string&, bool) const override { ReadOnly(); }
+  void RemoveUncommitted(Env*, const std::string&, const std::string&) const override {
+    ReadOnly();  // never written, so nothing to remove
+  }
   std::unique_ptr<CheckpointWriter> NewWriter(Env*, const std::string&, int) const override {
     ReadOnly();
   }

@@ -269,6 +269,19 @@ void ZarrReader::AddObjects(const std::string& key, const std::vector<std::strin
   }
 }
 
+void ZarrReader::CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) {
+  auto array_it = arrays_.find(tensor.key);
+  if (array_it == arrays_.end()) {
+    Fail(ErrorKind::kInvalidArgument, "{}: the checkpoint holds no tensor '{}'", dir_, tensor.key);
+  }
+  const std::string path = JoinPath(dir_, chunk.file);
+  std::unique_ptr<RandomAccessFile> file = env_->NewRandomAccessFile(path);
+  if (file->size() != array_it->second.ChunkFileBytes() || chunk.length > file->size()) {
+    Fail(ErrorKind::kCorruption, "chunk file {} of '{}' holds {} bytes; a chunk holds {}", path,
+         tensor.key, file->size(), array_it->second.ChunkFileBytes());
+  }
+}
+
 void ZarrReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                            std::span<const ReadRun> runs, VerifyPolicy /*policy*/) {
   auto array_it = arrays_.find(tensor.key);

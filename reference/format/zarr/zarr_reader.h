@@ -50,6 +50,9 @@ class ZarrReader : public CheckpointReader {
   const CheckpointMetadata& metadata() const override { return metadata_; }
   void ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                  std::span<const ReadRun> runs, VerifyPolicy policy) override;
+  // The chunk's file holds a whole chunk (zarr pads edge chunks to the full
+  // cell), opened no-follow; kCorruption naming the file otherwise.
+  void CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) override;
   std::string ReadObject(const StoredObject& object) override;
   // The object as a DCP object item holds it: torch.save([value]), the
   // stored pickle kept op for op inside the list (so a save to dcp keeps
