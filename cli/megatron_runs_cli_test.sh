@@ -123,4 +123,24 @@ print("\n".join(sorted(json.load(open(sys.argv[1]))["tensors"])))' "$work/inspec
   echo "$name: ok ($its under $topo)"
 done
 [ $roots -gt 0 ] || fail "no root with a tracker under $fixtures"
+# Megatron 0.18+'s integrity.json (save_integrity_manifest: SHA-256 of every file): checked by
+# verify --data, a changed file refused naming it; a reshard of such a checkpoint carries a
+# valid one.
+ck=$work/integrity
+cp -r "$work/gpt-default-tp2/iter_0000010" "$ck"
+python3 - "$ck" <<'PY'
+import hashlib, json, os, sys
+d = sys.argv[1]
+files = {n: hashlib.sha256(open(os.path.join(d, n), "rb").read()).hexdigest()
+         for n in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, n))}
+json.dump({"algorithm": "sha256", "files": files}, open(os.path.join(d, "integrity.json"), "w"), indent=2)
+PY
+expect_rc 0 "$d" verify "$ck" --data --spec gpt -t tp=2
+grep -q "integrity.json: 3 files match their SHA-256" "$work/out" || { cat "$work/out"; fail "integrity.json not checked"; }
+expect_rc 0 "$d" reshard "$ck" --spec gpt -t tp=1 --out "$work/integrity-r"
+expect_rc 0 "$d" verify "$work/integrity-r" --data --spec gpt -t tp=1
+grep -q "integrity.json: 3 files match" "$work/out" || { cat "$work/out"; fail "reshard lost integrity.json"; }
+printf ' ' >> "$ck/metadata.json"  # still Megatron's config, no longer the saved bytes
+expect_rc 2 "$d" verify "$ck" --data --spec gpt -t tp=2
+grep -q "metadata.json does not match its SHA-256" "$work/out" || { cat "$work/out"; fail "changed file not named"; }
 echo "megatron runs: $roots roots, $dumps tensors dumped equal to Megatron's load"
