@@ -367,11 +367,32 @@ std::vector<std::vector<std::string>> ParseLayout(const json& j, const std::stri
 }
 
 void ApplyFields(GptConfig& c, const json& j, const std::string& path) {
-  static const std::set<std::string> kFields{
-      "kind",  "prefix",          "layers",  "hidden",         "ffn", "heads",
-      "vocab", "vocab_multiple",  "experts", "moe_layer_freq", "glu", "tied",
-      "dtype", "pipeline_layout", "rename",  "query_groups", "fused_norms", "norm_bias",
-      "linear_bias", "qkv_bias", "position_embeddings", "extra_state", "output_extra_state", "rerun_state", "router_bias", "expert_prefix"};
+  static const std::set<std::string> kFields{"kind",
+                                             "prefix",
+                                             "layers",
+                                             "hidden",
+                                             "ffn",
+                                             "heads",
+                                             "vocab",
+                                             "vocab_multiple",
+                                             "experts",
+                                             "moe_layer_freq",
+                                             "glu",
+                                             "tied",
+                                             "dtype",
+                                             "pipeline_layout",
+                                             "rename",
+                                             "query_groups",
+                                             "fused_norms",
+                                             "norm_bias",
+                                             "linear_bias",
+                                             "qkv_bias",
+                                             "position_embeddings",
+                                             "extra_state",
+                                             "output_extra_state",
+                                             "rerun_state",
+                                             "router_bias",
+                                             "expert_prefix"};
   if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "{}: expected an object", path);
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!kFields.count(it.key()))

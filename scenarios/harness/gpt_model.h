@@ -63,8 +63,9 @@ struct GptConfig {
   // Megatron's rerun state machine: `rerun_state_machine_state`, one object
   // per rank on a (world,) grid (core/rerun_state_machine.py).
   bool rerun_state = false;
-  bool router_bias = false;                   // mlp.router.bias (Megatron 0.20 with linear biases)
-  std::string expert_prefix = "mlp.experts.";  // Megatron 0.20's local SequentialMLP: "mlp.experts.experts."
+  bool router_bias = false;  // mlp.router.bias (Megatron 0.20 with linear biases)
+  std::string expert_prefix =
+      "mlp.experts.";  // Megatron 0.20's local SequentialMLP: "mlp.experts.experts."
 
   bool homogeneous() const;
 };

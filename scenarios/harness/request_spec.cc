@@ -160,9 +160,9 @@ json InferGptModel(const CheckpointMetadata& md, const SpecOverrides& overrides)
     router = Find(md, key("decoder.layers.mlp.router.weight"));
     if (router) {
       // Megatron-Core 0.20's local SequentialMLP stores "mlp.experts.experts.*".
-      const std::string experts =
-          has("decoder.layers.mlp.experts.experts.linear_fc1.weight") ? "mlp.experts.experts."
-                                                                      : "mlp.experts.";
+      const std::string experts = has("decoder.layers.mlp.experts.experts.linear_fc1.weight")
+                                      ? "mlp.experts.experts."
+                                      : "mlp.experts.";
       if (experts != "mlp.experts.") model["expert_prefix"] = experts;
       fc1 = Find(md, key("decoder.layers." + experts + "linear_fc1.weight"));
       fc2 = Find(md, key("decoder.layers." + experts + "linear_fc2.weight"));

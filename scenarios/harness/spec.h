@@ -148,8 +148,8 @@ struct Scenario {
   // not request (Megatron 0.20's dp_reshardable buckets): verify and reshard
   // still refuse the (TP, PP) change Megatron refuses.
   bool check_stored_optimizer = false;
-  FsdpLayout fsdp = FsdpLayout::kNone;       // FSDP layout of the eligible tensor specs
-  std::vector<Fp8TensorSpec> fp8;            // the "fp8" section (harness/fp8_section.h)
+  FsdpLayout fsdp = FsdpLayout::kNone;  // FSDP layout of the eligible tensor specs
+  std::vector<Fp8TensorSpec> fp8;       // the "fp8" section (harness/fp8_section.h)
 
   // Throws CheckpointError(kInvalidArgument) naming `source` and the field.
   static Scenario FromJson(const nlohmann::json& json, const std::string& source);

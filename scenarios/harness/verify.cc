@@ -228,8 +228,8 @@ ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
     // optimizer section's param_groups and step would replace Megatron's, a
     // tensor and tuples among them, and the record could not be kept).
     SavePieces pieces = SavePreprocess(resave);
-    Node tree = CommonFromJson(save.common_record ? save.common_record->value
-                                                  : reader->metadata().common);
+    Node tree =
+        CommonFromJson(save.common_record ? save.common_record->value : reader->metadata().common);
     Merge(tree, std::move(pieces.sharded));
     resave = std::move(tree);
   });

@@ -164,8 +164,9 @@ TEST(UnpicklerTest, CarriesUnknownClassesAsInertDataAndNotesThem) {
   EXPECT_EQ(notes[0].global, "mylib.config.RunConfig");
   EXPECT_EQ(notes[1].global, "mylib.enums.Mode");
   EXPECT_EQ(notes[0].source, "test.pkl");
-  EXPECT_THAT(DescribeUnknownGlobal(notes[0]),
-              testing::HasSubstr("test.pkl: unknown class 'mylib.config.RunConfig' carried as opaque"));
+  EXPECT_THAT(
+      DescribeUnknownGlobal(notes[0]),
+      testing::HasSubstr("test.pkl: unknown class 'mylib.config.RunConfig' carried as opaque"));
 
   // Under the strict policy (--strict-globals) the same stream is refused.
   UnpickleLimits strict;
@@ -181,8 +182,9 @@ TEST(UnpicklerTest, CarriesUnknownClassesAsInertDataAndNotesThem) {
   // getattr on an unknown class is refused: it could name any attribute.
   EXPECT_THAT(
       [&] {
-        Load("\x80\x02\x63"
-             "builtins\ngetattr\n\x63mylib\nX\nX\x01\x00\x00\x00y\x86R."s);
+        Load(
+            "\x80\x02\x63"
+            "builtins\ngetattr\n\x63mylib\nX\nX\x01\x00\x00\x00y\x86R."s);
       },
       ThrowsError(ErrorKind::kUnsupported, "getattr"));
   TakeUnknownGlobalNotes();
@@ -190,26 +192,26 @@ TEST(UnpicklerTest, CarriesUnknownClassesAsInertDataAndNotesThem) {
 
 TEST(UnpicklerTest, ForbiddenGlobalsAreRefusedUnderEveryPolicy) {
   TakeUnknownGlobalNotes();
-  for (const auto& [module, name] : std::vector<std::pair<std::string, std::string>>{
-           {"os", "system"},
-           {"posix", "system"},
-           {"subprocess", "Popen"},
-           {"builtins", "eval"},
-           {"builtins", "exec"},
-           {"builtins", "__import__"},
-           {"__builtin__", "open"},
-           {"torch", "load"},
-           {"torch.hub", "load"},
-           {"numpy", "load"},
-           {"importlib", "import_module"},
-           {"runpy", "run_path"},
-           {"functools", "partial"},
-           {"operator", "attrgetter"},
-           {"io", "open"},
-           {"signal", "signal"},
-           {"types", "FunctionType"},
-           {"shutil", "rmtree"},
-           {"mylib", "__reduce__"}}) {
+  for (const auto& [module, name] :
+       std::vector<std::pair<std::string, std::string>>{{"os", "system"},
+                                                        {"posix", "system"},
+                                                        {"subprocess", "Popen"},
+                                                        {"builtins", "eval"},
+                                                        {"builtins", "exec"},
+                                                        {"builtins", "__import__"},
+                                                        {"__builtin__", "open"},
+                                                        {"torch", "load"},
+                                                        {"torch.hub", "load"},
+                                                        {"numpy", "load"},
+                                                        {"importlib", "import_module"},
+                                                        {"runpy", "run_path"},
+                                                        {"functools", "partial"},
+                                                        {"operator", "attrgetter"},
+                                                        {"io", "open"},
+                                                        {"signal", "signal"},
+                                                        {"types", "FunctionType"},
+                                                        {"shutil", "rmtree"},
+                                                        {"mylib", "__reduce__"}}) {
     EXPECT_TRUE(IsForbiddenGlobal(module, name)) << module << "." << name;
     const std::string stream = "\x80\x02\x63"s + module + "\n" + name + "\nN\x85R."s;
     EXPECT_THAT([&] { Load(stream); },
