@@ -136,10 +136,10 @@ files = {n: hashlib.sha256(open(os.path.join(d, n), "rb").read()).hexdigest()
 json.dump({"algorithm": "sha256", "files": files}, open(os.path.join(d, "integrity.json"), "w"), indent=2)
 PY
 expect_rc 0 "$d" verify "$ck" --data --spec gpt -t tp=2
-grep -q "integrity.json: 3 files match their SHA-256" "$work/out" || { cat "$work/out"; fail "integrity.json not checked"; }
+grep -qE "integrity.json: [0-9]+ files match their SHA-256" "$work/out" || { cat "$work/out"; fail "integrity.json not checked"; }
 expect_rc 0 "$d" reshard "$ck" --spec gpt -t tp=1 --out "$work/integrity-r"
 expect_rc 0 "$d" verify "$work/integrity-r" --data --spec gpt -t tp=1
-grep -q "integrity.json: 3 files match" "$work/out" || { cat "$work/out"; fail "reshard lost integrity.json"; }
+grep -qE "integrity.json: [0-9]+ files match" "$work/out" || { cat "$work/out"; fail "reshard lost integrity.json"; }
 printf ' ' >> "$ck/metadata.json"  # still Megatron's config, no longer the saved bytes
 expect_rc 2 "$d" verify "$ck" --data --spec gpt -t tp=2
 grep -q "metadata.json does not match its SHA-256" "$work/out" || { cat "$work/out"; fail "changed file not named"; }

@@ -45,6 +45,10 @@ void CheckTensorStored(CheckpointReader& reader, const StoredTensor& tensor) {
   }
   unsigned __int128 needed = DTypeSize(tensor.dtype);
   for (int64_t dim : tensor.global_shape) {
+    if (dim <= 0) needed = 0;  // a tensor of no elements needs no bytes (checked before the break)
+  }
+  for (int64_t dim : tensor.global_shape) {
+    if (needed == 0) break;
     needed *= static_cast<uint64_t>(std::max<int64_t>(dim, 0));
     if (needed > held) break;  // (and before the product can overflow)
   }

@@ -22,7 +22,11 @@ namespace fs = std::filesystem;
 
 // Through Env's open, as every checkpoint file: a FIFO, a device or a
 // symbolic link (to /dev/zero, or out of the directory) is refused, not read.
+// A rank's file that is not there leaves the checkpoint incomplete.
 std::string ReadWholeFile(const std::string& path) {
+  if (!Env::Default()->FileExists(path) && !fs::is_symlink(path)) {
+    Fail(ErrorKind::kIncomplete, "{} is missing: not a complete verl checkpoint", path);
+  }
   return ReadFileToString(Env::Default(), path);
 }
 
