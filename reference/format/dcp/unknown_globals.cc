@@ -9,6 +9,7 @@ namespace distckpt {
 namespace {
 
 std::atomic<UnknownGlobalPolicy> policy{UnknownGlobalPolicy::kCarry};
+constexpr size_t kMaxNotes = 256;
 
 struct Notes {
   std::mutex mu;
@@ -36,7 +37,8 @@ void NoteUnknownGlobal(const std::string& source, const std::string& global,
       return;
     }
   }
-  n.notes.push_back({source, global, path});
+  // Bounded: a hostile or fuzzed stream can name any number of classes.
+  if (n.notes.size() < kMaxNotes) n.notes.push_back({source, global, path});
 }
 
 std::vector<UnknownGlobalNote> TakeUnknownGlobalNotes() {

@@ -38,7 +38,7 @@ struct UnknownGlobalNote {
 };
 
 // Records that `global` was carried; one note per (source, global), the
-// first path given kept.
+// first path given kept; at most 256 notes are kept until taken.
 void NoteUnknownGlobal(const std::string& source, const std::string& global,
                        const std::string& path = "");
 // The notes so far, in the order first noted; clears them.
