@@ -6,12 +6,15 @@
 #include <charconv>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/hf.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "format/dcp/unknown_globals.h"
+#include "io/env.h"
+#include "manager/catalog.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
 #endif
@@ -150,6 +153,17 @@ void StrictIntegers(CLI::App& app) {
         "", "strict integer"));
   }
   for (CLI::App* cmd : app.get_subcommands({})) StrictIntegers(*cmd);
+}
+
+// A training run's root given where a checkpoint is expected (`verify ROOT`):
+// the checkpoint its tracker names, said on stderr.
+void ResolveRunRoot(std::string& path) {
+  if (std::optional<std::string> dir =
+          distckpt::TrackedIterationDir(distckpt::Env::Default(), path)) {
+    std::cerr << "note: " << path << " is a training run's root: reading " << *dir
+              << ", the checkpoint its tracker names\n";
+    path = *dir;
+  }
 }
 
 }  // namespace
@@ -419,6 +433,9 @@ int main(int argc, char** argv) {
     if (imp->parsed()) return distckpt::ImportCommand(import_args);
     if (train->parsed()) return distckpt::TrainCommand(train_args);
     if (manage->parsed()) return distckpt::ManageCommand(manage_args);
+    for (std::string* path : {&inspect_dir, &verify_args.dir, &dump_dir, &diff_a, &diff_b}) {
+      if (!path->empty()) ResolveRunRoot(*path);
+    }
     if (inspect->parsed())
       return distckpt::InspectCommand(inspect_dir, inspect_json, inspect_check);
     if (verify->parsed()) return distckpt::VerifyCommand(verify_args);

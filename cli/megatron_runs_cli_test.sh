@@ -117,6 +117,11 @@ print("\n".join(sorted(json.load(open(sys.argv[1]))["tensors"])))' "$work/inspec
   else
     expect_rc 0 "$d" verify "$last" --spec gpt -t "$other"
   fi
+  # The root itself where a checkpoint is expected: its tracker's iteration, said so.
+  expect_rc 0 "$d" inspect "$r"
+  grep -q "is a training run's root: reading $last" "$work/out" || { cat "$work/out"; fail "$name: inspect ROOT"; }
+  expect_rc 0 "$d" diff "$r" "$last"
+  grep -q "^identical" "$work/out" || { cat "$work/out"; fail "$name: diff ROOT \$last"; }
   expect_rc 2 "$d" train --topology tp=1 --dir "$r" --steps 2
   grep -q "already holds" "$work/out" || fail "$name: train refusal does not name the root's checkpoints"
   [ "$(sums "$r")" = "$before" ] || fail "$name: files changed"

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -13,6 +14,7 @@
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
 #include "harness/request_spec.h"
+#include "manager/catalog.h"
 #include "manager/layout.h"
 #include "manager/tracker.h"
 #ifdef DISTCKPT_HAVE_MPI
@@ -160,22 +162,17 @@ struct RootReshard {
 
 std::optional<RootReshard> ResolveRoot(ReshardArgs& args) {
   Env* env = Env::Default();
-  if (!env->IsDirectory(args.dir) || !env->FileExists(TrackerPath(args.dir))) return std::nullopt;
-  for (const Format* f : AllFormats()) {
-    if (f->Detect(env, args.dir)) return std::nullopt;  // a checkpoint, not a root
-  }
-  std::optional<Tracker> tracker = ReadTracker(env, args.dir);
-  const std::string name = tracker->release
-                               ? kReleaseDir
-                               : IterationDirName(CheckpointLayout::kMegatron, tracker->iteration);
+  const std::optional<std::string> tracked = TrackedIterationDir(env, args.dir);
+  if (!tracked) return std::nullopt;
+  const std::string name = std::filesystem::path(*tracked).filename().string();
   if (env->IsDirectory(args.out) && !env->ListDir(args.out).empty()) {
     Fail(ErrorKind::kInvalidArgument,
          "reshard of the run root {}: --out {} is not empty; a root-level reshard writes {} and a "
          "tracker into a new root",
          args.dir, args.out, name);
   }
-  RootReshard root{args.out, *tracker};
-  args.dir = JoinPath(args.dir, name);
+  RootReshard root{args.out, *ReadTracker(env, args.dir)};
+  args.dir = *tracked;
   args.out = JoinPath(args.out, name);
   return root;
 }

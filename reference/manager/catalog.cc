@@ -25,6 +25,16 @@ std::string DetectCommitted(Env* env, const std::string& dir) {
   return "";
 }
 
+std::optional<std::string> TrackedIterationDir(Env* env, const std::string& path) {
+  if (!env->IsDirectory(path) || !env->FileExists(TrackerPath(path))) return std::nullopt;
+  if (!DetectCommitted(env, path).empty()) return std::nullopt;  // a checkpoint, not a root
+  const std::optional<Tracker> tracker = ReadTracker(env, path);
+  if (!tracker) return std::nullopt;
+  return JoinPath(path, tracker->release
+                            ? std::string(kReleaseDir)
+                            : IterationDirName(CheckpointLayout::kMegatron, tracker->iteration));
+}
+
 nlohmann::json IterationManifest::ToJson() const {
   return {{"version", 1},
           {"iteration", iteration},

@@ -67,6 +67,13 @@ CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iter
                                  CheckpointLayout layout = CheckpointLayout::kMegatron);
 // The format name of the committed checkpoint in `dir`, or "" if none.
 std::string DetectCommitted(Env* env, const std::string& dir);
+// A run root given where a checkpoint is expected (`verify ROOT`, `inspect
+// ROOT`): the directory its tracker names (ROOT/iter_N, ROOT/release) when
+// `path` holds a tracker and is not itself a committed checkpoint; nullopt
+// otherwise. An unreadable tracker throws CheckpointError(kCorruption) naming
+// it. Megatron's layout (a verl step directory holds one checkpoint per
+// component: name the component's directory).
+std::optional<std::string> TrackedIterationDir(Env* env, const std::string& path);
 // Every iteration directory under `root` (missing root: empty catalog).
 Catalog ScanRoot(Env* env, const std::string& root, CheckpointLayout layout);
 
