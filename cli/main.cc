@@ -1,9 +1,15 @@
 // distckpt: the command-line front end (see README.md for the contract).
 #include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -15,6 +21,7 @@
 #include "format/dcp/unknown_globals.h"
 #include "io/env.h"
 #include "manager/catalog.h"
+#include "topology/topology.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
 #endif
@@ -165,6 +172,39 @@ void ResolveRunRoot(std::string& path) {
     path = *dir;
   }
 }
+
+#ifdef DISTCKPT_HAVE_MPI
+// `save|load|reshard --backend mpi` started outside mpirun: the command runs
+// itself again as `mpirun -np <world of --topology> distckpt <same arguments>`
+// (as `run --backend mpi` launches its jobs), passing stdout, stderr and the
+// exit code through. Inside a job Open MPI sets OMPI_COMM_WORLD_SIZE.
+// nullopt: nothing to launch (already in a job, or a world of one).
+std::optional<int> RelaunchUnderMpirun(int argc, char** argv, const std::string& topology) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || topology.empty()) return std::nullopt;
+  const int world = distckpt::Topology::Parse(topology).world_size();
+  if (world == 1) return std::nullopt;
+  std::vector<std::string> args{"mpirun", "--oversubscribe"};
+  if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {"-np", std::to_string(world), "/proc/self/exe"});
+  // /proc/self/exe is this binary as mpirun's ranks see it: resolved here.
+  std::error_code ec;
+  args.back() = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) args.back() = argv[0];
+  args.insert(args.end(), argv + 1, argv + argc);
+  std::vector<char*> cargv;
+  for (std::string& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::cerr << "distckpt: starting " << world << " ranks: mpirun -np " << world << " ...\n";
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, "mpirun", nullptr, nullptr, cargv.data(), environ) != 0) {
+    distckpt::Fail(distckpt::ErrorKind::kIo, "cannot start mpirun (is Open MPI installed?)");
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : distckpt::kExitInputError;
+}
+#endif  // DISTCKPT_HAVE_MPI
 
 }  // namespace
 
@@ -410,6 +450,12 @@ int main(int argc, char** argv) {
              (train->parsed() && train_args.backend == "mpi");
   try {
 #ifdef DISTCKPT_HAVE_MPI
+    if (mpi && !train->parsed()) {
+      const std::string& topology = save->parsed()   ? save_args.topology
+                                    : load->parsed() ? load_args.topology
+                                                     : reshard_args.topology;
+      if (std::optional<int> rc = RelaunchUnderMpirun(argc, argv, topology)) return *rc;
+    }
     std::unique_ptr<distckpt::MpiSession> session;
     if (mpi) session = std::make_unique<distckpt::MpiSession>(&argc, &argv);
 #else

@@ -49,9 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   static const fs::path base =
       fs::temp_directory_path() / ("manager-files-fuzz-" + std::to_string(getpid()));
-  const distckpt::CheckpointLayout layout = data[0] % 2 == 0
-                                                ? distckpt::CheckpointLayout::kMegatron
-                                                : distckpt::CheckpointLayout::kVerl;
+  const distckpt::CheckpointLayout layout =
+      data[0] % 2 == 0 ? distckpt::CheckpointLayout::kMegatron : distckpt::CheckpointLayout::kVerl;
   std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   std::string_view tracker = Next(rest), manifest = Next(rest), name = Next(rest);
 

@@ -21,8 +21,8 @@ namespace {
 // One file per fuzzing process, rewritten for every input.
 const std::string& InputPath() {
   static const std::string path =
-      (std::filesystem::temp_directory_path() / ("safetensors-fuzz-" + std::to_string(getpid()) +
-                                                 ".safetensors"))
+      (std::filesystem::temp_directory_path() /
+       ("safetensors-fuzz-" + std::to_string(getpid()) + ".safetensors"))
           .string();
   return path;
 }

@@ -35,7 +35,9 @@
 #endif
 
 // What a rank saves and requests: the sharded state-dict tree and strict
-// handling of key mismatches.
+// handling of key mismatches; Megatron's tensor-parallel shards and replica
+// ids for a rank of a layout.
+#include "mapping/megatron_shard.h"
 #include "mapping/sharded_object.h"
 #include "mapping/sharded_tensor.h"
 #include "mapping/state_dict.h"
@@ -68,6 +70,10 @@
 #include "engine/options.h"
 #include "engine/save.h"
 #include "engine/save_async.h"
+
+// Training runs: the checkpoint manager (Megatron's and verl's directory
+// layouts, tracker, retention, resume) over the entry points above.
+#include "manager/manager.h"
 
 // Model-state helpers: optimizer state, FSDP layouts, FP8 quantization.
 #include "fp8/quantize.h"

@@ -60,22 +60,15 @@ int64_t GlobalIndex(const ShardedTensor& shard, int64_t i) {
   return global;
 }
 
-// This rank's shard of parameter `p` under `topology`, Megatron-style replica
-// ids (PP, TP, DP): its values when `fill`, else a sentinel to be overwritten.
+// This rank's shard of parameter `p` under `topology` (Megatron's replica
+// ids): its values when `fill`, else a sentinel to be overwritten.
 ShardedTensor Shard(size_t p, const Topology& topology, int rank, bool fill) {
   const Param& param = Model()[p];
-  const distckpt::RankCoords at = topology.Coords(rank);
   distckpt::Shape local = param.shape;
-  std::vector<distckpt::RankOffset> offsets;
-  distckpt::ReplicaId replica{0, 0, at.dp};
-  if (param.tp_axis >= 0) {
-    local[param.tp_axis] /= topology.tp;
-    offsets.push_back({param.tp_axis, at.tp, topology.tp});
-  } else {
-    replica[1] = at.tp;
-  }
-  ShardedTensor shard = ShardedTensor::FromRankOffsets(param.key, Tensor::Empty(param.dtype, local),
-                                                       offsets, replica);
+  if (param.tp_axis >= 0) local[param.tp_axis] /= topology.tp;
+  ShardedTensor shard = distckpt::TensorParallelShard(
+      param.key, Tensor::Empty(param.dtype, local), topology, rank,
+      param.tp_axis >= 0 ? param.tp_axis : distckpt::kReplicatedOverTp);
   for (int64_t i = 0; i < shard.data.numel(); ++i) {
     double v = fill ? Value(p, GlobalIndex(shard, i)) : -1000;
     distckpt::StoreFromDouble(shard.data.data(), param.dtype, static_cast<size_t>(i), v);
