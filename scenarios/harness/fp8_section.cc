@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "fp8/quantize.h"
-#include "harness/expand.h"
+#include "harness/expand_tensor.h"
 #include "harness/values.h"
 
 namespace distckpt {
