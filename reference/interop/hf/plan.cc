@@ -1,24 +1,18 @@
-// distckpt export: a checkpoint (any topology, any format) to Hugging Face
-// safetensors shards, streamed tensor by tensor (cli/hf.h).
+// The GPT export spec and the plans of HF and per-layer Megatron tensors
+// (interop/hf/plan.h).
+#include "interop/hf/plan.h"
+
 #include <fmt/format.h>
 
 #include <cctype>
-#include <charconv>
-#include <fstream>
-#include <iostream>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <fstream>
 
-#include "cli/hf.h"
 #include "core/error.h"
 #include "core/json_parse.h"
-#include "engine/metadata_api.h"
-#include "engine/read_state.h"
-#include "format/format.h"
-#include "format/safetensors/safetensors.h"
 
 namespace distckpt {
 namespace {
@@ -232,18 +226,6 @@ class Planner {
   std::vector<HfTensor> out_;
 };
 
-// A config.json to copy: must be a JSON object (errors name the file).
-std::string ReadConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail(ErrorKind::kInvalidArgument, "--config {}: cannot open", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  CheckJsonDepth(text.str(), "--config " + path);
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (!j.is_object()) Fail(ErrorKind::kInvalidArgument, "--config {}: not a JSON object", path);
-  return text.str();
-}
-
 }  // namespace
 
 GptExportSpec GptExportSpecFromFile(const std::string& path) {
@@ -289,235 +271,9 @@ std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
   return Planner(spec, stored).Plan();
 }
 
-std::vector<HfTensor> PlanVerbatimExport(const std::vector<std::pair<std::string, Shape>>& stored) {
-  std::vector<HfTensor> plan;
-  for (const auto& [key, shape] : stored) {
-    if (key.starts_with("optimizer.")) continue;
-    plan.push_back({key, shape, {{key, Shape(shape.size(), 0), shape}}});
-  }
-  if (plan.empty()) {
-    Fail(ErrorKind::kKeyMismatch, "export --spec names: the checkpoint holds no model tensor");
-  }
-  return plan;
-}
-
 std::vector<HfTensor> PlanMegatronPerLayer(
     const GptExportSpec& spec, const std::vector<std::pair<std::string, Shape>>& stored) {
   return Planner(spec, stored).PlanPerLayer();
-}
-
-ExportSource OpenExportSource(const std::string& checkpoint, Env* env) {
-  ExportSource source;
-  source.reader = DetectFormat(env, checkpoint).OpenReader(env, checkpoint);
-  Node meta = LoadTensorsMetadata(checkpoint, env);
-  for (auto& [key, node] : meta.as<Dict>()) {
-    ShardedTensor& t = node.as<ShardedTensor>();
-    source.shapes.emplace_back(key, t.global_shape);
-    source.tensors.emplace(key, std::move(t));
-  }
-  return source;
-}
-
-Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedTensor>& stored,
-                  const HfTensor& t, DType dtype) {
-  // Before a buffer of the size the metadata claims: the files hold it.
-  for (const HfPiece& p : t.pieces) CheckTensorStored(reader, reader.metadata().tensors.at(p.key));
-  Tensor buffer = Tensor::Empty(dtype, t.shape);
-  size_t offset = 0;
-  for (const HfPiece& p : t.pieces) {
-    ShardedTensor request = stored.at(p.key);
-    request.dtype = dtype;
-    request.local_shape = p.shape;
-    request.global_offset = p.offset;
-    request.axis_fragmentations.reset();
-    request.flattened_range.reset();
-    request.prepend_axis_num = 0;
-    // Read straight into the tensor's buffer (no second copy).
-    request.data = Tensor::Wrap(buffer.data() + offset, dtype, p.shape);
-    Node loaded = ReadShardedState(reader, Node(Dict{{"t", Node(request)}}),
-                                   VerifyPolicy::kWhenWhole, nullptr, 1);
-    const Tensor& got = loaded.at("t").as<Tensor>();
-    if (got.data() != buffer.data() + offset) {
-      std::copy(got.data(), got.data() + got.nbytes(), buffer.data() + offset);
-    }
-    offset += got.nbytes();
-  }
-  return buffer;
-}
-
-uint64_t ParseByteSize(const std::string& text) {
-  // Decimal digits, then a unit: no sign ("-1" is not 2^64 - 1), no spaces.
-  uint64_t value = 0;
-  const auto [digits_end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || text.empty() || text[0] < '0' || text[0] > '9') {
-    Fail(ErrorKind::kInvalidArgument, "--max-shard-size: bad size '{}' (e.g. 5GB, 500MB, 1000)",
-         text);
-  }
-  const size_t end = static_cast<size_t>(digits_end - text.data());
-  std::string unit = text.substr(end);
-  const std::map<std::string, uint64_t> units = {
-      {"", 1},          {"B", 1},         {"KB", 1000},       {"MB", 1000000}, {"GB", 1000000000},
-      {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1ull << 30}};
-  auto it = units.find(unit);
-  if (it == units.end() || value == 0 ||
-      value > std::numeric_limits<uint64_t>::max() / it->second) {
-    Fail(ErrorKind::kInvalidArgument, "--max-shard-size: bad size '{}' (e.g. 5GB, 500MB, 1000)",
-         text);
-  }
-  return value * it->second;
-}
-
-// An HF model directory is written into a new or empty directory only: its
-// fixed names (config.json, the index, model-*-of-*.safetensors) would
-// replace the files of whatever is there.
-void RequireEmptyExportDir(Env* env, const std::string& out) {
-  if (!env->IsDirectory(out)) {
-    if (env->FileExists(out))
-      Fail(ErrorKind::kInvalidArgument, "export: {} is not a directory", out);
-    return;
-  }
-  const std::vector<std::string> names = env->ListDir(out);
-  if (!names.empty()) {
-    Fail(ErrorKind::kInvalidArgument,
-         "export --to hf: {} is not empty (it holds {}{}); export into a new or empty directory",
-         out, names.front(), names.size() > 1 ? fmt::format(" and {} more", names.size() - 1) : "");
-  }
-}
-
-// The files an export wrote, removed unless it finishes (Keep): a failed
-// export leaves no index or shards without their config.json.
-class RemoveUnlessKept {
- public:
-  explicit RemoveUnlessKept(Env* env) : env_(env) {}
-  ~RemoveUnlessKept() {
-    for (const std::string& path : paths_) {
-      try {
-        env_->RemoveFile(path);
-      } catch (const CheckpointError&) {  // the first error is the one reported
-      }
-    }
-  }
-  const std::string& Add(std::string path) { return paths_.emplace_back(std::move(path)); }
-  void Keep() { paths_.clear(); }
-
- private:
-  Env* env_;
-  std::vector<std::string> paths_;
-};
-
-ExportSummary ExportToHf(const ExportArgs& args) {
-  Env* env = Env::Default();
-  RequireEmptyExportDir(env, args.out);
-  const bool verbatim = args.spec == "names";
-  // Read before anything is written: a bad --config leaves no shards.
-  const std::string config_text =
-      verbatim && !args.config.empty() ? ReadConfigFile(args.config) : std::string();
-  GptExportSpec spec;
-  if (!verbatim) {
-    spec = args.model.is_null() ? GptExportSpecFromFile(args.spec)
-                                : GptExportSpecFromJson(args.model, "--spec gpt");
-  }
-  const uint64_t max_shard = ParseByteSize(args.max_shard_size);
-  const ExportSource source = OpenExportSource(args.checkpoint, env);
-  CheckpointReader& reader = *source.reader;
-  const std::map<std::string, ShardedTensor>& whole = source.tensors;
-  const std::vector<std::pair<std::string, Shape>>& stored = source.shapes;
-  std::vector<HfTensor> plan = verbatim ? PlanVerbatimExport(stored) : PlanHfExport(spec, stored);
-  auto dtype_of = [&](const HfTensor& t) {
-    return args.dtype.empty() ? whole.at(t.pieces.front().key).dtype : DTypeFromName(args.dtype);
-  };
-  // Shards: tensors in order, a new file when the next tensor would pass max_shard.
-  std::vector<std::vector<size_t>> files(1);
-  uint64_t in_file = 0, total = 0, largest = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    uint64_t bytes = static_cast<uint64_t>(Volume(plan[i].shape)) * DTypeSize(dtype_of(plan[i]));
-    if (!files.back().empty() && in_file + bytes > max_shard) {
-      files.emplace_back();
-      in_file = 0;
-    }
-    files.back().push_back(i);
-    in_file += bytes;
-    total += bytes;
-    largest = std::max(largest, bytes);
-  }
-  env->CreateDirs(args.out);
-  RemoveUnlessKept written(env);
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  for (size_t f = 0; f < files.size(); ++f) {
-    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, files.size());
-    std::vector<SafetensorsEntry> entries;
-    for (size_t i : files[f]) entries.push_back({plan[i].name, dtype_of(plan[i]), plan[i].shape});
-    SafetensorsWriter writer(env, written.Add(JoinPath(args.out, name)), entries,
-                             {{"format", "pt"}});
-    for (size_t i : files[f]) {
-      const HfTensor& t = plan[i];
-      // The one tensor held at a time.
-      const Tensor buffer = ReadPieces(reader, whole, t, dtype_of(t));
-      writer.Append(buffer.bytes());
-      weight_map[t.name] = name;
-    }
-    writer.Finish();
-  }
-  nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
-                                  {"weight_map", weight_map}};
-  WriteFileAtomic(env, written.Add(JoinPath(args.out, "model.safetensors.index.json")),
-                  index.dump(2) + "\n");
-  if (verbatim) {
-    // The model's own config (verl keeps it in huggingface/), copied as it is.
-    if (!args.config.empty()) {
-      WriteFileAtomic(env, written.Add(JoinPath(args.out, "config.json")), config_text);
-    }
-    written.Keep();
-    return {plan.size(), files.size(), total, largest};
-  }
-  nlohmann::ordered_json config = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
-      {"hidden_size", spec.hidden},
-      {"intermediate_size", spec.ffn},
-      {"num_attention_heads", spec.heads},
-      {"num_key_value_heads", spec.query_groups},
-      {"num_hidden_layers", spec.layers},
-      {"vocab_size", spec.vocab},
-      {"tie_word_embeddings", spec.tied},
-      {"hidden_act", spec.glu ? "silu" : "gelu"},
-      {"torch_dtype", plan.empty() ? "float32" : std::string(DTypeName(dtype_of(plan[0])))}};
-  WriteFileAtomic(env, written.Add(JoinPath(args.out, "config.json")), config.dump(2) + "\n");
-  written.Keep();
-  return {plan.size(), files.size(), total, largest};
-}
-
-int ExportCommand(const ExportArgs& args) {
-  if (args.to == "hf") {
-    if (args.spec.empty() && args.model.is_null()) {
-      Fail(ErrorKind::kInvalidArgument, "export --to hf needs --spec (the model's fields)");
-    }
-    ExportSummary s = ExportToHf(args);
-    std::cout << fmt::format(
-        "exported {} tensors ({} bytes) from {} to {}: {} file(s), largest tensor {} bytes\n",
-        s.tensors, s.total_bytes, args.checkpoint, args.out, s.files, s.largest_tensor_bytes);
-    return 0;  // kExitOk
-  }
-  if (args.to == "fsdp-dtensor") {
-    if (args.spec.empty() && args.model.is_null()) {
-      Fail(ErrorKind::kInvalidArgument,
-           "export --to fsdp-dtensor needs --spec (the model's fields) and --topology dp=N[,tp=T]");
-    }
-    FsdpDtensorExportSummary s = ExportToFsdpDtensor(args);
-    std::cout << fmt::format(
-        "exported {} to {} (fsdp-dtensor, {} ranks): {} model tensors, {} optimizer tensors, {} "
-        "chunks, {} bytes written; {} objects not exported\n",
-        args.checkpoint, args.out, s.ranks, s.model_tensors, s.optimizer_tensors, s.chunks,
-        s.bytes_written, s.objects_dropped);
-    return 0;  // kExitOk
-  }
-  ConvertSummary s = ConvertCheckpoint(args.checkpoint, args.out, FormatByName(args.to));
-  std::cout << fmt::format(
-      "converted {} to {} ({} format): {} tensors, {} objects, {} bytes written, largest tensor {} "
-      "bytes\n",
-      args.checkpoint, args.out, args.to, s.tensors, s.objects, s.bytes_written,
-      s.largest_tensor_bytes);
-  return 0;  // kExitOk
 }
 
 }  // namespace distckpt
