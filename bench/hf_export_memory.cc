@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   const nlohmann::json model = {{"kind", "gpt"}, {"layers", 8},          {"hidden", 512},
                                 {"ffn", 1408},   {"heads", 8},           {"query_groups", 2},
                                 {"vocab", 8000}, {"vocab_multiple", 64}, {"glu", true},
-                                {"tied", false}, {"dtype", "bf16"}};
+                                {"tied", false}, {"dtype", "bf16"},      {"linear_bias", false}};
   const std::string spec = (work / "spec.json").string();
   std::ofstream(spec) << nlohmann::json{{"model", model}}.dump();
   Scenario s = Scenario::FromJson(

@@ -1,5 +1,7 @@
 // distckpt export: flags parsed in main.cc; the work is the library's
 // (interop/hf/export.h, interop/fsdp_dtensor_export.h, interop/convert.h).
+#include "interop/hf/export.h"
+
 #include <fmt/format.h>
 
 #include <iostream>
@@ -8,7 +10,6 @@
 #include "core/error.h"
 #include "interop/convert.h"
 #include "interop/fsdp_dtensor_export.h"
-#include "interop/hf/export.h"
 
 namespace distckpt {
 
@@ -19,8 +20,18 @@ int ExportCommand(const ExportArgs& args) {
     }
     ExportSummary s = ExportToHf(args);
     std::cout << fmt::format(
-        "exported {} tensors ({} bytes) from {} to {}: {} file(s), largest tensor {} bytes\n",
-        s.tensors, s.total_bytes, args.checkpoint, args.out, s.files, s.largest_tensor_bytes);
+        "exported {} tensors ({} bytes) from {} to {}: {} file(s), largest tensor {} bytes{}\n",
+        s.tensors, s.total_bytes, args.checkpoint, args.out, s.files, s.largest_tensor_bytes,
+        s.architecture.empty() ? "" : ", architecture " + s.architecture);
+    const ExportAccount& a = s.account;
+    std::cout << fmt::format(
+        "model tensors: {} stored ({} bytes): {} bytes exported, {} bytes vocab padding, {} bytes "
+        "dropped (--drop); skipped: {} optimizer tensors, {} objects (rng_state, _extra_state, "
+        "common state: not weights)\n",
+        a.model_tensors, a.model_bytes, a.exported_bytes, a.padding_bytes, a.dropped_bytes,
+        a.optimizer_tensors, s.objects_skipped);
+    for (const std::string& p : a.padding) std::cout << "  padding: " << p << "\n";
+    for (const std::string& d : a.dropped) std::cout << "  dropped: " << d << "\n";
     return 0;  // kExitOk
   }
   if (args.to == "fsdp-dtensor") {

@@ -60,7 +60,22 @@ nlohmann::json InferExportModel(const ExportArgs& args) {
   Env* env = Env::Default();
   std::unique_ptr<CheckpointReader> reader =
       DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
-  nlohmann::json model = InferGptModel(reader->metadata(), ParseSpecOverrides(args.sets));
+  const SpecOverrides overrides = ParseSpecOverrides(args.sets);
+  nlohmann::json model = InferGptModel(reader->metadata(), overrides);
+  // Every stored vocab row is exported unless --set vocab says how many are
+  // the tokenizer's: the args' vocab_size need not count the tokenizer's
+  // special tokens (NullTokenizer adds one), so only the user can say which
+  // rows are padding.
+  if (!overrides.count("vocab")) {
+    const std::string prefix = model.value("prefix", "");
+    for (const char* name : {"embedding.word_embeddings.weight", "output_layer.weight"}) {
+      auto it = reader->metadata().tensors.find(prefix + name);
+      if (it != reader->metadata().tensors.end() && it->second.global_shape.size() == 2) {
+        model["vocab"] = it->second.global_shape[0];
+        break;
+      }
+    }
+  }
   std::cout << "spec gpt inferred: " << model.dump() << "\n";
   return model;
 }

@@ -13,11 +13,11 @@ namespace distckpt {
 
 struct ExportArgs {
   std::string checkpoint, to = "hf", out, spec, max_shard_size = "5GB", dtype;
-  std::string config;             // --spec names: a config.json to copy
-  std::string topology;           // --to fsdp-dtensor: the ranks' layout, dp=N[,tp=T]
-  std::vector<std::string> sets;  // --set field=value, with --spec gpt
-  std::vector<std::string> drops; // --drop GLOB: stored model tensors left out on purpose
-  nlohmann::json model;           // the model section --spec gpt inferred (null: read `spec`)
+  std::string config;              // --spec names: a config.json to copy
+  std::string topology;            // --to fsdp-dtensor: the ranks' layout, dp=N[,tp=T]
+  std::vector<std::string> sets;   // --set field=value, with --spec gpt
+  std::vector<std::string> drops;  // --drop GLOB: stored model tensors left out on purpose
+  nlohmann::json model;            // the model section --spec gpt inferred (null: read `spec`)
 };
 
 }  // namespace distckpt

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -60,9 +61,23 @@ Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedT
     }
     offset += got.nbytes();
   }
-  return buffer;
+  if (!t.transpose) return buffer;
+  // GPT-2's Conv1D: the [rows, cols] concatenation written as [cols, rows].
+  return TransposeRows(Tensor::Wrap(buffer.data(), dtype, {t.shape.at(1), t.shape.at(0)}));
 }
 
+Tensor TransposeRows(const Tensor& t) {
+  const int64_t rows = t.shape().at(0), cols = t.shape().at(1);
+  const size_t e = DTypeSize(t.dtype());
+  Tensor out = Tensor::Empty(t.dtype(), {cols, rows});
+  const std::byte* in = t.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      std::memcpy(out.data() + (c * rows + r) * e, in + (r * cols + c) * e, e);
+    }
+  }
+  return out;
+}
 uint64_t ParseByteSize(const std::string& text) {
   // Decimal digits, then a unit: no sign ("-1" is not 2^64 - 1), no spaces.
   uint64_t value = 0;

@@ -64,6 +64,9 @@ Tensor ReadPieces(CheckpointReader& reader, const std::map<std::string, ShardedT
 // a Hugging Face model's state dict, so its keys are already HF names).
 std::vector<HfTensor> PlanVerbatimExport(const std::vector<std::pair<std::string, Shape>>& stored);
 
+// `t` ([rows, cols]) transposed into a new [cols, rows] tensor.
+Tensor TransposeRows(const Tensor& t);
+
 // Parses "5GB", "500MB", "100KB", "123" (bytes; decimal units as HF's).
 uint64_t ParseByteSize(const std::string& text);
 

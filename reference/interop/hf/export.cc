@@ -4,6 +4,7 @@
 #include "interop/hf/export.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cctype>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "format/format.h"
 #include "format/safetensors/safetensors.h"
 #include "interop/export_source.h"
+#include "interop/hf/accounting.h"
 #include "interop/hf/plan.h"
 
 namespace distckpt {
@@ -82,6 +84,7 @@ ExportSummary ExportToHf(const ExportArgs& args) {
   const std::string config_text =
       verbatim && !args.config.empty() ? ReadConfigFile(args.config) : std::string();
   GptExportSpec spec;
+  nlohmann::ordered_json config;
   if (!verbatim) {
     spec = args.model.is_null() ? GptExportSpecFromFile(args.spec)
                                 : GptExportSpecFromJson(args.model, "--spec gpt");
@@ -91,7 +94,41 @@ ExportSummary ExportToHf(const ExportArgs& args) {
   CheckpointReader& reader = *source.reader;
   const std::map<std::string, ShardedTensor>& whole = source.tensors;
   const std::vector<std::pair<std::string, Shape>>& stored = source.shapes;
-  std::vector<HfTensor> plan = verbatim ? PlanVerbatimExport(stored) : PlanHfExport(spec, stored);
+  ExportSummary summary;
+  summary.objects_skipped = reader.metadata().objects.size();
+  std::vector<HfTensor> plan;
+  if (verbatim) {
+    plan = PlanVerbatimExport(stored);
+  } else {
+    // Megatron's args (the checkpoint's common state) decide what the keys cannot.
+    const nlohmann::json& common = reader.metadata().common;
+    if (common.is_object() && common.contains("args")) spec.args = common["args"];
+    const nlohmann::json* a = &spec.args;
+    if (a->is_object() && a->contains("state")) a = &(*a)["state"];
+    if (spec.topk == 0 && a->is_object() && a->contains("moe_router_topk") &&
+        (*a)["moe_router_topk"].is_number_integer()) {
+      spec.topk = (*a)["moe_router_topk"].get<int64_t>();
+    }
+    if (spec.kv_channels == 0 && a->is_object() && a->contains("kv_channels") &&
+        (*a)["kv_channels"].is_number_integer()) {
+      spec.kv_channels = (*a)["kv_channels"].get<int64_t>();
+    }
+    HfExportPlan hf = PlanHfExport(spec, stored);
+    summary.architecture = hf.architecture.class_name;
+    config = hf.architecture.config;
+    plan = std::move(hf.tensors);
+  }
+  {
+    std::vector<StoredInfo> infos;
+    for (const auto& [key, t] : whole) infos.push_back({key, t.global_shape, t.dtype});
+    summary.account = AccountExport(&plan, infos, spec.prefix, args.drops);
+    if (!verbatim && !summary.account.unplaced.empty()) {
+      Fail(ErrorKind::kUnsupported,
+           "export --to hf: {} stored model tensor(s) would not be in the output (pass --drop "
+           "GLOB to leave one out on purpose):\n  {}",
+           summary.account.unplaced.size(), fmt::join(summary.account.unplaced, "\n  "));
+    }
+  }
   auto dtype_of = [&](const HfTensor& t) {
     return args.dtype.empty() ? whole.at(t.pieces.front().key).dtype : DTypeFromName(args.dtype);
   };
@@ -131,29 +168,29 @@ ExportSummary ExportToHf(const ExportArgs& args) {
                                   {"weight_map", weight_map}};
   WriteFileAtomic(env, written.Add(JoinPath(args.out, "model.safetensors.index.json")),
                   index.dump(2) + "\n");
+  summary.tensors = plan.size();
+  summary.files = files.size();
+  summary.total_bytes = total;
+  summary.largest_tensor_bytes = largest;
   if (verbatim) {
     // The model's own config (verl keeps it in huggingface/), copied as it is.
     if (!args.config.empty()) {
       WriteFileAtomic(env, written.Add(JoinPath(args.out, "config.json")), config_text);
     }
     written.Keep();
-    return {plan.size(), files.size(), total, largest};
+    return summary;
   }
-  nlohmann::ordered_json config = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
-      {"hidden_size", spec.hidden},
-      {"intermediate_size", spec.ffn},
-      {"num_attention_heads", spec.heads},
-      {"num_key_value_heads", spec.query_groups},
-      {"num_hidden_layers", spec.layers},
-      {"vocab_size", spec.vocab},
-      {"tie_word_embeddings", spec.tied},
-      {"hidden_act", spec.glu ? "silu" : "gelu"},
-      {"torch_dtype", plan.empty() ? "float32" : std::string(DTypeName(dtype_of(plan[0])))}};
+  if (!plan.empty()) {
+    // torch's names (config.json's torch_dtype), from the dtype written.
+    const std::string name(DTypeName(dtype_of(plan[0])));
+    const std::map<std::string, std::string> torch_names = {
+        {"bf16", "bfloat16"}, {"f32", "float32"}, {"f16", "float16"}, {"f64", "float64"}};
+    auto it = torch_names.find(name);
+    config["torch_dtype"] = it == torch_names.end() ? name : it->second;
+  }
   WriteFileAtomic(env, written.Add(JoinPath(args.out, "config.json")), config.dump(2) + "\n");
   written.Keep();
-  return {plan.size(), files.size(), total, largest};
+  return summary;
 }
 
 }  // namespace distckpt

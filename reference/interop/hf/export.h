@@ -14,14 +14,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "interop/export_args.h"
+#include "interop/hf/accounting.h"
 
 namespace distckpt {
 
 struct ExportSummary {
   size_t tensors = 0, files = 0;
   uint64_t total_bytes = 0, largest_tensor_bytes = 0;
+  std::string architecture;    // config.json's class ("" for --spec names)
+  ExportAccount account;       // where each stored model byte went
+  size_t objects_skipped = 0;  // rng_state, _extra_state, common state...: not weights
 };
 ExportSummary ExportToHf(const ExportArgs& args);
 

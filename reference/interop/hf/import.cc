@@ -114,7 +114,7 @@ std::vector<std::string> WriteHfUnsharded(Env* env, const GptExportSpec& spec,
   HfDir hf(env, dir);
   std::vector<std::pair<std::string, Shape>> stored = MegatronShapes(spec, hf);
   std::map<std::string, Shape> shape_of(stored.begin(), stored.end());
-  std::vector<HfTensor> plan = PlanHfExport(spec, stored);
+  std::vector<HfTensor> plan = PlanHfExport(spec, stored).tensors;
   std::map<std::string, DType> dtype_of;  // Megatron key -> dtype of its first HF piece
   std::map<std::string, bool> used;
   for (const std::string& name : hf.Names()) used[name] = false;
@@ -128,6 +128,7 @@ std::vector<std::string> WriteHfUnsharded(Env* env, const GptExportSpec& spec,
       }
       Tensor buffer = Tensor::Empty(entry->dtype, t.shape);  // one HF tensor at a time
       file->ReadTensor(*entry, buffer.bytes());
+      if (t.transpose) buffer = TransposeRows(buffer);  // GPT-2's Conv1D [in, out] back
       size_t offset = 0;
       for (const HfPiece& p : t.pieces) {
         auto [it, fresh] = dtype_of.emplace(p.key, entry->dtype);
@@ -149,6 +150,5 @@ std::vector<std::string> WriteHfUnsharded(Env* env, const GptExportSpec& spec,
   }
   return unused;
 }
-
 
 }  // namespace distckpt

@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <fstream>
 
 #include "core/error.h"
 #include "core/json_parse.h"
@@ -29,58 +29,6 @@ class Planner {
   Planner(const GptExportSpec& spec, const std::vector<std::pair<std::string, Shape>>& stored)
       : s_(spec) {
     for (const auto& [k, shape] : stored) stored_[k] = shape;
-  }
-
-  std::vector<HfTensor> Plan() {
-    const int64_t h = s_.hidden, d = s_.head_dim();
-    Vocab("embedding.word_embeddings.weight", "model.embed_tokens.weight", true);
-    for (int64_t i = 0; i < s_.layers; ++i) {
-      const std::string l = fmt::format("model.layers.{}.", i);
-      Layer(i, Norm(i, "input_layernorm.weight"), l + "input_layernorm.weight", {{0, h}}, true);
-      const int64_t per_group_q = s_.heads / s_.query_groups * d;
-      const int64_t per = per_group_q + 2 * d;
-      for (const char* suffix : {"weight", "bias"}) {
-        const std::string name = std::string("self_attention.linear_qkv.") + suffix;
-        const bool required = std::string_view(suffix) == "weight";
-        if (!required && !LayerKeyOf(i, name)) continue;
-        ExpectRows(
-            i, name, s_.query_groups * per,
-            fmt::format("heads={} query_groups={} head_dim={}", s_.heads, s_.query_groups, d));
-        std::vector<std::pair<int64_t, int64_t>> q, k, v;
-        for (int64_t g = 0; g < s_.query_groups; ++g) {
-          q.push_back({g * per, per_group_q});
-          k.push_back({g * per + per_group_q, d});
-          v.push_back({g * per + per_group_q + d, d});
-        }
-        Layer(i, name, l + "self_attn.q_proj." + suffix, q, true);
-        Layer(i, name, l + "self_attn.k_proj." + suffix, k, true);
-        Layer(i, name, l + "self_attn.v_proj." + suffix, v, true);
-      }
-      Layer(i, "self_attention.linear_proj.weight", l + "self_attn.o_proj.weight", {{0, h}}, true);
-      Layer(i, "self_attention.linear_proj.bias", l + "self_attn.o_proj.bias", {{0, h}}, false);
-      Layer(i, Norm(i, "pre_mlp_layernorm.weight"), l + "post_attention_layernorm.weight", {{0, h}},
-            true);
-      if (LayerKeyOf(i, "mlp.router.weight")) {
-        Fail(ErrorKind::kUnsupported,
-             "export --to hf: layer {} is a MoE layer (mlp.router): "
-             "only dense Llama-style models are exported",
-             i);
-      }
-      const int64_t f = s_.ffn;
-      if (s_.glu) {
-        ExpectRows(i, "mlp.linear_fc1.weight", 2 * f, fmt::format("SwiGLU ffn={} (gate; up)", f));
-        Layer(i, "mlp.linear_fc1.weight", l + "mlp.gate_proj.weight", {{0, f}}, true);
-        Layer(i, "mlp.linear_fc1.weight", l + "mlp.up_proj.weight", {{f, f}}, true);
-      } else {
-        ExpectRows(i, "mlp.linear_fc1.weight", f, fmt::format("ffn={}", f));
-        Layer(i, "mlp.linear_fc1.weight", l + "mlp.up_proj.weight", {{0, f}}, true);
-      }
-      Layer(i, "mlp.linear_fc2.weight", l + "mlp.down_proj.weight", {{0, h}}, true);
-      Layer(i, "mlp.linear_fc2.bias", l + "mlp.down_proj.bias", {{0, h}}, false);
-    }
-    Whole("decoder.final_layernorm.weight", "model.norm.weight");
-    if (!s_.tied) Vocab("output_layer.weight", "lm_head.weight", true);
-    return std::move(out_);
   }
 
   // Megatron's own names, one tensor per layer (PlanMegatronPerLayer).
@@ -255,20 +203,39 @@ GptExportSpec GptExportSpecFromJson(nlohmann::json j, const std::string& path) {
   s.query_groups = j.contains("query_groups") ? Get(j, "query_groups", path) : s.heads;
   s.glu = j.value("glu", false);
   s.tied = j.value("tied", false);
-  if (j.value("experts", 0) != 0) {
-    Fail(ErrorKind::kUnsupported, "spec {}: MoE models (experts) are not exported to HF", path);
+  auto opt_int = [&](const char* field) -> int64_t {
+    if (!j.contains(field) || j[field].is_null()) return 0;
+    if (!j[field].is_number_integer() || j[field].get<int64_t>() < 0) {
+      Fail(ErrorKind::kInvalidArgument, "spec {}: '{}' must be a non-negative integer", path,
+           field);
+    }
+    return j[field].get<int64_t>();
+  };
+  auto opt_str = [&](const char* field) -> std::string {
+    if (!j.contains(field)) return "";
+    if (!j[field].is_string()) {
+      Fail(ErrorKind::kInvalidArgument, "spec {}: '{}' must be a string", path, field);
+    }
+    return j[field].get<std::string>();
+  };
+  s.kv_channels = opt_int("kv_channels");
+  s.experts = opt_int("experts");
+  s.topk = opt_int("topk");
+  s.normalization = opt_str("normalization");
+  s.position = opt_str("position_embedding_type");
+  if (j.contains("dtype") && j["dtype"].is_string()) {
+    s.dtype = std::string(DTypeName(DTypeFromName(j["dtype"].get<std::string>())));
   }
-  if (s.hidden % s.heads != 0 || s.heads % s.query_groups != 0) {
+  if (!s.normalization.empty() && s.normalization != "LayerNorm" && s.normalization != "RMSNorm") {
+    Fail(ErrorKind::kInvalidArgument, "spec {}: normalization '{}': LayerNorm or RMSNorm", path,
+         s.normalization);
+  }
+  if ((s.kv_channels == 0 && s.hidden % s.heads != 0) || s.heads % s.query_groups != 0) {
     Fail(ErrorKind::kInvalidArgument,
          "spec {}: hidden {} must be divisible by heads {}, heads by query_groups {}", path,
          s.hidden, s.heads, s.query_groups);
   }
   return s;
-}
-
-std::vector<HfTensor> PlanHfExport(const GptExportSpec& spec,
-                                   const std::vector<std::pair<std::string, Shape>>& stored) {
-  return Planner(spec, stored).Plan();
 }
 
 std::vector<HfTensor> PlanMegatronPerLayer(
