@@ -85,8 +85,8 @@ ExportAccount AccountExport(std::vector<HfTensor>* plan, const std::vector<Store
     }
     auto it = pieces.find(s.key);
     if (it == pieces.end()) {
-      account.unplaced.push_back(fmt::format("{} {}: no HF tensor holds it", s.key,
-                                             ShapeToString(s.shape)));
+      account.unplaced.push_back(
+          fmt::format("{} {}: no HF tensor holds it", s.key, ShapeToString(s.shape)));
       continue;
     }
     const std::vector<const HfPiece*>& ps = it->second;
@@ -109,7 +109,8 @@ ExportAccount AccountExport(std::vector<HfTensor>* plan, const std::vector<Store
     int64_t rows_covered = 0;
     bool prefix_rows = vocab_table && s.shape.size() == 2;
     for (const HfPiece* p : ps) {
-      prefix_rows = prefix_rows && p->offset[0] == 0 && p->offset[1] == 0 && p->shape[1] == s.shape[1];
+      prefix_rows =
+          prefix_rows && p->offset[0] == 0 && p->offset[1] == 0 && p->shape[1] == s.shape[1];
       rows_covered = std::max(rows_covered, p->shape[0]);
     }
     if (prefix_rows && ps.size() == 1) {

@@ -59,7 +59,8 @@ class ArchPlanner {
     need(!ArgBool("rotary_interleaved"), "rotary_interleaved");
     need(ArgNum("rotary_percent", 1.0) == 1.0, "rotary_percent != 1");
     need(!ArgBool("qk_layernorm") && !f_.qk_norm, "qk_layernorm (Qwen3) is not exported yet");
-    need(ArgStr("softmax_type", "vanilla") == "vanilla", "softmax_type " + ArgStr("softmax_type", ""));
+    need(ArgStr("softmax_type", "vanilla") == "vanilla",
+         "softmax_type " + ArgStr("softmax_type", ""));
     need(ArgJson("window_size").is_null(), "window_size (sliding-window attention)");
     const bool rms = f_.normalization == "RMSNorm";
     const bool layernorm = f_.normalization == "LayerNorm";
@@ -81,7 +82,8 @@ class ArchPlanner {
            "moe_router_topk_scaling_factor");
       need(ArgJson("moe_expert_capacity_factor").is_null(),
            "moe_expert_capacity_factor (token dropping)");
-      need(ArgJson("moe_router_num_groups").is_null(), "moe_router_num_groups (group-limited routing)");
+      need(ArgJson("moe_router_num_groups").is_null(),
+           "moe_router_num_groups (group-limited routing)");
       need(!ArgBool("moe_router_enable_expert_bias"), "moe_router_enable_expert_bias");
       need(!f_.mixed_layers, "dense and MoE layers mixed (moe_layer_freq)");
       need(s_.topk > 0, "moe_router_topk unknown (pass --set topk=K)");
@@ -89,8 +91,9 @@ class ArchPlanner {
       if (f_.shared_experts || f_.qkv_bias || pre_softmax) {
         // Qwen2-MoE: q/k/v biases always, an optional sigmoid-gated shared expert,
         // norm_topk_prob = !pre_softmax.
-        need(f_.qkv_bias, "MoE without q/k/v biases but with shared experts or pre-softmax "
-                          "routing (Qwen2-MoE has q/k/v biases)");
+        need(f_.qkv_bias,
+             "MoE without q/k/v biases but with shared experts or pre-softmax "
+             "routing (Qwen2-MoE has q/k/v biases)");
         need(!f_.shared_experts || f_.shared_gate,
              "shared experts without moe_shared_expert_gate (Qwen2-MoE gates them)");
         a.model_type = "qwen2_moe";
@@ -118,14 +121,16 @@ class ArchPlanner {
         need(f_.qkv_bias == f_.proj_bias,
              "q/k/v biases and output-projection bias differ (Llama's attention_bias covers "
              "both, Qwen2 has q/k/v only)");
-        need(f_.fc1_bias == f_.fc2_bias, "fc1 and fc2 biases differ (Llama's mlp_bias covers both)");
+        need(f_.fc1_bias == f_.fc2_bias,
+             "fc1 and fc2 biases differ (Llama's mlp_bias covers both)");
         a.model_type = "llama";
         a.class_name = "LlamaForCausalLM";
       }
     } else {
-      why.push_back(fmt::format("{} + {} positions + {}: no supported architecture (GPT-2: "
-                                "LayerNorm, learned, GELU; Llama/Qwen2: RMSNorm, RoPE, SwiGLU)",
-                                f_.normalization, f_.position, s_.glu ? "SwiGLU" : "GELU"));
+      why.push_back(
+          fmt::format("{} + {} positions + {}: no supported architecture (GPT-2: "
+                      "LayerNorm, learned, GELU; Llama/Qwen2: RMSNorm, RoPE, SwiGLU)",
+                      f_.normalization, f_.position, s_.glu ? "SwiGLU" : "GELU"));
       (void)any_linear_bias;
     }
     if (!why.empty()) {
@@ -157,9 +162,9 @@ class ArchPlanner {
   // --- features -------------------------------------------------------------
   struct F {
     std::string normalization, position;
-    bool norm_bias = false, qkv_bias = false, proj_bias = false, fc1_bias = false,
-         fc2_bias = false, qk_norm = false, router_bias = false, expert_bias = false,
-         shared_experts = false, shared_gate = false, mixed_layers = false;
+    bool norm_bias = false, qkv_bias = false, proj_bias = false, fc1_bias = false, fc2_bias = false,
+         qk_norm = false, router_bias = false, expert_bias = false, shared_experts = false,
+         shared_gate = false, mixed_layers = false;
   } f_;
 
   void Features() {
@@ -496,7 +501,8 @@ class ArchPlanner {
     LayerWhole(i, "mlp.router.weight", moe + "gate.weight", true);
     auto fc1 = ExpertKey(i, "linear_fc1.weight");
     auto fc2 = ExpertKey(i, "linear_fc2.weight");
-    if (!fc1 || !fc2) Missing(fmt::format("decoder.layers[.{}].mlp.experts.linear_fc1/2.weight", i));
+    if (!fc1 || !fc2)
+      Missing(fmt::format("decoder.layers[.{}].mlp.experts.linear_fc1/2.weight", i));
     const int64_t f = s_.ffn;
     ExpectRows(*fc1, 2 * f, fmt::format("SwiGLU moe_ffn={} (gate; up)", f));
     // One expert's tensors at a time (each HF tensor is one expert's rows).

@@ -1,0 +1,258 @@
+"""The proof of an HF export is the forward pass (torch 2.6 chroot).
+
+    hf_forward.py megatron RUNS_DIR ROOT MEGATRON_SRC OUT.pt
+        Megatron's own GPTModel, built by megatron.training from the root's pretrain_gpt.py argv
+        (fixtures/megatron-runs/megatron_run.py) under tp=1 pp=1 ep=1 in one gloo process, with
+        the root loaded by Megatron's load_checkpoint; cast to float32 and run in eval mode on
+        TOKENS; logits [S, V] saved to OUT.pt.
+    hf_forward.py hf HF_DIR OUT.pt
+        The exported safetensors loaded BY HF PARAMETER NAME (every name used, none missing)
+        into our own forward pass, written to follow transformers' modeling files (cited per
+        function below), float32; logits saved to OUT.pt.
+    hf_forward.py hf HF_DIR OUT.pt perturb
+        The same with one weight (the first layer norm's) scaled by 1.1: the negative control
+        (its logits must move past the tolerance, or the comparison proves nothing).
+    hf_forward.py compare A.pt B.pt TOLERANCE
+        max |A - B| over all logits; exit 1 above TOLERANCE.
+
+The modeling files followed (huggingface/transformers):
+  src/transformers/models/llama/modeling_llama.py at 002272831fba584eb30dca9729c1be456836960a
+      (read with the read_file tool): LlamaRMSNorm, LlamaRotaryEmbedding (inv_freq, cat(freqs,
+      freqs)), rotate_half, apply_rotary_pos_emb, repeat_kv, LlamaAttention (q k^T / sqrt(D),
+      softmax in float32), LlamaMLP (down(act(gate) * up)); qwen2/modeling_qwen2.py is the same
+      with q/k/v biases.
+  src/transformers/models/gpt2/modeling_gpt2.py (stored at c44b2d9976e8eafbdcb89cb2710141b2bc9b138f):
+      GPT2Attention (c_attn split into q, k, v of embed_dim each; heads view(B, S, H, D);
+      scale_attn_weights), GPT2MLP, GPT2Block (pre-LN residuals), Conv1D (x @ weight + bias).
+  src/transformers/activations.py: NewGELUActivation ("gelu_new"), GELUActivation ("gelu").
+No transformers code is copied: the math is re-implemented here.
+"""
+import json
+import math
+import os
+import sys
+
+TOKENS = [5, 17, 42, 255, 0, 128, 77, 200, 3, 99, 254, 1]
+
+
+# --------------------------------------------------------------------------- Megatron side
+def megatron(runs, root, src, out):
+    # Megatron's jit_fuser (torch.compile) runs eagerly: inductor needs a GPU.
+    os.environ['TORCHDYNAMO_DISABLE'] = '1'
+    import torch
+    sys.path.insert(0, runs)
+    os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',
+                      MASTER_PORT=os.environ.get('HF_FORWARD_PORT', '29533'),
+                      CUDA_DEVICE_MAX_CONNECTIONS='1')
+    import megatron_run as mr
+    import megatron_cpu
+    name = os.path.basename(root.rstrip('/'))
+    world, argv, _ = mr.ROOTS[name]
+    argv = mr.with_topology(mr.BASE_ARGV + argv, tp=1, pp=1, ep=1)
+    argv += ['--no-load-optim', '--no-load-rng']
+    args, model, _, _ = mr.build(dict(src=src, extra_paths=[megatron_cpu.debs_path()],
+                                      argv=argv, load=root))
+    from megatron.core.utils import unwrap_model
+    gpt = unwrap_model(model)[0]
+    gpt.float()
+    # The softmax modules captured --bf16 at construction; in float32 they must not cast back.
+    for m in gpt.modules():
+        for flag in ('input_in_fp16', 'input_in_bf16', 'input_in_float16'):
+            if hasattr(m, flag):
+                setattr(m, flag, False)
+    gpt.eval()
+    s = len(TOKENS)
+    ids = torch.tensor([TOKENS])
+    pos = torch.arange(s).unsqueeze(0)
+    mask = torch.triu(torch.ones(1, 1, s, s, dtype=torch.bool), diagonal=1)  # True: masked
+    with torch.no_grad():
+        logits = gpt(ids, pos, mask)
+    logits = logits.reshape(s, -1).float()
+    torch.save(logits, out)
+    print(f'megatron {name}: logits {tuple(logits.shape)} from {type(gpt).__name__}')
+    import torch.distributed as dist
+    dist.barrier()
+    os._exit(0)
+
+
+# --------------------------------------------------------------------------- HF side
+class Weights:
+    """The safetensors of an HF directory by name; `take` marks a name used."""
+
+    def __init__(self, hf_dir):
+        from safetensors.torch import load_file
+        index = json.load(open(os.path.join(hf_dir, 'model.safetensors.index.json')))
+        self.t = {}
+        for f in sorted(set(index['weight_map'].values())):
+            for k, v in load_file(os.path.join(hf_dir, f)).items():
+                self.t[k] = v.float()
+        self.used = set()
+
+    def __call__(self, name):
+        if name not in self.t:
+            raise SystemExit(f'missing HF parameter: {name}')
+        self.used.add(name)
+        return self.t[name]
+
+    def check_all_used(self):
+        unexpected = sorted(set(self.t) - self.used)
+        if unexpected:
+            raise SystemExit(f'unexpected HF parameters (not used by the model): {unexpected}')
+
+
+def act(name, x):
+    import torch
+    if name == 'gelu_new':  # activations.py NewGELUActivation
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+    if name == 'gelu':  # GELUActivation: torch's erf GELU
+        return torch.nn.functional.gelu(x)
+    if name == 'silu':
+        return torch.nn.functional.silu(x)
+    raise SystemExit(f'activation {name}')
+
+
+def causal_softmax_attention(q, k, v, scaling):
+    # eager_attention_forward: softmax(q k^T * scaling + causal mask) v, in float32.
+    import torch
+    s = q.shape[-2]
+    w = torch.matmul(q, k.transpose(2, 3)) * scaling
+    mask = torch.triu(torch.full((s, s), float('-inf')), diagonal=1)
+    w = torch.softmax(w + mask, dim=-1, dtype=torch.float32)
+    return torch.matmul(w, v)
+
+
+def gpt2_forward(W, cfg, ids):
+    # modeling_gpt2.py: GPT2Model.forward, GPT2Block, GPT2Attention (c_attn split into q, k, v
+    # of embed_dim each, heads split as view(B, S, H, D)), Conv1D (x @ weight + bias).
+    import torch
+    F = torch.nn.functional
+    H, E, eps = cfg['n_head'], cfg['n_embd'], cfg['layer_norm_epsilon']
+    D = E // H
+    s = ids.shape[1]
+    h = W('transformer.wte.weight')[ids] + W('transformer.wpe.weight')[torch.arange(s)][None]
+    for i in range(cfg['n_layer']):
+        p = f'transformer.h.{i}.'
+        r = h
+        x = F.layer_norm(h, (E,), W(p + 'ln_1.weight'), W(p + 'ln_1.bias'), eps)
+        qkv = x @ W(p + 'attn.c_attn.weight') + W(p + 'attn.c_attn.bias')
+        q, k, v = qkv.split(E, dim=2)
+        q, k, v = (t.view(1, s, H, D).transpose(1, 2) for t in (q, k, v))
+        a = causal_softmax_attention(q, k, v, 1.0 / math.sqrt(D))  # scale_attn_weights
+        a = a.transpose(1, 2).reshape(1, s, E)
+        a = a @ W(p + 'attn.c_proj.weight') + W(p + 'attn.c_proj.bias')
+        h = r + a
+        r = h
+        x = F.layer_norm(h, (E,), W(p + 'ln_2.weight'), W(p + 'ln_2.bias'), eps)
+        m = act(cfg['activation_function'], x @ W(p + 'mlp.c_fc.weight') + W(p + 'mlp.c_fc.bias'))
+        h = r + (m @ W(p + 'mlp.c_proj.weight') + W(p + 'mlp.c_proj.bias'))
+    h = F.layer_norm(h, (E,), W('transformer.ln_f.weight'), W('transformer.ln_f.bias'), eps)
+    head = W('transformer.wte.weight') if cfg.get('tie_word_embeddings', True) else W('lm_head.weight')
+    return (h @ head.T)[0]
+
+
+def rms_norm(x, w, eps):
+    # LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then weight * x.
+    import torch
+    var = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(var + eps))
+
+
+def rotate_half(x):
+    import torch
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def llama_forward(W, cfg, ids):
+    # modeling_llama.py: LlamaModel.forward, LlamaDecoderLayer, LlamaAttention (q/k/v/o_proj,
+    # apply_rotary_pos_emb with rotate_half, repeat_kv), LlamaMLP (down(act(gate) * up));
+    # qwen2/modeling_qwen2.py is the same with q/k/v biases.
+    import torch
+    H, KV, E = cfg['num_attention_heads'], cfg['num_key_value_heads'], cfg['hidden_size']
+    D = cfg.get('head_dim') or E // H
+    eps, theta = cfg['rms_norm_eps'], cfg.get('rope_theta', 10000.0)
+    s = ids.shape[1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    freqs = torch.arange(s).float()[:, None] * inv_freq[None]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+
+    def lin(x, name, bias):
+        y = x @ W(name + '.weight').T
+        return y + W(name + '.bias') if bias else y
+
+    attn_bias = cfg.get('attention_bias', False) or cfg['model_type'] == 'qwen2'
+    o_bias = cfg.get('attention_bias', False)
+    mlp_bias = cfg.get('mlp_bias', False)
+    h = W('model.embed_tokens.weight')[ids]
+    for i in range(cfg['num_hidden_layers']):
+        p = f'model.layers.{i}.'
+        r = h
+        x = rms_norm(h, W(p + 'input_layernorm.weight'), eps)
+        q = lin(x, p + 'self_attn.q_proj', attn_bias).view(1, s, H, D).transpose(1, 2)
+        k = lin(x, p + 'self_attn.k_proj', attn_bias).view(1, s, KV, D).transpose(1, 2)
+        v = lin(x, p + 'self_attn.v_proj', attn_bias).view(1, s, KV, D).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        n_rep = H // KV  # repeat_kv: kv head g serves query heads g*n_rep .. (g+1)*n_rep-1
+        k = k[:, :, None].expand(1, KV, n_rep, s, D).reshape(1, H, s, D)
+        v = v[:, :, None].expand(1, KV, n_rep, s, D).reshape(1, H, s, D)
+        a = causal_softmax_attention(q, k, v, D ** -0.5)
+        a = a.transpose(1, 2).reshape(1, s, H * D)
+        h = r + lin(a, p + 'self_attn.o_proj', o_bias)
+        r = h
+        x = rms_norm(h, W(p + 'post_attention_layernorm.weight'), eps)
+        m = act(cfg['hidden_act'], lin(x, p + 'mlp.gate_proj', mlp_bias)) * lin(x, p + 'mlp.up_proj', mlp_bias)
+        h = r + lin(m, p + 'mlp.down_proj', mlp_bias)
+    h = rms_norm(h, W('model.norm.weight'), eps)
+    head = W('model.embed_tokens.weight') if cfg.get('tie_word_embeddings') else W('lm_head.weight')
+    return (h @ head.T)[0]
+
+
+def hf(hf_dir, out, perturb=None):
+    import torch
+    cfg = json.load(open(os.path.join(hf_dir, 'config.json')))
+    W = Weights(hf_dir)
+    if perturb:
+        for name in ('transformer.h.0.ln_1.weight', 'model.layers.0.input_layernorm.weight'):
+            if name in W.t:
+                W.t[name] = W.t[name] * 1.1
+    ids = torch.tensor([TOKENS])
+    with torch.no_grad():
+        if cfg['model_type'] == 'gpt2':
+            logits = gpt2_forward(W, cfg, ids)
+        elif cfg['model_type'] in ('llama', 'qwen2'):
+            logits = llama_forward(W, cfg, ids)
+        else:
+            raise SystemExit(f'model_type {cfg["model_type"]}: no forward here')
+    W.check_all_used()
+    torch.save(logits, out)
+    print(f'hf {cfg["architectures"][0]}: {len(W.used)} parameters loaded by name, no missing or '
+          f'unexpected; logits {tuple(logits.shape)}')
+
+
+def compare(a, b, tol):
+    import torch
+    x, y = torch.load(a), torch.load(b)
+    assert x.shape == y.shape, (x.shape, y.shape)
+    diff = (x - y).abs().max().item()
+    scale = y.abs().max().item()
+    same_argmax = bool((x.argmax(-1) == y.argmax(-1)).all())
+    print(f'max |logit diff| = {diff:.3e} (max |logit| {scale:.3e}; argmax equal: {same_argmax})')
+    if len(sys.argv) > 5 and sys.argv[5] == 'must-differ':
+        if not diff > float(tol):
+            sys.exit(f'negative control: logits moved only {diff} <= {tol}')
+        return
+    if not diff <= float(tol):
+        sys.exit(f'logits differ by {diff} > {tol}')
+
+
+if __name__ == '__main__':
+    cmd = sys.argv[1]
+    if cmd == 'megatron':
+        megatron(*sys.argv[2:6])
+    elif cmd == 'hf':
+        hf(*sys.argv[2:5])
+    elif cmd == 'compare':
+        compare(*sys.argv[2:5])
+    else:
+        sys.exit(__doc__)
