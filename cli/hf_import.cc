@@ -15,7 +15,10 @@
 #include "core/error.h"
 #include "core/json_parse.h"
 #include "format/format.h"
+#include "harness/gpt_model.h"
+#include "harness/param.h"
 #include "harness/request_spec.h"
+#include "harness/spec.h"
 #include "harness/verify.h"
 #include "interop/hf/import.h"
 #include "interop/hf/plan.h"
@@ -37,7 +40,21 @@ ImportSummary ImportFromHf(const ImportArgs& args) {
   cleanup();  // a previous import's leftover (ours by name)
   ImportSummary summary;
   try {
-    summary.unused = WriteHfUnsharded(env, spec, args.dir, tmp);
+    // The Megatron keys and shapes of the spec's model, as the generator lays
+    // them out (fused layer-norm names, biases, position table, experts).
+    std::vector<std::pair<std::string, Shape>> megatron;
+    {
+      nlohmann::json model = ReadScenarioJson(args.spec);
+      if (model.contains("model"))
+        model = model["model"].is_array() ? model["model"][0] : model["model"];
+      const GptConfig config = ParseGptConfig(model, args.spec);
+      for (const Param& p : ExpandGptParams(config, Topology::Parse("tp=1"), 0)) {
+        Shape shape = p.pieces.front().global_shape;
+        if (p.logical_shape.size() == shape.size()) shape = p.logical_shape;
+        megatron.emplace_back(p.key(), shape);
+      }
+    }
+    summary.unused = WriteHfUnsharded(env, spec, args.dir, tmp, megatron);
     std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(env, tmp);
     Scenario request = LoadRequestSpec(args.spec, reader->metadata(), {});
     summary.tensors = reader->metadata().tensors.size();

@@ -105,4 +105,22 @@ set -e
 [ ! -e "$work/extra-hf/config.json" ] || { echo "refused export left files"; exit 1; }
 "$d" export "$work/extra" --to hf "$work/extra-hf" --spec "$work/extra.json" --drop 'decoder.extra_*' |
   grep -q "dropped: decoder.extra_scale.weight"
+# export -> import (the inferred model as the spec, the root's own topology) -> diff: every
+# model tensor identical; only what HF does not carry differs (optimizer state, objects,
+# common state).
+for name in gpt-default-tp2 llama-tp2-pp2; do
+  it=$runs/$name/iter_0000010
+  "$d" export "$it" --to hf "$work/rt-$name-hf" --spec gpt | sed -n 's/^spec gpt inferred: //p' |
+    python3 -c 'import json,sys; print(json.dumps({"model": json.load(sys.stdin)}))' > "$work/rt-$name.json"
+  topo=$(python3 -c "import json,sys; e=json.load(open(sys.argv[1])); print(f\"tp={e['tp']},pp={e['pp']}\")" "$runs/expected/$name.json")
+  "$d" import "$work/rt-$name" --from hf "$work/rt-$name-hf" --spec "$work/rt-$name.json" --topology "$topo" >/dev/null
+  set +e; "$d" diff "$it" "$work/rt-$name" > "$work/rt-$name.diff"; set -e
+  if grep -v -E '^only in [^ ]*: (optimizer\.|[^ ]*(rng_state|_extra_state|rerun_state_machine_state)/)|^differs: common state|^DIFFERENT: ' "$work/rt-$name.diff"; then
+    echo "$name: import of the export differs from the checkpoint"; exit 1
+  fi
+  n=$(grep -oE '^DIFFERENT: [0-9]+ tensors' "$work/rt-$name.diff" | grep -oE '[0-9]+')
+  want=$("$d" inspect "$it" --json | python3 -c 'import json,sys; print(sum(1 for k in json.load(sys.stdin)["tensors"] if not k.startswith("optimizer.")))')
+  [ "$n" = "$want" ] || { echo "$name: diff compared $n tensors, the model has $want"; exit 1; }
+  echo "$name: export -> import ($topo) -> diff: $n model tensors identical"
+done
 echo "hf export of Megatron's runs: exact or refused: ok"

@@ -109,10 +109,12 @@ std::vector<std::pair<std::string, Shape>> MegatronShapes(const GptExportSpec& s
 // Returns the HF tensor names the model does not use.
 }  // namespace
 
-std::vector<std::string> WriteHfUnsharded(Env* env, const GptExportSpec& spec,
-                                          const std::string& dir, const std::string& tmp) {
+std::vector<std::string> WriteHfUnsharded(
+    Env* env, const GptExportSpec& spec, const std::string& dir, const std::string& tmp,
+    const std::vector<std::pair<std::string, Shape>>& megatron) {
   HfDir hf(env, dir);
-  std::vector<std::pair<std::string, Shape>> stored = MegatronShapes(spec, hf);
+  std::vector<std::pair<std::string, Shape>> stored =
+      megatron.empty() ? MegatronShapes(spec, hf) : megatron;
   std::map<std::string, Shape> shape_of(stored.begin(), stored.end());
   std::vector<HfTensor> plan = PlanHfExport(spec, stored).tensors;
   std::map<std::string, DType> dtype_of;  // Megatron key -> dtype of its first HF piece

@@ -14,6 +14,7 @@
 #define DISTCKPT_INTEROP_HF_IMPORT_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "interop/hf/plan.h"
@@ -21,8 +22,12 @@
 
 namespace distckpt {
 
-std::vector<std::string> WriteHfUnsharded(Env* env, const GptExportSpec& spec,
-                                          const std::string& dir, const std::string& tmp);
+// `megatron`: the Megatron tensors (key, global shape with the vocab
+// unpadded) the spec's model stores; empty: a Llama-style model's, with
+// biases where the HF model has them.
+std::vector<std::string> WriteHfUnsharded(
+    Env* env, const GptExportSpec& spec, const std::string& dir, const std::string& tmp,
+    const std::vector<std::pair<std::string, Shape>>& megatron = {});
 
 }  // namespace distckpt
 
