@@ -1,5 +1,9 @@
 """The proof of an HF export is the forward pass (torch 2.6 chroot).
 
+    hf_forward.py train RUNS_DIR NAME MEGATRON_SRC OUT_ROOT
+        Megatron's own training loop (megatron_run.py: pretrain_gpt.py argv, setup_model_and_
+        optimizer, optimizer steps, save_checkpoint) writes EXTRA_ROOTS[NAME] (architectures the
+        fixtures lack: Mixtral-style MoE, Qwen2) into OUT_ROOT.
     hf_forward.py megatron RUNS_DIR ROOT MEGATRON_SRC OUT.pt
         Megatron's own GPTModel, built by megatron.training from the root's pretrain_gpt.py argv
         (fixtures/megatron-runs/megatron_run.py) under tp=1 pp=1 ep=1 in one gloo process, with
@@ -24,6 +28,12 @@ The modeling files followed (huggingface/transformers):
   src/transformers/models/gpt2/modeling_gpt2.py (stored at c44b2d9976e8eafbdcb89cb2710141b2bc9b138f):
       GPT2Attention (c_attn split into q, k, v of embed_dim each; heads view(B, S, H, D);
       scale_attn_weights), GPT2MLP, GPT2Block (pre-LN residuals), Conv1D (x @ weight + bias).
+  src/transformers/models/mixtral/modeling_mixtral.py at 00d4b3d2142cb4ced2f51b90614b5d26bc045015
+      (read with the read_file tool): MixtralSparseMoeBlock (softmax(gate(x)) in float, top-k,
+      renormalised, index_add_ of w2(act(w1 x) * w3 x) * weight), MixtralAttention as Llama's.
+  src/transformers/models/qwen2_moe/modeling_qwen2_moe.py at 00a3f9386614dde0dc41cf4e9b8d0abd3af0671d
+      (read with the read_file tool): Qwen2MoeAttention (q/k/v bias = config.qkv_bias, o without),
+      Qwen2MoeSparseMoeBlock (norm_topk_prob; sigmoid-gated shared expert added).
   src/transformers/activations.py: NewGELUActivation ("gelu_new"), GELUActivation ("gelu").
 No transformers code is copied: the math is re-implemented here.
 """
@@ -33,6 +43,48 @@ import os
 import sys
 
 TOKENS = [5, 17, 42, 255, 0, 128, 77, 200, 3, 99, 254, 1]
+
+# Roots trained here (not in fixtures/megatron-runs) for architectures those lack: name ->
+# (ranks, pretrain_gpt.py argv after megatron_run.BASE_ARGV). Saved at iteration 5.
+EXTRA_ROOTS = {
+    # Mixtral-style MoE: RMSNorm, RoPE, SwiGLU experts, no biases, untied, GQA, EP=2.
+    'mixtral-ep2': (2, ['--normalization', 'RMSNorm', '--position-embedding-type', 'rope',
+                        '--swiglu', '--disable-bias-linear', '--untie-embeddings-and-output-weights',
+                        '--group-query-attention', '--num-query-groups', '2', '--no-rope-fusion',
+                        '--num-experts', '4', '--moe-router-topk', '2',
+                        '--expert-model-parallel-size', '2', '--moe-ffn-hidden-size', '32']),
+    # Qwen2-style dense: q/k/v biases only, tied, TP=2.
+    'qwen2-tp2': (2, ['--tensor-model-parallel-size', '2', '--normalization', 'RMSNorm',
+                      '--position-embedding-type', 'rope', '--swiglu', '--ffn-hidden-size', '64',
+                      '--disable-bias-linear', '--add-qkv-bias', '--no-rope-fusion']),
+    # Qwen2-MoE-style: q/k/v biases, a sigmoid-gated shared expert, pre-softmax routing
+    # (top-k weights not renormalised: norm_topk_prob false), EP=2.
+    'qwen2moe-ep2': (2, ['--normalization', 'RMSNorm', '--position-embedding-type', 'rope',
+                         '--swiglu', '--disable-bias-linear', '--add-qkv-bias', '--no-rope-fusion',
+                         '--num-experts', '4', '--moe-router-topk', '2', '--moe-router-pre-softmax',
+                         '--moe-shared-expert-intermediate-size', '32', '--moe-shared-expert-gate',
+                         '--expert-model-parallel-size', '2', '--moe-ffn-hidden-size', '32']),
+}
+
+
+def root_argv(mr, name):
+    if name in EXTRA_ROOTS:
+        return EXTRA_ROOTS[name][1]
+    return mr.ROOTS[name][1]
+
+
+def train(runs, name, src, out_root):
+    """Megatron's own training loop (megatron_run.py) saves EXTRA_ROOTS[name] at iteration 5."""
+    sys.path.insert(0, runs)
+    import megatron_run as mr
+    import megatron_cpu
+    world, argv = EXTRA_ROOTS[name]
+    codes = mr.launch(world, dict(mode='train', src=src, extra_paths=[megatron_cpu.debs_path()],
+                                  argv=mr.BASE_ARGV + argv, save=out_root, iterations=[5]),
+                      log=out_root + '.train.log')
+    if any(codes):
+        sys.exit(f'{name}: training ranks exited {codes}: ' + ' | '.join(mr.failure_lines(out_root + '.train.log')))
+    print(f'trained {name} on {world} ranks (Megatron training loop), saved iteration 5')
 
 
 # --------------------------------------------------------------------------- Megatron side
@@ -47,8 +99,7 @@ def megatron(runs, root, src, out):
     import megatron_run as mr
     import megatron_cpu
     name = os.path.basename(root.rstrip('/'))
-    world, argv, _ = mr.ROOTS[name]
-    argv = mr.with_topology(mr.BASE_ARGV + argv, tp=1, pp=1, ep=1)
+    argv = mr.with_topology(mr.BASE_ARGV + root_argv(mr, name), tp=1, pp=1, ep=1)
     argv += ['--no-load-optim', '--no-load-rng']
     args, model, _, _ = mr.build(dict(src=src, extra_paths=[megatron_cpu.debs_path()],
                                       argv=argv, load=root))
@@ -163,7 +214,7 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def llama_forward(W, cfg, ids):
+def llama_forward(W, cfg, ids, moe=None):
     # modeling_llama.py: LlamaModel.forward, LlamaDecoderLayer, LlamaAttention (q/k/v/o_proj,
     # apply_rotary_pos_emb with rotate_half, repeat_kv), LlamaMLP (down(act(gate) * up));
     # qwen2/modeling_qwen2.py is the same with q/k/v biases.
@@ -181,7 +232,9 @@ def llama_forward(W, cfg, ids):
         y = x @ W(name + '.weight').T
         return y + W(name + '.bias') if bias else y
 
-    attn_bias = cfg.get('attention_bias', False) or cfg['model_type'] == 'qwen2'
+    # Qwen2: q/k/v biases always; Qwen2-MoE: config.qkv_bias; Llama: attention_bias (with o).
+    attn_bias = (cfg.get('attention_bias', False) or cfg['model_type'] == 'qwen2' or
+                 cfg.get('qkv_bias', False))
     o_bias = cfg.get('attention_bias', False)
     mlp_bias = cfg.get('mlp_bias', False)
     h = W('model.embed_tokens.weight')[ids]
@@ -201,11 +254,74 @@ def llama_forward(W, cfg, ids):
         h = r + lin(a, p + 'self_attn.o_proj', o_bias)
         r = h
         x = rms_norm(h, W(p + 'post_attention_layernorm.weight'), eps)
+        if moe:
+            h = r + moe(W, cfg, p, x)
+            continue
         m = act(cfg['hidden_act'], lin(x, p + 'mlp.gate_proj', mlp_bias)) * lin(x, p + 'mlp.up_proj', mlp_bias)
         h = r + lin(m, p + 'mlp.down_proj', mlp_bias)
     h = rms_norm(h, W('model.norm.weight'), eps)
     head = W('model.embed_tokens.weight') if cfg.get('tie_word_embeddings') else W('lm_head.weight')
     return (h @ head.T)[0]
+
+
+def mixtral_forward(W, cfg, ids):
+    # mixtral/modeling_mixtral.py: MixtralAttention as Llama's (no biases), then
+    # MixtralSparseMoeBlock: router_logits = gate(x); softmax over experts (float); top-k;
+    # renormalise the k weights; sum over chosen experts of w * w2(act(w1 x) * w3 x).
+    return llama_forward(W, cfg, ids, moe=mixtral_moe)
+
+
+def mixtral_moe(W, cfg, p, x):
+    import torch
+    k = cfg['num_experts_per_tok']
+    flat = x.reshape(-1, x.shape[-1])
+    logits = flat @ W(p + 'block_sparse_moe.gate.weight').T
+    weights = torch.softmax(logits, dim=1, dtype=torch.float)
+    weights, chosen = torch.topk(weights, k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(flat)
+    for e in range(cfg['num_local_experts']):
+        token, slot = torch.where(chosen == e)
+        if token.numel() == 0:
+            # Every expert's tensors are the model's, used or not on this sequence.
+            for w in ('w1', 'w2', 'w3'):
+                W(f'{p}block_sparse_moe.experts.{e}.{w}.weight')
+            continue
+        h = flat[token]
+        q = f'{p}block_sparse_moe.experts.{e}.'
+        y = (act(cfg['hidden_act'], h @ W(q + 'w1.weight').T) * (h @ W(q + 'w3.weight').T)) @ W(q + 'w2.weight').T
+        out.index_add_(0, token, y * weights[token, slot, None])
+    return out.reshape(x.shape)
+
+
+def qwen2_moe_moe(W, cfg, p, x):
+    # qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock: softmax(gate(x)) in float, top-k,
+    # renormalised only with norm_topk_prob; experts Qwen2MoeMLP (down(act(gate) * up)); plus
+    # sigmoid(shared_expert_gate(x)) * shared_expert(x).
+    import torch
+    k = cfg['num_experts_per_tok']
+    flat = x.reshape(-1, x.shape[-1])
+    weights = torch.softmax(flat @ W(p + 'mlp.gate.weight').T, dim=1, dtype=torch.float)
+    weights, chosen = torch.topk(weights, k, dim=-1)
+    if cfg['norm_topk_prob']:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+
+    def mlp(h, q):
+        return (act(cfg['hidden_act'], h @ W(q + 'gate_proj.weight').T) * (h @ W(q + 'up_proj.weight').T)) @ W(q + 'down_proj.weight').T
+
+    out = torch.zeros_like(flat)
+    for e in range(cfg['num_experts']):
+        q = f'{p}mlp.experts.{e}.'
+        token, slot = torch.where(chosen == e)
+        if token.numel() == 0:
+            for w in ('gate_proj', 'up_proj', 'down_proj'):
+                W(q + w + '.weight')
+            continue
+        out.index_add_(0, token, mlp(flat[token], q) * weights[token, slot, None])
+    if cfg.get('shared_expert_intermediate_size', 0) > 0:
+        shared = mlp(flat, p + 'mlp.shared_expert.')
+        out = out + torch.sigmoid(flat @ W(p + 'mlp.shared_expert_gate.weight').T) * shared
+    return out.reshape(x.shape)
 
 
 def hf(hf_dir, out, perturb=None):
@@ -222,6 +338,10 @@ def hf(hf_dir, out, perturb=None):
             logits = gpt2_forward(W, cfg, ids)
         elif cfg['model_type'] in ('llama', 'qwen2'):
             logits = llama_forward(W, cfg, ids)
+        elif cfg['model_type'] == 'mixtral':
+            logits = mixtral_forward(W, cfg, ids)
+        elif cfg['model_type'] == 'qwen2_moe':
+            logits = llama_forward(W, cfg, ids, moe=qwen2_moe_moe)
         else:
             raise SystemExit(f'model_type {cfg["model_type"]}: no forward here')
     W.check_all_used()
@@ -248,7 +368,9 @@ def compare(a, b, tol):
 
 if __name__ == '__main__':
     cmd = sys.argv[1]
-    if cmd == 'megatron':
+    if cmd == 'train':
+        train(*sys.argv[2:6])
+    elif cmd == 'megatron':
         megatron(*sys.argv[2:6])
     elif cmd == 'hf':
         hf(*sys.argv[2:5])

@@ -2,7 +2,10 @@
 # The proof of export --to hf is the forward pass (ctest hf_forward_peer, label peer):
 #   hf_forward_test.sh DISTCKPT RUNS_DIR
 # For Megatron training-loop roots (fixtures/megatron-runs: gpt-default-tp2 = GPT-2, tied,
-# TP=2; llama-tp2-pp2 = Llama, untied, GQA, TP=2 x PP=2): Megatron's own GPTModel (built by
+# TP=2; llama-tp2-pp2 = Llama, untied, GQA, TP=2 x PP=2; and roots Megatron's own training
+# loop writes here, hf_forward.py EXTRA_ROOTS: mixtral-ep2 = Mixtral MoE, EP=2; qwen2-tp2 =
+# Qwen2, tied, TP=2; qwen2moe-ep2 = Qwen2-MoE with gated shared expert, pre-softmax routing,
+# EP=2): Megatron's own GPTModel (built by
 # megatron.training from the root's argv, loaded by its load_checkpoint under tp=1, float32,
 # eval) and our forward pass over the exported safetensors loaded by HF parameter name
 # (hf_forward.py, following transformers' modeling files) give the same logits on a fixed
@@ -24,9 +27,14 @@ py="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
 work=$(mktemp -d /tmp/distckpt-hf-forward-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp "$runs"/megatron_run.py "$runs"/megatron_cpu.py "$here/hf_forward.py" "$work/"
+for name in mixtral-ep2 qwen2-tp2 qwen2moe-ep2; do
+  $py "$work/hf_forward.py" train "$work" "$name" "$src" "$work/$name" > "$work/$name.train.out" 2>&1 ||
+    { tail -20 "$work/$name.train.out"; exit 1; }
+  tail -1 "$work/$name.train.out"
+done
 port=29533
-for name in gpt-default-tp2 llama-tp2-pp2; do
-  cp -r "$runs/$name" "$work/$name"
+for name in gpt-default-tp2 llama-tp2-pp2 mixtral-ep2 qwen2-tp2 qwen2moe-ep2; do
+  [ -d "$work/$name" ] || cp -r "$runs/$name" "$work/$name"
   HF_FORWARD_PORT=$port $py "$work/hf_forward.py" megatron "$work" "$work/$name" "$src" "$work/$name.megatron.pt" \
     > "$work/$name.megatron.log" 2>&1 || { tail -30 "$work/$name.megatron.log"; exit 1; }
   port=$((port + 1))
@@ -39,5 +47,19 @@ for name in gpt-default-tp2 llama-tp2-pp2; do
   $py "$work/hf_forward.py" hf "$work/$name-hf" "$work/$name.perturbed.pt" perturb >/dev/null
   echo -n "$name negative control (one weight x1.1): "
   $py "$work/hf_forward.py" compare "$work/$name.perturbed.pt" "$work/$name.megatron.pt" 1e-4 must-differ
+done
+# The trained roots back: export -> import (the inferred model as the spec, their own
+# topology) -> diff: every model tensor identical (cli_hf_megatron_runs does the fixtures).
+for r in "mixtral-ep2 tp=1,ep=2,dp=2" "qwen2-tp2 tp=2"; do
+  set -- $r
+  it=$work/$1/iter_0000005
+  "$d" export "$it" --to hf "$work/rt-$1-hf" --spec gpt | sed -n 's/^spec gpt inferred: //p' |
+    python3 -c 'import json,sys; print(json.dumps({"model": json.load(sys.stdin)}))' > "$work/rt-$1.json"
+  "$d" import "$work/rt-$1" --from hf "$work/rt-$1-hf" --spec "$work/rt-$1.json" --topology "$2" >/dev/null
+  set +e; "$d" diff "$it" "$work/rt-$1" > "$work/rt-$1.diff"; set -e
+  if grep -v -E '^only in [^ ]*: (optimizer\.|[^ ]*(rng_state|_extra_state|rerun_state_machine_state)/)|^differs: common state|^DIFFERENT: ' "$work/rt-$1.diff"; then
+    echo "$1: import of the export differs"; exit 1
+  fi
+  echo "$1: export -> import ($2) -> diff: $(grep -oE '^DIFFERENT: [0-9]+ tensors' "$work/rt-$1.diff" | grep -oE '[0-9]+') model tensors identical"
 done
 echo "hf forward: ok"

@@ -274,6 +274,7 @@ class ArchPlanner {
       c["num_experts_per_tok"] = s_.topk;
       c["router_aux_loss_coef"] = ArgNum("moe_aux_loss_coeff", 0.0);
       c["intermediate_size"] = s_.ffn;  // the experts' (moe_ffn_hidden_size)
+      c["sliding_window"] = nullptr;
     }
     if (a.model_type == "qwen2_moe") {
       c["num_experts"] = s_.experts;

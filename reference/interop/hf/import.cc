@@ -116,7 +116,28 @@ std::vector<std::string> WriteHfUnsharded(
   std::vector<std::pair<std::string, Shape>> stored =
       megatron.empty() ? MegatronShapes(spec, hf) : megatron;
   std::map<std::string, Shape> shape_of(stored.begin(), stored.end());
-  std::vector<HfTensor> plan = PlanHfExport(spec, stored).tensors;
+  // The HF model's config.json, when present: the top-k a MoE spec may lack (HF
+  // tensors do not say it), and the architecture, which must be the one the
+  // spec's model maps to.
+  GptExportSpec with = spec;
+  nlohmann::json config;
+  const std::string config_path = JoinPath(dir, "config.json");
+  if (env->FileExists(config_path))
+    config = ParseJson(ReadFileToString(env, config_path), config_path);
+  if (with.experts > 0 && with.topk == 0 && config.is_object() &&
+      config.value("num_experts_per_tok", 0) > 0) {
+    with.topk = config["num_experts_per_tok"].get<int64_t>();
+  }
+  HfExportPlan hf_plan = PlanHfExport(with, stored);
+  if (config.is_object() && config.contains("model_type") && config["model_type"].is_string() &&
+      config["model_type"] != hf_plan.architecture.model_type) {
+    Fail(ErrorKind::kInvalidArgument,
+         "{}: model_type '{}', but the spec's model is a '{}' ({}): the HF model is not this "
+         "Megatron model",
+         config_path, config["model_type"].get<std::string>(), hf_plan.architecture.model_type,
+         hf_plan.architecture.class_name);
+  }
+  std::vector<HfTensor> plan = std::move(hf_plan.tensors);
   std::map<std::string, DType> dtype_of;  // Megatron key -> dtype of its first HF piece
   std::map<std::string, bool> used;
   for (const std::string& name : hf.Names()) used[name] = false;
