@@ -1,4 +1,4 @@
-// Peak heap of `distckpt export --to hf` (cli/hf.h): saves a Llama-shaped GPT
+// Peak heap of `distckpt export --to hf` (interop/hf/export.h): saves a Llama-shaped GPT
 // (GQA, SwiGLU, stacked layers) under tp=2,pp=2 with the scenario harness,
 // resets the heap high-water mark (bench/heap_counter.h), exports it to
 // safetensors shards and prints the peak above the live bytes before the
@@ -12,10 +12,10 @@
 #include <fstream>
 #include <iostream>
 
-#include "cli/hf.h"
 #include "comm/thread_world.h"
 #include "harness/runner.h"
 #include "heap_counter.h"
+#include "interop/hf/export.h"
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   const nlohmann::json model = {{"kind", "gpt"}, {"layers", 8},          {"hidden", 512},
                                 {"ffn", 1408},   {"heads", 8},           {"query_groups", 2},
                                 {"vocab", 8000}, {"vocab_multiple", 64}, {"glu", true},
-                                {"tied", false}, {"dtype", "bf16"}};
+                                {"tied", false}, {"dtype", "bf16"},      {"linear_bias", false}};
   const std::string spec = (work / "spec.json").string();
   std::ofstream(spec) << nlohmann::json{{"model", model}}.dump();
   Scenario s = Scenario::FromJson(

@@ -400,6 +400,9 @@ int main(int argc, char** argv) {
                   "--spec names: the model's config.json to copy beside the shards (verl: "
                   "SRC/huggingface/config.json)");
   exp->add_option("--set", export_args.sets, "field=value for --spec gpt (repeatable)");
+  exp->add_option("--drop", export_args.drops,
+                  "--to hf: leave stored tensors matching GLOB (Megatron key or HF name) out on "
+                  "purpose (repeatable; listed in the summary)");
   exp->add_option("--max-shard-size", export_args.max_shard_size, "e.g. 5GB (default), 500MB");
   exp->add_option("--dtype", export_args.dtype, "convert to this dtype (default: as stored)");
   exp->add_option("--topology,-t", export_args.topology,

@@ -1,17 +1,21 @@
 // distckpt export --to fsdp-dtensor: a Megatron GPT checkpoint (any layout,
 // any format) rewritten as Megatron's `--ckpt-format fsdp_dtensor` saves it
-// from dp x tp ranks (cli/hf.h), one global tensor in memory at a time.
+// from dp x tp ranks (interop/fsdp_dtensor_export.h), one global tensor in memory at a time.
+#include "interop/fsdp_dtensor_export.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 
-#include "cli/hf.h"
 #include "core/error.h"
 #include "engine/metadata_api.h"
 #include "format/dcp/dcp_format.h"
 #include "fsdp/layout.h"
+#include "interop/export_source.h"
+#include "interop/hf/plan.h"
+#include "interop/offline_writer.h"
 #include "topology/topology.h"
 
 namespace distckpt {

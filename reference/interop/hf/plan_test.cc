@@ -1,0 +1,139 @@
+// The HF plans and the exact-or-refused accounting (interop/hf/plan.h,
+// interop/hf/accounting.h) on synthetic stored shapes.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "interop/hf/accounting.h"
+#include "interop/hf/plan.h"
+
+namespace distckpt {
+namespace {
+
+using Stored = std::vector<std::pair<std::string, Shape>>;
+
+GptExportSpec Spec() {
+  GptExportSpec s;
+  s.layers = 2;
+  s.hidden = 8;
+  s.heads = 2;
+  s.query_groups = 2;
+  s.ffn = 16;
+  s.vocab = 30;
+  s.tied = true;
+  return s;
+}
+
+// Megatron's default GPT (fused norm names, every bias, learned positions, vocab padded to 32).
+Stored DefaultGpt() {
+  const std::string l = "decoder.layers.";
+  return {{"embedding.word_embeddings.weight", {32, 8}},
+          {"embedding.position_embeddings.weight", {16, 8}},
+          {l + "self_attention.linear_qkv.layer_norm_weight", {2, 8}},
+          {l + "self_attention.linear_qkv.layer_norm_bias", {2, 8}},
+          {l + "self_attention.linear_qkv.weight", {2, 24, 8}},
+          {l + "self_attention.linear_qkv.bias", {2, 24}},
+          {l + "self_attention.linear_proj.weight", {2, 8, 8}},
+          {l + "self_attention.linear_proj.bias", {2, 8}},
+          {l + "mlp.linear_fc1.layer_norm_weight", {2, 8}},
+          {l + "mlp.linear_fc1.layer_norm_bias", {2, 8}},
+          {l + "mlp.linear_fc1.weight", {2, 16, 8}},
+          {l + "mlp.linear_fc1.bias", {2, 16}},
+          {l + "mlp.linear_fc2.weight", {2, 8, 16}},
+          {l + "mlp.linear_fc2.bias", {2, 8}},
+          {"decoder.final_layernorm.weight", {8}},
+          {"decoder.final_layernorm.bias", {8}},
+          {"optimizer.state.exp_avg.embedding.word_embeddings.weight", {32, 8}}};
+}
+
+std::vector<StoredInfo> Infos(const Stored& stored) {
+  std::vector<StoredInfo> out;
+  for (const auto& [k, s] : stored) out.push_back({k, s, DType::kF32});
+  return out;
+}
+
+TEST(HfPlanTest, DefaultGptIsGpt2WithEveryTensorPlaced) {
+  const Stored stored = DefaultGpt();
+  HfExportPlan plan = PlanHfExport(Spec(), stored);
+  EXPECT_EQ(plan.architecture.model_type, "gpt2");
+  std::map<std::string, const HfTensor*> by_name;
+  for (const HfTensor& t : plan.tensors) by_name[t.name] = &t;
+  ASSERT_TRUE(by_name.count("transformer.wpe.weight"));
+  // Conv1D: [in, out]; c_attn's rows are q of both heads, then k, then v (Megatron: per head).
+  const HfTensor& attn = *by_name.at("transformer.h.1.attn.c_attn.weight");
+  EXPECT_TRUE(attn.transpose);
+  EXPECT_EQ(attn.shape, (Shape{8, 24}));
+  ASSERT_EQ(attn.pieces.size(), 6u);
+  EXPECT_EQ(attn.pieces[0].offset, (Shape{1, 0, 0}));   // head 0 q
+  EXPECT_EQ(attn.pieces[1].offset, (Shape{1, 12, 0}));  // head 1 q
+  EXPECT_EQ(attn.pieces[2].offset, (Shape{1, 4, 0}));   // head 0 k
+  EXPECT_EQ(by_name.at("transformer.h.0.mlp.c_fc.weight")->shape, (Shape{8, 16}));
+  ExportAccount a = AccountExport(&plan.tensors, Infos(stored), "", {});
+  EXPECT_TRUE(a.unplaced.empty()) << a.unplaced.front();
+  EXPECT_EQ(a.optimizer_tensors, 1u);
+  EXPECT_EQ(a.padding_bytes, 2u * 8 * 4);  // rows 30, 31
+  EXPECT_EQ(a.exported_bytes + a.padding_bytes, a.model_bytes);
+}
+
+TEST(HfPlanTest, AStoredTensorNoPieceHoldsIsUnplacedUnlessDropped) {
+  Stored stored = DefaultGpt();
+  stored.push_back({"decoder.extra_scale", {8}});
+  HfExportPlan plan = PlanHfExport(Spec(), stored);
+  ExportAccount a = AccountExport(&plan.tensors, Infos(stored), "", {});
+  ASSERT_EQ(a.unplaced.size(), 1u);
+  EXPECT_NE(a.unplaced[0].find("decoder.extra_scale"), std::string::npos);
+  plan = PlanHfExport(Spec(), stored);
+  const size_t before = plan.tensors.size();
+  a = AccountExport(&plan.tensors, Infos(stored), "", {"decoder.extra_*", "transformer.wpe.*"});
+  EXPECT_TRUE(a.unplaced.empty());
+  EXPECT_EQ(a.dropped.size(), 2u);
+  EXPECT_EQ(plan.tensors.size(), before - 1);
+  EXPECT_EQ(a.exported_bytes + a.padding_bytes + a.dropped_bytes, a.model_bytes);
+}
+
+TEST(HfPlanTest, APieceMissingFromAPlanIsUnplaced) {
+  const Stored stored = DefaultGpt();
+  HfExportPlan plan = PlanHfExport(Spec(), stored);
+  for (HfTensor& t : plan.tensors) {
+    if (t.name == "transformer.h.0.attn.c_attn.bias") t.pieces.pop_back();  // head 1's v
+  }
+  ExportAccount a = AccountExport(&plan.tensors, Infos(stored), "", {});
+  ASSERT_EQ(a.unplaced.size(), 1u);
+  EXPECT_NE(a.unplaced[0].find("linear_qkv.bias"), std::string::npos);
+}
+
+TEST(HfPlanTest, UnsupportedFeaturesAreNamed) {
+  Stored stored = DefaultGpt();
+  GptExportSpec spec = Spec();
+  spec.args = {{"normalization", "RMSNorm"}, {"position_embedding_type", "learned_absolute"}};
+  try {
+    PlanHfExport(spec, stored);
+    FAIL() << "RMSNorm with learned positions and GELU exported";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("RMSNorm + learned_absolute positions + GELU"),
+              std::string::npos)
+        << e.what();
+  }
+  spec = Spec();
+  spec.args = {{"qk_layernorm", true}, {"use_rope_scaling", true}};
+  try {
+    PlanHfExport(spec, stored);
+    FAIL() << "qk_layernorm exported";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("qk_layernorm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use_rope_scaling"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfPlanTest, GlobMatch) {
+  EXPECT_TRUE(GlobMatch("decoder.*.bias", "decoder.layers.mlp.linear_fc1.bias"));
+  EXPECT_TRUE(GlobMatch("a?c", "abc"));
+  EXPECT_FALSE(GlobMatch("a?c", "abbc"));
+  EXPECT_FALSE(GlobMatch("*.weight", "x.bias"));
+  EXPECT_TRUE(GlobMatch("*", ""));
+}
+
+}  // namespace
+}  // namespace distckpt
