@@ -472,6 +472,11 @@ int main(int argc, char** argv) {
                 << "\n";
       return distckpt::kExitOk;
     }
+    // (every one of these strings is empty unless its command was parsed)
+    for (std::string* path :
+         {&inspect_dir, &verify_args.dir, &dump_dir, &diff_a, &diff_b, &export_args.checkpoint}) {
+      if (!path->empty()) ResolveRunRoot(*path);
+    }
     if (run->parsed()) return distckpt::RunCommand(run_args);
     if (save->parsed()) return distckpt::SaveCommand(save_args);
     if (load->parsed()) return distckpt::LoadCommand(load_args);
@@ -482,9 +487,6 @@ int main(int argc, char** argv) {
     if (imp->parsed()) return distckpt::ImportCommand(import_args);
     if (train->parsed()) return distckpt::TrainCommand(train_args);
     if (manage->parsed()) return distckpt::ManageCommand(manage_args);
-    for (std::string* path : {&inspect_dir, &verify_args.dir, &dump_dir, &diff_a, &diff_b}) {
-      if (!path->empty()) ResolveRunRoot(*path);
-    }
     if (inspect->parsed())
       return distckpt::InspectCommand(inspect_dir, inspect_json, inspect_check);
     if (verify->parsed()) return distckpt::VerifyCommand(verify_args);

@@ -75,6 +75,12 @@
 // layouts, tracker, retention, resume) over the entry points above.
 #include "manager/manager.h"
 
+// Conversions: a checkpoint as a Hugging Face model (architecture chosen
+// from the model; exact or refused) and back, other formats.
+#include "interop/convert.h"
+#include "interop/hf/export.h"
+#include "interop/hf/import.h"
+
 // Model-state helpers: optimizer state, FSDP layouts, FP8 quantization.
 #include "fp8/quantize.h"
 #include "fsdp/layout.h"

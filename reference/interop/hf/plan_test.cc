@@ -1,5 +1,7 @@
 // The HF plans and the exact-or-refused accounting (interop/hf/plan.h,
 // interop/hf/accounting.h) on synthetic stored shapes.
+#include "interop/hf/plan.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -7,7 +9,6 @@
 
 #include "core/error.h"
 #include "interop/hf/accounting.h"
-#include "interop/hf/plan.h"
 
 namespace distckpt {
 namespace {
