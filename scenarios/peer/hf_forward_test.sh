@@ -12,6 +12,10 @@
 # token sequence, to 1e-4 (float32 both; bf16 weights: far below bf16 rounding); a 10% change
 # of one weight moves them past that (negative control). Skipped (77) without the torch 2.6
 # chroot or the Megatron source (MEGATRON_SRC, default /tmp/megatron-src).
+# HF_FORWARD_KEEP=DIR keeps each export (DIR/<name>-hf) and Megatron's logits
+# (DIR/<name>.megatron.pt) with hf_forward.py and hf_transformers.py: on a machine with
+# the real `transformers` package, `python3 DIR/hf_transformers.py DIR/<name>-hf
+# DIR/<name>.megatron.pt 1e-4` loads each export with AutoModelForCausalLM instead.
 set -euo pipefail
 d=$1 runs=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +51,11 @@ for name in gpt-default-tp2 llama-tp2-pp2 mixtral-ep2 qwen2-tp2 qwen2moe-ep2; do
   $py "$work/hf_forward.py" hf "$work/$name-hf" "$work/$name.perturbed.pt" perturb >/dev/null
   echo -n "$name negative control (one weight x1.1): "
   $py "$work/hf_forward.py" compare "$work/$name.perturbed.pt" "$work/$name.megatron.pt" 1e-4 must-differ
+  if [ -n "${HF_FORWARD_KEEP:-}" ]; then
+    mkdir -p "$HF_FORWARD_KEEP"
+    cp -r "$work/$name-hf" "$work/$name.megatron.pt" "$HF_FORWARD_KEEP/"
+    cp "$here/hf_forward.py" "$here/hf_transformers.py" "$HF_FORWARD_KEEP/"
+  fi
 done
 # The trained roots back: export -> import (the inferred model as the spec, their own
 # topology) -> diff: every model tensor identical (cli_hf_megatron_runs does the fixtures).
