@@ -307,6 +307,11 @@ int main(int argc, char** argv) {
   train->add_option("--load-contents", train_args.load_contents,
                     "contents loaded and checked on resume");
   train->add_option("--step-ms", train_args.step_ms, "simulated compute per step (ms)");
+  train->add_option("--non-persistent-save-interval", train_args.non_persistent_save_interval,
+                    "also save every K steps into DIR/non_persistent/ (only the newest kept)");
+  train->add_option("--save-on-signal", train_args.save_on_signal,
+                    "on these signals (SIGTERM,SIGUSR1,...): save the step reached, finalize, "
+                    "exit 0");
   train->add_flag("--verbose", train_args.verbose, "print every manager phase");
   distckpt::ManageArgs manage_args;
   CLI::App* manage = app.add_subcommand("manage", "a training run's checkpoint root");

@@ -39,5 +39,25 @@ TEST(FileLockTest, KilledHolderDoesNotBlock) {
   EXPECT_NE(FileLock::LockForSave(dir), nullptr);
 }
 
+// The writer lock of a training run's root (issue 38): named refusal, probe.
+TEST(FileLockTest, LockNamesWhatItGuardsAndHeldByProbes) {
+  ScopedTempDir tmp;
+  const std::string path = JoinPath(tmp.path(), "writer.lock");
+  EXPECT_EQ(FileLock::HeldBy(path), std::nullopt);
+  EXPECT_FALSE(Env::Default()->FileExists(path));  // the probe creates nothing
+  {
+    std::unique_ptr<FileLock> held = FileLock::Lock(path, "root R");
+    EXPECT_THAT([&] { FileLock::Lock(path, "root R"); },
+                ThrowsError(ErrorKind::kInvalidArgument,
+                            "root R is held by another writer (pid " + std::to_string(::getpid())));
+    std::optional<std::string> holder = FileLock::HeldBy(path);
+    ASSERT_TRUE(holder.has_value());
+    EXPECT_EQ(holder->rfind("pid " + std::to_string(::getpid()) + " on host ", 0), 0u) << *holder;
+  }
+  EXPECT_EQ(FileLock::HeldBy(path), std::nullopt);  // released, file left behind
+  EXPECT_TRUE(Env::Default()->FileExists(path));
+  EXPECT_NE(FileLock::Lock(path, "root R"), nullptr);
+}
+
 }  // namespace
 }  // namespace distckpt
