@@ -64,28 +64,28 @@ int LockOrRefuse(const std::string& path,
   return fd;
 }
 
+class PosixFileLock : public FileLock {
+ public:
+  PosixFileLock(std::string path, int fd) : FileLock(std::move(path)), fd_(fd) {}
+  ~PosixFileLock() override { ::close(fd_); }  // closing releases the flock
+
+ private:
+  int fd_;
+};
+
 }  // namespace
 
-FileLock::~FileLock() { ::close(fd_); }  // closing releases the flock
-
-std::unique_ptr<FileLock> FileLock::LockForSave(const std::string& dir) {
+std::unique_ptr<FileLock> FileLock::LockForSave(Env* env, const std::string& dir) {
   std::string base = dir;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
-  const std::string path = base + ".lock";
-  int fd = LockOrRefuse(path, [&](const std::string& holder) {
-    Fail(ErrorKind::kInvalidArgument,
-         "{} is being saved by another save ({}, lock {}); wait for it to finish", dir, holder,
-         path);
-  });
-  return std::unique_ptr<FileLock>(new FileLock(path, fd));
+  return env->LockFile(base + ".lock", dir + " is being saved by another save");
 }
 
 std::unique_ptr<FileLock> FileLock::Lock(const std::string& path, const std::string& what) {
   int fd = LockOrRefuse(path, [&](const std::string& holder) {
-    Fail(ErrorKind::kInvalidArgument, "{} is held by another writer ({}, lock {})", what, holder,
-         path);
+    Fail(ErrorKind::kInvalidArgument, "{} ({}, lock {})", what, holder, path);
   });
-  return std::unique_ptr<FileLock>(new FileLock(path, fd));
+  return std::make_unique<PosixFileLock>(path, fd);
 }
 
 std::optional<std::string> FileLock::HeldBy(const std::string& path) {

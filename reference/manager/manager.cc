@@ -68,8 +68,9 @@ CheckpointManager::CheckpointManager(ManagerOptions options, Communicator& comm)
     AgreeOnOutcome(comm_, [&] {
       if (comm_.rank() != 0) return;
       env()->CreateDirs(options_.root);
-      root_lock_ = FileLock::Lock(JoinPath(options_.root, kWriterLockFile),
-                                  fmt::format("checkpoint root {}", options_.root));
+      root_lock_ = env()->LockFile(
+          JoinPath(options_.root, kWriterLockFile),
+          fmt::format("checkpoint root {} is held by another writer", options_.root));
     });
   }
   queue_ = std::make_unique<AsyncCallsQueue>(comm_, options_.async_timeout);

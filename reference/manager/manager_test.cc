@@ -8,6 +8,7 @@
 #include "engine/save.h"
 #include "format/format.h"
 #include "io/fault_env.h"
+#include "io/memory_env.h"
 #include "io/testing.h"
 
 namespace distckpt {
@@ -354,6 +355,41 @@ TEST(Manager, TransientRootKeepsOnlyTheNewestAndMayMoveBack) {
         ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron).CompleteIterations(),
         ElementsAre(9));
   }
+}
+
+// The manager on a MemoryEnv (the storage seam): saves sync and async,
+// retention, the root's writer lock and resume all go through the Env; the
+// root never appears on the real file system.
+TEST(Manager, RunsEntirelyOnAMemoryEnv) {
+  MemoryEnv mem;
+  const std::string root = "/distckpt-memory-manager-" + std::to_string(::getpid());
+  for (bool async : {false, true}) {
+    RunRanks(kWorld, [&](Communicator& comm) {
+      ManagerOptions o = Options(root, CheckpointLayout::kVerl, 2);
+      o.save.env = &mem;
+      o.async = async;
+      CheckpointManager m(o, comm);
+      if (async) {
+        EXPECT_EQ(m.Resume("auto").iteration, 30);
+      }
+      for (int64_t it = async ? 40 : 10; it <= (async ? 60 : 30); it += 10) {
+        m.Save(it, StateOf({"actor"}, comm.rank(), it));
+        m.Finalize(false);
+      }
+      m.Finalize(true);
+      EXPECT_THAT([&] { CheckpointManager second(o, comm); },
+                  ThrowsError(ErrorKind::kInvalidArgument, "is held by another writer"));
+      ResumePoint p = m.Resume("auto");
+      Node req(Dict{{"model", Node(Dict{{"w", Request("actorw", comm.rank())}})}});
+      ExpectModel(m.Load(p, "actor", req, {"model"}).state_dict, "model", "w", comm.rank(),
+                  p.iteration, 0);
+    });
+  }
+  EXPECT_THAT(ScanRoot(&mem, root, CheckpointLayout::kVerl).CompleteIterations(),
+              ElementsAre(50, 60));
+  EXPECT_EQ(ReadFileToString(&mem, TrackerPath(root)), "60\n");
+  EXPECT_TRUE(mem.FileExists(JoinPath(root, kWriterLockFile)));
+  EXPECT_FALSE(Env::Default()->FileExists(root)) << "bytes went around the Env";
 }
 
 }  // namespace
