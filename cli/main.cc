@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "format/dcp/unknown_globals.h"
+#include "io/storage_path.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
 #endif
@@ -150,6 +151,36 @@ void StrictIntegers(CLI::App& app) {
         "", "strict integer"));
   }
   for (CLI::App* cmd : app.get_subcommands({})) StrictIntegers(*cmd);
+}
+
+// Every checkpoint path of every command takes a URI too (io/storage_path.h):
+// file:///p is the path /p; a storage this build cannot reach (s3://) or an
+// unknown scheme is refused naming it (exit 2) before anything runs.
+void StoragePaths(CLI::App& app) {
+  static const char* kPathOptions[] = {"--dir", "dir",      "--local",      "a",
+                                       "b",     "--out",    "src",          "checkpoint",
+                                       "out",   "--resume", "--resave-dir", "--work-dir"};
+  for (CLI::Option* opt : app.get_options({})) {
+    if (std::find_if(std::begin(kPathOptions), std::end(kPathOptions), [&](const char* name) {
+          return opt->check_name(name);
+        }) == std::end(kPathOptions))
+      continue;
+    opt->transform(CLI::Validator(
+        [](std::string& text) -> std::string {
+          try {
+            distckpt::StoragePath where = distckpt::EnvForPath(text);
+            if (where.env != distckpt::Env::Default())
+              return fmt::format("{}: {} storage is not reachable from the command line", text,
+                                 where.env->name());
+            text = where.path;
+            return "";
+          } catch (const distckpt::CheckpointError& e) {
+            return e.what();
+          }
+        },
+        "", "storage path"));
+  }
+  for (CLI::App* cmd : app.get_subcommands({})) StoragePaths(*cmd);
 }
 
 }  // namespace
@@ -379,6 +410,7 @@ int main(int argc, char** argv) {
       "devices", "print how many CUDA devices this build and machine have (0: none)");
 
   StrictIntegers(app);
+  StoragePaths(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

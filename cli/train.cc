@@ -103,7 +103,7 @@ namespace {
 // else, naming the holder of the root's writer lock (manager/manager.h).
 void RefuseRootHeld(const std::string& root) {
   const std::string lock = JoinPath(root, kWriterLockFile);
-  if (std::optional<std::string> holder = FileLock::HeldBy(lock)) {
+  if (std::optional<std::string> holder = Env::Default()->LockHolder(lock)) {
     Fail(ErrorKind::kInvalidArgument,
          "{} is being written by another run ({}, lock {}); one writer per checkpoint root: "
          "wait for it, or choose another --dir (nothing was changed)",
@@ -137,6 +137,9 @@ void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayo
 }  // namespace
 
 int TrainCommand(const TrainArgs& args) {
+  // First: a signal from here on is a request to save and stop (before it,
+  // during process start and argument parsing, it has its default action).
+  if (!args.save_on_signal.empty()) InstallStopHandlers(args.save_on_signal);
   Scenario s = LoadScenario(args.scenario);
   TrainOptions options;
   ManagerOptions& m = options.manager;
@@ -156,10 +159,8 @@ int TrainCommand(const TrainArgs& args) {
   options.load_contents = SplitList(args.load_contents);
   options.step_ms = args.step_ms;
   options.non_persistent_interval = args.non_persistent_save_interval;
-  if (!args.save_on_signal.empty()) {
-    InstallStopHandlers(args.save_on_signal);
+  if (!args.save_on_signal.empty())
     options.stop_requested = [] { return static_cast<int>(g_stop_signal); };
-  }
   std::unique_ptr<CrashPoint> crash = CrashPointFromEnv();
   const int world = Topology::Parse(args.topology).world_size();
   TrainReport report;

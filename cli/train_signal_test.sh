@@ -50,6 +50,8 @@ for ((i = 0; i < trials; i++)); do
     launch tp=2 2 --dir "$r" --steps 100000 --save-interval 40 --step-ms 4 --keep 2 $async \
       --save-on-signal SIGTERM,SIGUSR1 > "$work/run.log" 2>&1 &
     pid=$!
+    # From the moment the run holds its root (the handler is installed before): any time.
+    for _ in $(seq 200); do [ -f "$r/distckpt_writer.lock" ] && break; sleep 0.05; done
     sleep "$((RANDOM % 2)).$(printf '%03d' $((RANDOM % 1000)))"
     if [ "$mode" = mpi ]; then
       # One rank's process only (its parent is mpirun): the others learn it at the next step.
