@@ -2,6 +2,8 @@
 // metadata reads and async save run on a MemoryEnv whose root does not exist
 // on the real file system. A byte read or written around the Env would fail
 // (no such directory) or leave the root behind on disk: neither happens.
+#include "io/memory_env.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +13,6 @@
 #include "engine/metadata_api.h"
 #include "engine/save.h"
 #include "engine/save_async.h"
-#include "io/memory_env.h"
 #include "io/testing.h"
 #include "strategy/async_queue.h"
 
@@ -34,17 +35,16 @@ Node RowsState(int part, int parts, float salt) {
 void ExpectColumns(Env* env, const std::string& dir, int parts, float salt) {
   RunRanks(parts, [&](Communicator& comm) {
     const int64_t cols = kCols / parts;
-    Node request(Dict{{"w", Node(ShardedTensor::FromRankOffsets(
-                                 "w", Tensor::Zeros(DType::kF32, {kRows, cols}),
-                                 {{1, comm.rank(), parts}}))}});
+    Node request(Dict{
+        {"w", Node(ShardedTensor::FromRankOffsets("w", Tensor::Zeros(DType::kF32, {kRows, cols}),
+                                                  {{1, comm.rank(), parts}}))}});
     LoadOptions options;
     options.env = env;
     LoadResult r = Load(request, dir, comm, options);
     const Tensor& t = r.state_dict.at("w").as<Tensor>();
     for (int64_t i = 0; i < kRows; ++i) {
       for (int64_t j = 0; j < cols; ++j) {
-        ASSERT_EQ(t.At(i * cols + j),
-                  salt + static_cast<float>(i * kCols + comm.rank() * cols + j))
+        ASSERT_EQ(t.At(i * cols + j), salt + static_cast<float>(i * kCols + comm.rank() * cols + j))
             << dir << " rank " << comm.rank() << " at " << i << "," << j;
       }
     }

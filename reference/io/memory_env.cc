@@ -161,7 +161,8 @@ uint64_t MemoryEnv::FileSize(const std::string& path) {
 std::vector<std::string> MemoryEnv::ListDir(const std::string& dir) {
   const std::string d = Normalize(dir);
   std::lock_guard<std::mutex> lock(state_->mu);
-  if (!state_->dirs.count(d)) FailIo("list directory", dir, state_->files.count(d) ? ENOTDIR : ENOENT);
+  if (!state_->dirs.count(d))
+    FailIo("list directory", dir, state_->files.count(d) ? ENOTDIR : ENOENT);
   std::set<std::string> names;
   auto collect = [&](const auto& m) {
     auto [it, prefix] = State::Under(m, d);
@@ -260,8 +261,7 @@ std::unique_ptr<FileLock> MemoryEnv::LockFile(const std::string& path, const std
   std::lock_guard<std::mutex> lock(state_->mu);
   if (!state_->ParentExists(p)) FailIo("open lock file", path, ENOENT);
   if (auto it = state_->locks.find(p); it != state_->locks.end()) {
-    Fail(ErrorKind::kInvalidArgument, "{} ({}, lock {})", what,
-         it->second, path);
+    Fail(ErrorKind::kInvalidArgument, "{} ({}, lock {})", what, it->second, path);
   }
   state_->locks[p] = me;
   auto content = std::make_shared<Content>();
