@@ -91,6 +91,8 @@ struct TrainArgs {
   int writers = 1;
   int step_ms = 0;
   bool verbose = false;
+  int64_t non_persistent_save_interval = 0;  // 0 = none (ROOT/non_persistent/)
+  std::string save_on_signal;                // "SIGTERM,SIGUSR1": save, finalize, exit 0
 };
 
 struct ManageArgs {

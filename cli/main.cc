@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "format/dcp/unknown_globals.h"
 #include "io/env.h"
+#include "io/storage_path.h"
 #include "manager/catalog.h"
 #include "topology/topology.h"
 #ifdef DISTCKPT_HAVE_MPI
@@ -206,6 +207,36 @@ std::optional<int> RelaunchUnderMpirun(int argc, char** argv, const std::string&
 }
 #endif  // DISTCKPT_HAVE_MPI
 
+// Every checkpoint path of every command takes a URI too (io/storage_path.h):
+// file:///p is the path /p; a storage this build cannot reach (s3://) or an
+// unknown scheme is refused naming it (exit 2) before anything runs.
+void StoragePaths(CLI::App& app) {
+  static const char* kPathOptions[] = {"--dir", "dir",      "--local",      "a",
+                                       "b",     "--out",    "src",          "checkpoint",
+                                       "out",   "--resume", "--resave-dir", "--work-dir"};
+  for (CLI::Option* opt : app.get_options({})) {
+    if (std::find_if(std::begin(kPathOptions), std::end(kPathOptions), [&](const char* name) {
+          return opt->check_name(name);
+        }) == std::end(kPathOptions))
+      continue;
+    opt->transform(CLI::Validator(
+        [](std::string& text) -> std::string {
+          try {
+            distckpt::StoragePath where = distckpt::EnvForPath(text);
+            if (where.env != distckpt::Env::Default())
+              return fmt::format("{}: {} storage is not reachable from the command line", text,
+                                 where.env->name());
+            text = where.path;
+            return "";
+          } catch (const distckpt::CheckpointError& e) {
+            return e.what();
+          }
+        },
+        "", "storage path"));
+  }
+  for (CLI::App* cmd : app.get_subcommands({})) StoragePaths(*cmd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -361,6 +392,11 @@ int main(int argc, char** argv) {
   train->add_option("--load-contents", train_args.load_contents,
                     "contents loaded and checked on resume");
   train->add_option("--step-ms", train_args.step_ms, "simulated compute per step (ms)");
+  train->add_option("--non-persistent-save-interval", train_args.non_persistent_save_interval,
+                    "also save every K steps into DIR/non_persistent/ (only the newest kept)");
+  train->add_option("--save-on-signal", train_args.save_on_signal,
+                    "on these signals (SIGTERM,SIGUSR1,...): save the step reached, finalize, "
+                    "exit 0");
   train->add_flag("--verbose", train_args.verbose, "print every manager phase");
   distckpt::ManageArgs manage_args;
   CLI::App* manage = app.add_subcommand("manage", "a training run's checkpoint root");
@@ -431,6 +467,7 @@ int main(int argc, char** argv) {
       "devices", "print how many CUDA devices this build and machine have (0: none)");
 
   StrictIntegers(app);
+  StoragePaths(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

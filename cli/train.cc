@@ -7,13 +7,17 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "format/format.h"
+#include "io/file_lock.h"
 #include "manager/layout.h"
 #include "topology/topology.h"
 
@@ -55,9 +59,57 @@ std::unique_ptr<CrashPoint> CrashPointFromEnv() {
   return point;
 }
 
+// --save-on-signal: the handler only records the signal; the training loop
+// reads it at every step and the ranks agree on it (harness/train.h).
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void RecordStopSignal(int signo) { g_stop_signal = signo; }
+
+int SignalByName(const std::string& text) {
+  static const std::pair<const char*, int> kSignals[] = {{"TERM", SIGTERM}, {"INT", SIGINT},
+                                                         {"HUP", SIGHUP},   {"USR1", SIGUSR1},
+                                                         {"USR2", SIGUSR2}, {"QUIT", SIGQUIT}};
+  std::string name = text;
+  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+  for (const auto& [n, signo] : kSignals) {
+    if (name == n) return signo;
+  }
+  Fail(ErrorKind::kInvalidArgument,
+       "--save-on-signal: unknown signal '{}' (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT)",
+       text);
+}
+
+// Installs the recording handler for every signal in `list` (comma-separated).
+std::vector<int> InstallStopHandlers(const std::string& list) {
+  std::vector<int> signals;
+  for (const std::string& name : SplitList(list)) signals.push_back(SignalByName(name));
+  if (signals.empty()) Fail(ErrorKind::kInvalidArgument, "--save-on-signal: no signal named");
+  struct sigaction action {};
+  action.sa_handler = RecordStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // file and socket calls resume; the flag is read per step
+  for (int signo : signals) {
+    if (::sigaction(signo, &action, nullptr) != 0)
+      Fail(ErrorKind::kIo, "--save-on-signal: sigaction({}) failed", signo);
+  }
+  return signals;
+}
+
 }  // namespace
 
 namespace {
+
+// A second run on a root another run is writing is refused before anything
+// else, naming the holder of the root's writer lock (manager/manager.h).
+void RefuseRootHeld(const std::string& root) {
+  const std::string lock = JoinPath(root, kWriterLockFile);
+  if (std::optional<std::string> holder = Env::Default()->LockHolder(lock)) {
+    Fail(ErrorKind::kInvalidArgument,
+         "{} is being written by another run ({}, lock {}); one writer per checkpoint root: "
+         "wait for it, or choose another --dir (nothing was changed)",
+         root, *holder, lock);
+  }
+}
 
 // A run that starts from scratch must not write into a root that already
 // holds checkpoints: its saves would supersede them and retention would
@@ -85,8 +137,9 @@ void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayo
 }  // namespace
 
 int TrainCommand(const TrainArgs& args) {
-  if (args.resume.empty())
-    RefuseRootWithCheckpoints(Env::Default(), args.dir, ParseCheckpointLayout(args.layout));
+  // First: a signal from here on is a request to save and stop (before it,
+  // during process start and argument parsing, it has its default action).
+  if (!args.save_on_signal.empty()) InstallStopHandlers(args.save_on_signal);
   Scenario s = LoadScenario(args.scenario);
   TrainOptions options;
   ManagerOptions& m = options.manager;
@@ -105,6 +158,9 @@ int TrainCommand(const TrainArgs& args) {
   options.resume = args.resume;
   options.load_contents = SplitList(args.load_contents);
   options.step_ms = args.step_ms;
+  options.non_persistent_interval = args.non_persistent_save_interval;
+  if (!args.save_on_signal.empty())
+    options.stop_requested = [] { return static_cast<int>(g_stop_signal); };
   std::unique_ptr<CrashPoint> crash = CrashPointFromEnv();
   const int world = Topology::Parse(args.topology).world_size();
   TrainReport report;
@@ -112,6 +168,13 @@ int TrainCommand(const TrainArgs& args) {
   RunOnBackend(args.backend, world, [&](Communicator& comm) {
     TrainOptions mine = options;
     const int rank = comm.rank();
+    // Rank 0 alone looks (MPI ranks probing the writer lock at once would see
+    // each other's probe), and every rank gets its verdict.
+    AgreeOnOutcome(comm, [&] {
+      if (rank != 0) return;
+      RefuseRootHeld(args.dir);
+      if (args.resume.empty()) RefuseRootWithCheckpoints(Env::Default(), args.dir, m.layout);
+    });
     if (rank == 0) {
       mine.log = [](const std::string& line) { std::cout << line << std::endl; };
     }
@@ -138,10 +201,20 @@ int TrainCommand(const TrainArgs& args) {
     return report.value_mismatch ? kExitVerdictFailed : kExitInputError;
   }
   std::cout << fmt::format(
-      "trained {} to step {} under {} ({} layout){}; committed: {}\n", s.name, report.last_step,
+      "trained {} to step {} under {} ({} layout){}; committed: {}{}\n", s.name, report.last_step,
       m.topology, args.layout,
-      report.resumed ? fmt::format(", resumed iteration {}", report.resumed_iteration) : "",
-      fmt::join(report.committed, " "));
+      report.resumed ? fmt::format(", resumed iteration {}{}", report.resumed_iteration,
+                                   report.resumed_non_persistent ? " (non-persistent)" : "")
+                     : "",
+      fmt::join(report.committed, " "),
+      report.committed_non_persistent.empty()
+          ? ""
+          : fmt::format("; non-persistent: {}", fmt::join(report.committed_non_persistent, " ")));
+  if (report.stop_signal != 0) {
+    std::cout << fmt::format(
+        "stopped at step {} on signal {} ({}): saved and finalized\n", report.last_step,
+        fmt::format("SIG{}", ::sigabbrev_np(report.stop_signal)), report.stop_signal);
+  }
   return kExitOk;
 }
 

@@ -2,7 +2,7 @@
 # distckpt train / manage (ctest): Megatron and verl layouts, sync and async
 # saves, keep_last 2, resume under another topology with every element
 # checked, an explicit iteration and path, refused contents, and (with
-# mpirun) the same under Open MPI ranks.
+# mpirun) the same under Open MPI ranks. The last step is saved too.
 #   train_test.sh DISTCKPT SCENARIO [mpi]
 set -euo pipefail
 d=$1 scenario=$2 mode=${3:-threads}
@@ -26,12 +26,13 @@ for layout in megatron verl; do
     root=$work/$layout$async
     run tp=2,pp=2 --dir "$root" --layout $layout --steps 9 --save-interval 2 --keep 2 $async \
       --components actor,critic > "$work/out"
-    expect "committed 8" "$work/out"
+    # Every 2 steps and the last one (9), as Megatron saves at the end of training.
+    expect "committed: 2 4 6 8 9$" "$work/out"
     "$d" manage list "$root" --layout $layout > "$work/list"
-    expect "^tracker: 8$" "$work/list"
+    expect "^tracker: 9$" "$work/list"
     [ "$(grep -c complete "$work/list")" = 2 ] || { cat "$work/list"; exit 1; }
-    expect " 6  complete" "$work/list"
     expect " 8  complete" "$work/list"
+    expect " 9  complete" "$work/list"
     if [ $layout = verl ]; then
       test -f "$root/global_step_8/actor/metadata.json"
       test -f "$root/global_step_8/critic/metadata.json"
@@ -41,7 +42,7 @@ for layout in megatron verl; do
     # Resume under another topology: every element checked, training continues.
     run dp=2 --dir "$root" --layout $layout --steps 12 --save-interval 2 --keep 2 --resume auto \
       $async --components actor,critic > "$work/out"
-    expect "^resumed iteration 8 .*saved under tp=2,pp=2.* elements checked" "$work/out"
+    expect "^resumed iteration 9 .*saved under tp=2,pp=2.* elements checked" "$work/out"
     expect "committed 12" "$work/out"
     "$d" manage list "$root" --layout $layout > "$work/list"
     expect "^tracker: 12$" "$work/list"

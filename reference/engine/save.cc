@@ -160,12 +160,13 @@ PreparedSave PrepareSave(const Node& state_dict, const std::string& dir, Communi
   AgreeOnOutcome(comm, [&] {
     if (comm.rank() == kCoordinator) {
       // Two saves into one directory would commit a mix: the second is
-      // refused, naming the first. (Other Envs may not be real files.)
-      if (prepared.env == Env::Default()) {
+      // refused, naming the first, where the storage has locks (an object
+      // store has none: its commit, metadata last, is still one step).
+      if (prepared.env->capabilities().locks) {
         std::string base = dir;
         while (base.size() > 1 && base.back() == '/') base.pop_back();
         prepared.env->CreateDirs(DirName(base));  // for the lock file; not `dir` itself
-        prepared.lock = FileLock::LockForSave(dir);
+        prepared.lock = FileLock::LockForSave(prepared.env, dir);
       }
       prepared.write_dir = prepared.format->PrepareDirectory(prepared.env, dir, options.overwrite);
     }

@@ -43,11 +43,11 @@ Node VerlStateDict(const VerlRankState& state, int world, int rank) {
 
 int ConvertVerlCheckpoint(const std::string& src, const std::string& dst,
                           const SaveOptions& options) {
-  const int world = VerlWorldSize(src);
+  const int world = VerlWorldSize(src, options.env);
   // Read everything first: a bad rank file fails before anything is written.
   std::vector<Node> states;
   for (int r = 0; r < world; ++r)
-    states.push_back(VerlStateDict(ReadVerlRank(src, world, r), world, r));
+    states.push_back(VerlStateDict(ReadVerlRank(src, world, r, options.env), world, r));
   RunRanks(world, [&](Communicator& comm) { Save(states[comm.rank()], dst, comm, options); });
   return world;
 }

@@ -20,6 +20,7 @@
 #include "format/dcp/torch_zip.h"
 #include "format/format.h"
 #include "fsdp/layout.h"
+#include "io/memory_env.h"
 #include "io/testing.h"
 
 namespace distckpt {
@@ -219,6 +220,35 @@ TEST(VerlFilesTest, RefusesAnEmptyMeshOrACoordinateOutsideIt) {
     EXPECT_THAT([&] { ReadVerlRank(dir.path(), 4, 2); },
                 ThrowsError(ErrorKind::kCorruption, message));
   }
+}
+
+// The verl reader reads through the Env (issue 38): the fixture copied into a
+// MemoryEnv under a root absent from disk reads and converts the same.
+TEST(VerlFilesTest, ReadsAndConvertsThroughAMemoryEnv) {
+  MemoryEnv mem;
+  const std::string src = "/distckpt-memory-verl/src";
+  mem.CreateDirs(src);
+  for (const fs::directory_entry& e : fs::directory_iterator(kFixture)) {
+    if (!e.is_regular_file()) continue;
+    WriteFileAtomic(&mem, JoinPath(src, e.path().filename().string()),
+                    ReadFileToString(Env::Default(), e.path().string()));
+  }
+  ASSERT_EQ(VerlWorldSize(src, &mem), 4);
+  EXPECT_THAT([&] { VerlWorldSize(src); }, ThrowsError(ErrorKind::kIncomplete, src));
+  const std::map<std::string, Expected> expected = AllExpected();
+  for (int r = 0; r < 4; ++r) {
+    VerlRankState s = ReadVerlRank(src, 4, r, &mem);
+    VerlRankState disk = ReadVerlRank(kFixture, 4, r);
+    ASSERT_EQ(s.tensors.size(), disk.tensors.size());
+    EXPECT_EQ(s.common, disk.common);
+    for (const ShardedTensor& t : s.tensors)
+      ExpectSlice(t.key, expected.at(t.key), t.global_offset, t.data);
+  }
+  SaveOptions options;
+  options.env = &mem;
+  EXPECT_EQ(ConvertVerlCheckpoint(src, "/distckpt-memory-verl/ckpt", options), 4);
+  EXPECT_EQ(DetectFormat(&mem, "/distckpt-memory-verl/ckpt").name(), "native");
+  EXPECT_FALSE(Env::Default()->FileExists("/distckpt-memory-verl"));
 }
 
 }  // namespace

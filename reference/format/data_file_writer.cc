@@ -136,6 +136,8 @@ void DataFileWriter::Overwrite(uint64_t offset, std::span<const std::byte> bytes
     }
   });
   if (offset < in_file) {
+    RequireCapability(env_, EnvCapability::kWriteAt,
+                      fmt::format("overwrite bytes of {} already written", file_name_));
     const size_t head = static_cast<size_t>(std::min<uint64_t>(bytes.size(), in_file - offset));
     file_->WriteAt(offset, bytes.first(head));
   }

@@ -10,7 +10,7 @@ uint64_t WriteWithRankWriters(
     int ranks, const std::function<void(std::vector<std::unique_ptr<CheckpointWriter>>&)>& fill) {
   // The same exclusion as an engine save (io/file_lock.h): a concurrent save
   // into `out` fails naming this one.
-  std::unique_ptr<FileLock> lock = FileLock::LockForSave(out);
+  std::unique_ptr<FileLock> lock = FileLock::LockForSave(env, out);
   const std::string write_dir = format.PrepareDirectory(env, out, /*overwrite=*/false);
   std::vector<std::unique_ptr<CheckpointWriter>> writers;
   for (int rank = 0; rank < ranks; ++rank)

@@ -1,11 +1,42 @@
 #include "io/env.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/file_lock.h"
 
 namespace distckpt {
+
+std::unique_ptr<FileLock> Env::LockFile(const std::string& path, const std::string& what) {
+  RequireCapability(this, EnvCapability::kLocks, fmt::format("lock {}", path));
+  Fail(ErrorKind::kUnsupported, "{} storage cannot lock {}: it does not implement locks", name(),
+       path);
+}
+
+std::optional<std::string> Env::LockHolder(const std::string& path) { return std::nullopt; }
+
+void RequireCapability(Env* env, EnvCapability capability, std::string_view what) {
+  const EnvCapabilities have = env->capabilities();
+  const char* missing = nullptr;
+  switch (capability) {
+    case EnvCapability::kAtomicRename:
+      if (!have.atomic_rename) missing = "atomic rename";
+      break;
+    case EnvCapability::kWriteAt:
+      if (!have.write_at) missing = "writes at an offset";
+      break;
+    case EnvCapability::kLocks:
+      if (!have.locks) missing = "locks";
+      break;
+  }
+  if (missing) {
+    Fail(ErrorKind::kUnsupported, "{} storage cannot {} (it has no {})", env->name(), what,
+         missing);
+  }
+}
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
@@ -23,6 +54,7 @@ void FailIo(std::string_view op, const std::string& path, int error_number) {
 }
 
 void WriteFileAtomic(Env* env, const std::string& path, std::span<const std::byte> contents) {
+  RequireCapability(env, EnvCapability::kAtomicRename, fmt::format("replace {} atomically", path));
   const std::string tmp = path + ".tmp";
   try {
     std::unique_ptr<WritableFile> file = env->NewWritableFile(tmp);

@@ -13,10 +13,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "io/file_lock.h"
 
 namespace distckpt {
 
@@ -55,10 +58,33 @@ class RandomAccessFile {
   virtual const std::string& path() const = 0;
 };
 
+// What an Env can do atomically. What one cannot do is refused by name
+// (RequireCapability, CheckpointError(kUnsupported)) before anything is
+// written, never done non-atomically: an object store has no atomic rename
+// (a commit by rename would be a copy a reader can see half done), no
+// writes at an offset, no locks.
+struct EnvCapabilities {
+  bool atomic_rename = true;  // RenameFile replaces its target in one step
+  bool write_at = true;       // WritableFile::WriteAt
+  bool locks = true;          // LockFile / LockHolder
+};
+
 class Env {
  public:
   virtual ~Env() = default;
   static Env* Default();  // POSIX
+
+  // The storage's name in errors ("posix", "memory", "s3").
+  virtual std::string_view name() const { return "posix"; }
+  virtual EnvCapabilities capabilities() const { return {}; }
+  // An exclusive lock on the lock file `path` (created if missing), not
+  // waiting, held until the returned object is destroyed (or its holder
+  // dies). Held by another: CheckpointError(kInvalidArgument) "<what>
+  // (<holder>, lock <path>)". An Env without locks: kUnsupported naming it.
+  virtual std::unique_ptr<FileLock> LockFile(const std::string& path, const std::string& what);
+  // The holder of the lock on `path` ("pid P on host H"), or nullopt when
+  // nobody holds it (or the Env has no locks). Creates nothing.
+  virtual std::optional<std::string> LockHolder(const std::string& path);
 
   virtual std::unique_ptr<WritableFile> NewWritableFile(
       const std::string& path) = 0;  // create/truncate
@@ -74,6 +100,11 @@ class Env {
   virtual void SyncDir(const std::string& dir) = 0;
 };
 
+// Throws CheckpointError(kUnsupported) "<env name> storage cannot <what>
+// (no <capability>)" unless `env` has the capability.
+enum class EnvCapability { kAtomicRename, kWriteAt, kLocks };
+void RequireCapability(Env* env, EnvCapability capability, std::string_view what);
+
 std::string JoinPath(const std::string& dir, const std::string& name);
 // The directory holding `path` ("." for a bare name), for SyncDir after a rename.
 std::string DirName(const std::string& path);
@@ -84,7 +115,8 @@ std::string DirName(const std::string& path);
 
 // Writes `contents` to `path` atomically: `path`.tmp, fsync, rename over
 // `path`, fsync the directory. On failure the temp file is removed and any
-// previous `path` is untouched.
+// previous `path` is untouched. An Env without atomic rename: kUnsupported,
+// nothing written.
 void WriteFileAtomic(Env* env, const std::string& path, std::span<const std::byte> contents);
 void WriteFileAtomic(Env* env, const std::string& path, const std::string& contents);
 std::string ReadFileToString(Env* env, const std::string& path);

@@ -5,39 +5,52 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <functional>
 #include <string>
 
 #include "core/error.h"
 #include "io/env.h"
 
 namespace distckpt {
+namespace {
 
-FileLock::~FileLock() { ::close(fd_); }  // closing releases the flock
-
-std::unique_ptr<FileLock> FileLock::LockForSave(const std::string& dir) {
-  std::string base = dir;
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  const std::string path = base + ".lock";
+int OpenLockFile(const std::string& path, bool create) {
   int fd;
   do {
-    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    fd = ::open(path.c_str(), O_RDWR | (create ? O_CREAT : 0) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                0644);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) FailIo("open lock file", path, errno);
+  return fd;
+}
+
+// flock(LOCK_EX | LOCK_NB) on `fd`: 0, or the errno.
+int TryFlock(int fd) {
   int rc;
   do {
     rc = ::flock(fd, LOCK_EX | LOCK_NB);
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0) {
-    const int err = errno;
-    std::string holder(256, '\0');
-    ssize_t n = ::pread(fd, holder.data(), holder.size(), 0);
-    holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+  return rc == 0 ? 0 : errno;
+}
+
+std::string ReadHolder(int fd) {
+  std::string holder(256, '\0');
+  ssize_t n = ::pread(fd, holder.data(), holder.size(), 0);
+  holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+  return holder.empty() ? "holder unknown" : holder;
+}
+
+// Opens (creating) and locks `path`; `refuse(holder)` throws when another holds it.
+int LockOrRefuse(const std::string& path,
+                 const std::function<void(const std::string& holder)>& refuse) {
+  int fd = OpenLockFile(path, true);
+  if (fd < 0) FailIo("open lock file", path, errno);
+  if (int err = TryFlock(fd); err != 0) {
+    const std::string holder = ReadHolder(fd);
     ::close(fd);
     if (err != EWOULDBLOCK) FailIo("lock", path, err);
-    Fail(ErrorKind::kInvalidArgument,
-         "{} is being saved by another save ({}, lock {}); wait for it to finish", dir,
-         holder.empty() ? "holder unknown" : holder, path);
+    refuse(holder);
+    Fail(ErrorKind::kInvalidArgument, "{} is locked by {}", path, holder);
   }
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
@@ -48,7 +61,41 @@ std::unique_ptr<FileLock> FileLock::LockForSave(const std::string& dir) {
     ::close(fd);
     FailIo("write lock file", path, err);
   }
-  return std::unique_ptr<FileLock>(new FileLock(path, fd));
+  return fd;
+}
+
+class PosixFileLock : public FileLock {
+ public:
+  PosixFileLock(std::string path, int fd) : FileLock(std::move(path)), fd_(fd) {}
+  ~PosixFileLock() override { ::close(fd_); }  // closing releases the flock
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::unique_ptr<FileLock> FileLock::LockForSave(Env* env, const std::string& dir) {
+  std::string base = dir;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return env->LockFile(base + ".lock", dir + " is being saved by another save");
+}
+
+std::unique_ptr<FileLock> FileLock::Lock(const std::string& path, const std::string& what) {
+  int fd = LockOrRefuse(path, [&](const std::string& holder) {
+    Fail(ErrorKind::kInvalidArgument, "{} ({}, lock {})", what, holder, path);
+  });
+  return std::make_unique<PosixFileLock>(path, fd);
+}
+
+std::optional<std::string> FileLock::HeldBy(const std::string& path) {
+  int fd = OpenLockFile(path, false);
+  if (fd < 0) return std::nullopt;  // no lock file: nobody holds it
+  const int err = TryFlock(fd);
+  std::optional<std::string> holder;
+  if (err == EWOULDBLOCK) holder = ReadHolder(fd);
+  ::close(fd);  // releases the lock if this probe took it
+  return holder;
 }
 
 }  // namespace distckpt

@@ -20,6 +20,17 @@ class ForwardingEnv : public Env {
 
   Env* target() const { return target_; }
 
+  std::string_view name() const override { return target_->name(); }
+  EnvCapabilities capabilities() const override { return target_->capabilities(); }
+  std::unique_ptr<FileLock> LockFile(const std::string& path, const std::string& what) override {
+    OnAccess("lock", path);
+    return target_->LockFile(path, what);
+  }
+  std::optional<std::string> LockHolder(const std::string& path) override {
+    OnAccess("stat", path);
+    return target_->LockHolder(path);
+  }
+
   std::unique_ptr<WritableFile> NewWritableFile(const std::string& path) override {
     OnAccess("open", path);
     return target_->NewWritableFile(path);

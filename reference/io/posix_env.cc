@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "io/env.h"
+#include "io/file_lock.h"
 
 namespace distckpt {
 namespace {
@@ -267,6 +268,13 @@ class PosixEnv : public Env {
 
   void RenameFile(const std::string& from, const std::string& to) override {
     if (::rename(from.c_str(), to.c_str()) != 0) FailIo("rename", from + " to " + to, errno);
+  }
+
+  std::unique_ptr<FileLock> LockFile(const std::string& path, const std::string& what) override {
+    return FileLock::Lock(path, what);
+  }
+  std::optional<std::string> LockHolder(const std::string& path) override {
+    return FileLock::HeldBy(path);
   }
 
   void SyncDir(const std::string& dir) override {

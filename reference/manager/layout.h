@@ -31,6 +31,12 @@ inline constexpr char kManifestFile[] = "distckpt_iteration.json";
 // A directory with neither file was written by someone else (Megatron's own
 // training loop, verl): distckpt never deletes or replaces it unless told to.
 inline constexpr char kStartedFile[] = "distckpt_started";
+// ROOT/distckpt_writer.lock: the writer lock of a root (manager.h), held by
+// the run writing it; it records the holder ("pid P on host H").
+inline constexpr char kWriterLockFile[] = "distckpt_writer.lock";
+// ROOT/non_persistent/: Megatron's non-persistent global checkpoints, a root
+// of their own (iteration directories and tracker) where only the newest is kept.
+inline constexpr char kNonPersistentDir[] = "non_persistent";
 
 // "iter_0000100" (Megatron: 7 digits, more when needed) or "global_step_100".
 std::string IterationDirName(CheckpointLayout layout, int64_t iteration);

@@ -64,6 +64,15 @@ CheckpointManager::CheckpointManager(ManagerOptions options, Communicator& comm)
   if (options_.save_contents.empty()) {
     Fail(ErrorKind::kInvalidArgument, "checkpoint manager: save_contents is empty");
   }
+  if (options_.lock_root) {
+    AgreeOnOutcome(comm_, [&] {
+      if (comm_.rank() != 0) return;
+      env()->CreateDirs(options_.root);
+      root_lock_ = env()->LockFile(
+          JoinPath(options_.root, kWriterLockFile),
+          fmt::format("checkpoint root {} is held by another writer", options_.root));
+    });
+  }
   queue_ = std::make_unique<AsyncCallsQueue>(comm_, options_.async_timeout);
 }
 
@@ -92,6 +101,13 @@ void CheckpointManager::ClearForSave(int64_t iteration) {
     e->CreateDirs(options_.root);
     std::optional<Tracker> tracker = ReadTracker(e, options_.root);
     if (e->IsDirectory(dir)) {
+      if (options_.transient && tracker && !tracker->release && tracker->iteration == iteration) {
+        // A non-persistent root whose newer timeline was abandoned (resumed
+        // from an older checkpoint): its tracker goes first, then the directory.
+        e->RemoveFile(TrackerPath(options_.root));
+        e->SyncDir(options_.root);
+        tracker.reset();
+      }
       if (tracker && !tracker->release && tracker->iteration == iteration) {
         Fail(ErrorKind::kInvalidArgument,
              "{}: iteration {} is the checkpoint the tracker names; refusing to overwrite it", dir,
@@ -128,7 +144,7 @@ void CheckpointManager::Save(int64_t iteration, const IterationState& state) {
       }
     }
     if (std::optional<Tracker> tracker = ReadTracker(env(), options_.root);
-        tracker && !tracker->release && tracker->iteration > iteration) {
+        !options_.transient && tracker && !tracker->release && tracker->iteration > iteration) {
       Fail(ErrorKind::kInvalidArgument,
            "save of iteration {}: the tracker of {} names iteration {}, a later one; refusing to "
            "move it back (resume from it, or save into another root)",
@@ -249,8 +265,9 @@ void CheckpointManager::ApplyRetention(int64_t committed) {
     for (const CatalogEntry& entry : catalog.entries) {
       if (entry.complete && !entry.foreign) ours.push_back(entry.iteration);
     }
-    std::vector<int64_t> doomed = SupersededIterations(options_.retention, ours, committed);
-    if (options_.clean_incomplete) {
+    std::vector<int64_t> doomed =
+        options_.transient ? ours : SupersededIterations(options_.retention, ours, committed);
+    if (options_.clean_incomplete || options_.transient) {
       for (const CatalogEntry& entry : catalog.entries) {
         if (!entry.complete && !entry.foreign && entry.iteration < committed)
           doomed.push_back(entry.iteration);

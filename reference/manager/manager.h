@@ -38,6 +38,19 @@
 // directories are ignored and reported; a tracker naming an incomplete or
 // missing directory is CheckpointError(kIncomplete).
 //
+// One writer per root: the constructor (collective when options.lock_root)
+// has rank 0 take ROOT/kWriterLockFile (io/file_lock.h) for the manager's
+// lifetime; a second manager on the root — another `train`, in this process
+// or any other on the host — is refused naming the holder. Without it two
+// runs could clear and commit one iteration at once (the tracker once named
+// a directory the other run had just cleared).
+//
+// Non-persistent checkpoints (options.transient; Megatron's
+// --non-persistent-save-interval into ROOT/non_persistent/): retention keeps
+// only the committed iteration (and newer saves still in flight), and a save
+// may move the tracker back (a run resumed from an older persistent
+// checkpoint replaces the abandoned newer one).
+//
 // Thread-safety: one manager per rank, used by that rank's thread.
 #ifndef DISTCKPT_MANAGER_MANAGER_H_
 #define DISTCKPT_MANAGER_MANAGER_H_
@@ -54,6 +67,7 @@
 #include "engine/load.h"
 #include "engine/options.h"
 #include "io/env.h"
+#include "io/file_lock.h"
 #include "manager/catalog.h"
 #include "manager/layout.h"
 #include "manager/retention.h"
@@ -74,8 +88,10 @@ struct ManagerOptions {
   RetentionPolicy retention;
   bool clean_incomplete = true;  // retention also removes older incomplete directories
   bool async = false;
-  std::string topology;  // recorded in the manifest and the checkpoints
-  SaveOptions save;      // format, env, strategy... (dir-independent)
+  std::string topology;    // recorded in the manifest and the checkpoints
+  SaveOptions save;        // format, env, strategy... (dir-independent)
+  bool transient = false;  // a non-persistent root (above)
+  bool lock_root = true;   // one writer per root (above)
   std::chrono::milliseconds async_timeout = std::chrono::minutes(10);
   // Called at each step of a save, for logs and crash tests: "save" and
   // "written" (every rank: before the components are saved / after they
@@ -105,6 +121,8 @@ struct ManagerEvent {  // what the manager did, for logs and tests
 
 class CheckpointManager {
  public:
+  // Collective when options.lock_root (rank 0 takes the root's writer lock;
+  // CheckpointError(kInvalidArgument) naming the holder on every rank).
   CheckpointManager(ManagerOptions options, Communicator& comm);
   // Does not finalize pending async saves (no collectives): call Finalize(true).
   ~CheckpointManager();
@@ -141,6 +159,7 @@ class CheckpointManager {
 
   ManagerOptions options_;
   Communicator& comm_;
+  std::unique_ptr<FileLock> root_lock_;  // rank 0, options.lock_root; outlives queue_
   std::unique_ptr<AsyncCallsQueue> queue_;
   std::map<int, int64_t> async_iteration_;  // queue call index -> iteration it commits
   std::vector<ManagerEvent> events_;

@@ -8,6 +8,7 @@
 #include "engine/save.h"
 #include "format/format.h"
 #include "io/fault_env.h"
+#include "io/memory_env.h"
 #include "io/testing.h"
 
 namespace distckpt {
@@ -295,6 +296,100 @@ TEST(Manager, AdoptsAndNeverDestroysIterationsAnotherToolWrote) {
   // Retention took the deleted iteration's save lock with it.
   EXPECT_FALSE(env->FileExists(JoinPath(dir.path(), "iter_0000010.lock")));
   EXPECT_FALSE(env->FileExists(JoinPath(dir.path(), "iter_0000010")));
+}
+
+// Issue 38: one writer per root. A second manager on the root is refused on
+// every rank, naming the holder; the lock goes with the first manager.
+TEST(Manager, SecondWriterOnARootIsRefusedNamingTheHolder) {
+  ScopedTempDir dir;
+  RunRanks(kWorld, [&](Communicator& comm) {
+    CheckpointManager first(Options(dir.path(), CheckpointLayout::kMegatron), comm);
+    first.Save(2, StateOf({""}, comm.rank(), 2));
+    EXPECT_THAT(
+        [&] { CheckpointManager second(Options(dir.path(), CheckpointLayout::kMegatron), comm); },
+        ThrowsError(ErrorKind::kInvalidArgument, "checkpoint root " + dir.path() +
+                                                     " is held by another writer (pid " +
+                                                     std::to_string(::getpid()) + " on host "));
+    ManagerOptions unlocked = Options(dir.path(), CheckpointLayout::kMegatron);
+    unlocked.lock_root = false;  // readers that opt out are not refused
+    CheckpointManager reader(unlocked, comm);
+    EXPECT_EQ(reader.Resume("auto").iteration, 2);
+  });
+  EXPECT_TRUE(Env::Default()->FileExists(JoinPath(dir.path(), kWriterLockFile)));
+  EXPECT_EQ(FileLock::HeldBy(JoinPath(dir.path(), kWriterLockFile)), std::nullopt);
+  RunRanks(kWorld, [&](Communicator& comm) {  // released: a later run writes
+    CheckpointManager again(Options(dir.path(), CheckpointLayout::kMegatron), comm);
+    again.Save(4, StateOf({""}, comm.rank(), 4));
+  });
+  EXPECT_EQ(ReadFileToString(Env::Default(), TrackerPath(dir.path())), "4\n");
+}
+
+// Non-persistent roots: only the committed iteration is kept, and the
+// tracker may move back (a run resumed from an older persistent checkpoint).
+TEST(Manager, TransientRootKeepsOnlyTheNewestAndMayMoveBack) {
+  for (bool async : {false, true}) {
+    ScopedTempDir dir;
+    RunRanks(kWorld, [&](Communicator& comm) {
+      ManagerOptions o = Options(dir.path(), CheckpointLayout::kMegatron, 5);
+      o.transient = true;
+      o.async = async;
+      CheckpointManager m(o, comm);
+      for (int64_t it : {3, 6, 9}) {
+        m.Save(it, StateOf({""}, comm.rank(), it));
+        m.Finalize(true);
+      }
+      EXPECT_THAT(m.Scan().CompleteIterations(), ElementsAre(9)) << "async " << async;
+      m.Save(6, StateOf({""}, comm.rank(), 6));  // back: 9 is the abandoned timeline's
+      m.Finalize(true);
+      EXPECT_THAT(m.Scan().CompleteIterations(), ElementsAre(6));
+      m.Save(9, StateOf({""}, comm.rank(), 9));
+      m.Finalize(true);
+      m.Save(9, StateOf({""}, comm.rank(), 9));  // the tracker's own iteration: replaced
+      m.Finalize(true);
+      ResumePoint p = m.Resume("auto");
+      EXPECT_EQ(p.iteration, 9);
+      Node req(Dict{{"model", Node(Dict{{"w", Request("w", comm.rank())}})}});
+      ExpectModel(m.Load(p, "", req, {"model"}).state_dict, "model", "w", comm.rank(), 9, 0);
+    });
+    EXPECT_THAT(
+        ScanRoot(Env::Default(), dir.path(), CheckpointLayout::kMegatron).CompleteIterations(),
+        ElementsAre(9));
+  }
+}
+
+// The manager on a MemoryEnv (the storage seam): saves sync and async,
+// retention, the root's writer lock and resume all go through the Env; the
+// root never appears on the real file system.
+TEST(Manager, RunsEntirelyOnAMemoryEnv) {
+  MemoryEnv mem;
+  const std::string root = "/distckpt-memory-manager-" + std::to_string(::getpid());
+  for (bool async : {false, true}) {
+    RunRanks(kWorld, [&](Communicator& comm) {
+      ManagerOptions o = Options(root, CheckpointLayout::kVerl, 2);
+      o.save.env = &mem;
+      o.async = async;
+      CheckpointManager m(o, comm);
+      if (async) {
+        EXPECT_EQ(m.Resume("auto").iteration, 30);
+      }
+      for (int64_t it = async ? 40 : 10; it <= (async ? 60 : 30); it += 10) {
+        m.Save(it, StateOf({"actor"}, comm.rank(), it));
+        m.Finalize(false);
+      }
+      m.Finalize(true);
+      EXPECT_THAT([&] { CheckpointManager second(o, comm); },
+                  ThrowsError(ErrorKind::kInvalidArgument, "is held by another writer"));
+      ResumePoint p = m.Resume("auto");
+      Node req(Dict{{"model", Node(Dict{{"w", Request("actorw", comm.rank())}})}});
+      ExpectModel(m.Load(p, "actor", req, {"model"}).state_dict, "model", "w", comm.rank(),
+                  p.iteration, 0);
+    });
+  }
+  EXPECT_THAT(ScanRoot(&mem, root, CheckpointLayout::kVerl).CompleteIterations(),
+              ElementsAre(50, 60));
+  EXPECT_EQ(ReadFileToString(&mem, TrackerPath(root)), "60\n");
+  EXPECT_TRUE(mem.FileExists(JoinPath(root, kWriterLockFile)));
+  EXPECT_FALSE(Env::Default()->FileExists(root)) << "bytes went around the Env";
 }
 
 }  // namespace

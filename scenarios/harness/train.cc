@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "engine/common_state.h"
 #include "harness/expand.h"
+#include "manager/layout.h"
+#include "manager/tracker.h"
 #include "mapping/dict_utils.h"
 #include "topology/topology.h"
 
@@ -118,16 +120,50 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
     Fail(ErrorKind::kInvalidArgument, "topology {} needs {} ranks, but {} are running",
          options.manager.topology, topo.world_size(), comm.size());
   }
-  if (options.save_interval <= 0 || options.steps < 0) {
-    Fail(ErrorKind::kInvalidArgument, "train: --steps must be >= 0 and --save-interval > 0");
+  if (options.save_interval <= 0 || options.steps < 0 || options.non_persistent_interval < 0) {
+    Fail(ErrorKind::kInvalidArgument,
+         "train: --steps must be >= 0, --save-interval > 0 and --non-persistent-save-interval "
+         ">= 0");
   }
   CheckpointManager manager(options.manager, comm);
   const std::vector<std::string>& components = manager.options().components;
+  // ROOT/non_persistent: when saving there, or to resume from it ("auto"
+  // takes it when newer). Ranks agree whether it holds a tracker.
+  std::unique_ptr<CheckpointManager> transient;
+  {
+    ManagerOptions np = options.manager;
+    np.root = JoinPath(options.manager.root, kNonPersistentDir);
+    np.transient = true;
+    np.retention = {};
+    bool wanted = options.non_persistent_interval > 0;
+    if (!wanted && options.resume == "auto") {
+      Env* env = np.save.env ? np.save.env : Env::Default();
+      wanted = comm.AllReduceOne(env->FileExists(TrackerPath(np.root)) ? 1 : 0, ReduceOp::kMax) > 0;
+    }
+    if (wanted) transient = std::make_unique<CheckpointManager>(std::move(np), comm);
+  }
   int64_t start = 0;
   std::string error;
   bool mismatch = false;
   if (!options.resume.empty()) {
     ResumePoint point = manager.Resume(options.resume);
+    CheckpointManager* from = &manager;
+    if (transient && options.resume == "auto") {
+      ResumePoint np = transient->Resume("auto");
+      for (const std::string& w : np.warnings) log("warning: " + w);
+      point.ignored.insert(point.ignored.end(), np.ignored.begin(), np.ignored.end());
+      if (np.found && (!point.found || np.iteration >= point.iteration)) {
+        if (point.found) {
+          log(fmt::format("non-persistent iteration {} is not older than iteration {}: resuming it",
+                          np.iteration, point.iteration));
+        }
+        np.ignored = point.ignored;
+        np.warnings.insert(np.warnings.begin(), point.warnings.begin(), point.warnings.end());
+        point = std::move(np);
+        from = transient.get();
+        report.resumed_non_persistent = true;
+      }
+    }
     report.ignored = point.ignored;
     for (const std::string& w : point.warnings) log("warning: " + w);
     if (point.found) {
@@ -148,7 +184,7 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
           }
         }
         LoadResult result =
-            manager.Load(point, component, Node(std::move(request)), options.load_contents);
+            from->Load(point, component, Node(std::move(request)), options.load_contents);
         for (const std::string& content : options.load_contents) {
           if (!error.empty()) break;
           if (auto bad = CheckContent(s, start, component, content, saved, topo, comm.rank(),
@@ -174,52 +210,73 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
     }
     for (const std::string& why : point.ignored) log("ignored incomplete checkpoint " + why);
   }
+  auto finalize = [&](bool blocking) {
+    for (int64_t it : manager.Finalize(blocking)) {
+      report.committed.push_back(it);
+      log(fmt::format("committed {}", it));
+    }
+    if (!transient) return;
+    for (int64_t it : transient->Finalize(blocking)) {
+      report.committed_non_persistent.push_back(it);
+      log(fmt::format("committed non-persistent {}", it));
+    }
+  };
   for (int64_t step = start + 1; step <= options.steps; ++step) {
     if (options.step_ms > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(options.step_ms));
     report.last_step = step;
-    for (int64_t it : manager.Finalize(false)) {
-      report.committed.push_back(it);
-      log(fmt::format("committed {}", it));
-    }
-    if (step % options.save_interval != 0) continue;
-    IterationState state;
-    for (const std::string& component : components) {
-      for (const std::string& content : options.manager.save_contents) {
-        if (content == "extra") {
-          state[component][content] = CommonFromJson(ExtraStateAt(s, step, component));
-        } else {
-          state[component][content] =
-              BuildSaveState(StepScenario(s, step, component, content), nullptr, topo, comm.rank());
+    finalize(false);
+    // Every rank issues this all-reduce at every step, whatever it saw.
+    const int stop =
+        options.stop_requested
+            ? static_cast<int>(comm.AllReduceOne(options.stop_requested(), ReduceOp::kMax))
+            : 0;
+    const bool regular = step % options.save_interval == 0 ||
+                         (options.save_last && step == options.steps) || stop != 0;
+    const bool non_persistent = !regular && options.non_persistent_interval > 0 &&
+                                step % options.non_persistent_interval == 0;
+    if (stop != 0) log(fmt::format("stop requested (signal {}) at step {}: saving", stop, step));
+    if (regular || non_persistent) {
+      CheckpointManager& target = non_persistent ? *transient : manager;
+      IterationState state;
+      for (const std::string& component : components) {
+        for (const std::string& content : options.manager.save_contents) {
+          if (content == "extra") {
+            state[component][content] = CommonFromJson(ExtraStateAt(s, step, component));
+          } else {
+            state[component][content] = BuildSaveState(StepScenario(s, step, component, content),
+                                                       nullptr, topo, comm.rank());
+          }
         }
       }
-    }
-    log(fmt::format("saving {}", step));
-    try {
-      manager.Save(step, state);
-    } catch (const CheckpointError& e) {  // every rank's (the save agrees on its outcome)
-      // An earlier async save still pending may be what failed first (a full
-      // disk fails its writes, then this save's first write): its error is
-      // the one to report, with this one after it.
-      if (manager.pending() == 0) throw;
+      log(fmt::format("saving {}{}", non_persistent ? "non-persistent " : "", step));
       try {
-        manager.Finalize(true);
-      } catch (const CheckpointError& earlier) {
-        throw CheckpointError(earlier.kind(),
-                              fmt::format("{} (then the save of iteration {} failed too: {})",
-                                          earlier.what(), step, e.what()));
+        target.Save(step, state);
+      } catch (const CheckpointError& e) {  // every rank's (the save agrees on its outcome)
+        // An earlier async save still pending may be what failed first (a full
+        // disk fails its writes, then this save's first write): its error is
+        // the one to report, with this one after it.
+        if (target.pending() == 0) throw;
+        try {
+          target.Finalize(true);
+        } catch (const CheckpointError& earlier) {
+          throw CheckpointError(earlier.kind(),
+                                fmt::format("{} (then the save of iteration {} failed too: {})",
+                                            earlier.what(), step, e.what()));
+        }
+        throw;
       }
-      throw;
+      if (!options.manager.async) {
+        (non_persistent ? report.committed_non_persistent : report.committed).push_back(step);
+        log(fmt::format("committed {}{}", non_persistent ? "non-persistent " : "", step));
+      }
     }
-    if (!options.manager.async) {
-      report.committed.push_back(step);
-      log(fmt::format("committed {}", step));
+    if (stop != 0) {
+      report.stop_signal = stop;
+      break;
     }
   }
-  for (int64_t it : manager.Finalize(true)) {
-    report.committed.push_back(it);
-    log(fmt::format("committed {}", it));
-  }
+  finalize(true);
   report.last_step = std::max(report.last_step, start);
   return report;
 }

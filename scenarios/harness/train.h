@@ -13,8 +13,22 @@
 //
 // Loop: resume (options.resume: "" = none, "auto", a path or an iteration),
 // check what was loaded, then for steps resumed+1 .. steps: "train"
-// (optionally sleep step_ms), and every save_interval steps save through
-// the manager (async saves are finalized lazily, then at the end).
+// (optionally sleep step_ms), and save through the manager every
+// save_interval steps and at the last step (Megatron saves at the end of
+// training too); async saves are finalized lazily, then at the end.
+//
+// Non-persistent checkpoints (non_persistent_interval > 0, Megatron's
+// --non-persistent-save-interval): at the multiples that are not a regular
+// save, into ROOT/non_persistent/ through a second manager (transient: only
+// the newest kept). `resume` "auto" takes whichever of the two trackers is
+// newer, the non-persistent one on a tie (Megatron's load_checkpoint).
+//
+// Stop on request (stop_requested set; Megatron's --exit-signal-handler):
+// every rank calls it at every step and the ranks agree on it with one max
+// all-reduce (every rank issues it, whatever it saw), so a signal any rank
+// received stops them all at the same step: that step is saved (a regular,
+// persistent save), pending async saves are finalized, and the loop returns
+// with stop_signal set.
 //
 // Thread-safety: one call per rank; collective over `comm`.
 #ifndef DISTCKPT_SCENARIO_TRAIN_H_
@@ -37,7 +51,12 @@ struct TrainOptions {
   int64_t save_interval = 1;
   std::string resume;  // "" = start at step 0
   std::vector<std::string> load_contents = {"model", "optimizer", "extra"};
-  int step_ms = 0;  // simulated compute per step
+  int step_ms = 0;                      // simulated compute per step
+  bool save_last = true;                // save the last step (--steps) too
+  int64_t non_persistent_interval = 0;  // 0 = no non-persistent checkpoints
+  // Called by every rank at every step when set: nonzero (a signal number)
+  // asks the run to save and stop.
+  std::function<int()> stop_requested;
   // Rank 0's progress lines ("step 7", "committed 8"...).
   std::function<void(const std::string&)> log;
 };
@@ -50,8 +69,11 @@ struct TrainReport {
   uint64_t elements_checked = 0;     // over all ranks, components and contents
   std::vector<std::string> ignored;  // incomplete directories seen at resume
   std::vector<int64_t> committed;    // iterations committed by this run
+  std::vector<int64_t> committed_non_persistent;
+  bool resumed_non_persistent = false;  // the resumed checkpoint is ROOT/non_persistent's
   int64_t last_step = 0;
-  std::string error;  // empty = ok (agreed by every rank)
+  int stop_signal = 0;  // the (agreed) request that stopped the run, 0 = none
+  std::string error;    // empty = ok (agreed by every rank)
   bool value_mismatch = false;
 };
 

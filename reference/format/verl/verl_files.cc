@@ -23,17 +23,22 @@ namespace fs = std::filesystem;
 // Through Env's open, as every checkpoint file: a FIFO, a device or a
 // symbolic link (to /dev/zero, or out of the directory) is refused, not read.
 // A rank's file that is not there leaves the checkpoint incomplete.
-std::string ReadWholeFile(const std::string& path) {
-  if (!Env::Default()->FileExists(path) && !fs::is_symlink(path)) {
+// (A dangling link is POSIX's only: it is there, and refused when opened.)
+bool Present(Env* env, const std::string& path) {
+  return env->FileExists(path) || (env == Env::Default() && fs::is_symlink(path));
+}
+
+std::string ReadWholeFile(Env* env, const std::string& path) {
+  if (!Present(env, path)) {
     Fail(ErrorKind::kIncomplete, "{} is missing: not a complete verl checkpoint", path);
   }
-  return ReadFileToString(Env::Default(), path);
+  return ReadFileToString(env, path);
 }
 
 // One torch.save archive, unpickled with the verl allow-list.
 struct Archive {
-  Archive(std::string path_in)
-      : path(std::move(path_in)), bytes(ReadWholeFile(path)), zip(bytes, path) {
+  Archive(Env* env, std::string path_in)
+      : path(std::move(path_in)), bytes(ReadWholeFile(env, path)), zip(bytes, path) {
     UnpickleLimits limits;
     limits.allow_global = IsAllowedVerlGlobal;
     tree = Unpickle(zip.ReadRecord(zip.Get("data.pkl")), path + ": data.pkl", limits);
@@ -189,16 +194,20 @@ std::string VerlExtraFile(int world, int rank) {
   return fmt::format("extra_state_world_size_{}_rank_{}.pt", world, rank);
 }
 
-int VerlWorldSize(const std::string& dir) {
+int VerlWorldSize(const std::string& dir, Env* env) {
+  if (!env) env = Env::Default();
   static const std::regex pattern(R"(model_world_size_([0-9]{1,7})_rank_0\.pt)");
   std::vector<int> worlds;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+  std::vector<std::string> names;
+  try {
+    names = env->ListDir(dir);
+  } catch (const CheckpointError& e) {
+    Fail(ErrorKind::kIncomplete, "verl checkpoint {}: {}", dir, e.what());
+  }
+  for (const std::string& name : names) {
     std::smatch m;
-    const std::string name = e.path().filename().string();
     if (std::regex_match(name, m, pattern)) worlds.push_back(std::stoi(m[1].str()));
   }
-  if (ec) Fail(ErrorKind::kIncomplete, "verl checkpoint {}: {}", dir, ec.message());
   if (worlds.empty()) {
     Fail(ErrorKind::kIncomplete, "{}: no model_world_size_W_rank_0.pt (not a verl FSDP checkpoint)",
          dir);
@@ -207,9 +216,9 @@ int VerlWorldSize(const std::string& dir) {
     Fail(ErrorKind::kCorruption, "{}: model files of several world sizes ({} and {})", dir,
          worlds[0], worlds[1]);
   }
-  const std::string config = (fs::path(dir) / "fsdp_config.json").string();
-  if (fs::exists(fs::symlink_status(config))) {  // a link is refused when opened
-    const std::string text = ReadWholeFile(config);
+  const std::string config = JoinPath(dir, "fsdp_config.json");
+  if (Present(env, config)) {  // a link is refused when opened
+    const std::string text = ReadWholeFile(env, config);
     CheckJsonDepth(text, config);
     nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("world_size") ||
@@ -224,14 +233,15 @@ int VerlWorldSize(const std::string& dir) {
   return worlds[0];
 }
 
-VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
+VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env) {
+  if (!env) env = Env::Default();
   if (world < 1 || rank < 0 || rank >= world) {
     Fail(ErrorKind::kInvalidArgument, "verl checkpoint {}: rank {} of world {}", dir, rank, world);
   }
   VerlRankState out;
   out.common = nlohmann::json::object();
   {
-    Archive model((fs::path(dir) / VerlModelFile(world, rank)).string());
+    Archive model(env, JoinPath(dir, VerlModelFile(world, rank)));
     const PyValue& root = *model.tree.root();
     if (root.kind != PyKind::kDict) {
       Fail(ErrorKind::kCorruption, "{}: not a state dict ({})", model.path, PyKindName(root.kind));
@@ -244,9 +254,9 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
       out.tensors.push_back(std::move(*t));
     }
   }
-  const fs::path optim_path = fs::path(dir) / VerlOptimFile(world, rank);
-  if (fs::exists(optim_path)) {
-    Archive optim(optim_path.string());
+  const std::string optim_path = JoinPath(dir, VerlOptimFile(world, rank));
+  if (env->FileExists(optim_path)) {
+    Archive optim(env, optim_path);
     const PyValue& root = *optim.tree.root();
     const PyValue* state = root.kind == PyKind::kDict ? root.Get("state") : nullptr;
     const PyValue* groups = root.kind == PyKind::kDict ? root.Get("param_groups") : nullptr;
@@ -306,9 +316,9 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
     out.common["optimizer"] = {{"param_groups", std::move(groups_json)},
                                {"state", std::move(common_state)}};
   }
-  const fs::path extra_path = fs::path(dir) / VerlExtraFile(world, rank);
-  if (fs::exists(extra_path)) {
-    Archive extra(extra_path.string());
+  const std::string extra_path = JoinPath(dir, VerlExtraFile(world, rank));
+  if (env->FileExists(extra_path)) {
+    Archive extra(env, extra_path);
     out.common["extra_state"] = PyToJson(extra.zip, *extra.tree.root());
   }
   return out;

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "io/env.h"
 #include "mapping/sharded_object.h"
 #include "mapping/sharded_tensor.h"
 
@@ -47,7 +48,8 @@ std::string VerlExtraFile(int world_size, int rank);
 // The world size of the verl checkpoint in `dir`: the W of its
 // model_world_size_{W}_rank_0.pt (fsdp_config.json, when present, must agree).
 // kIncomplete when there is none, kCorruption for two different W.
-int VerlWorldSize(const std::string& dir);
+// Every file is read through `env` (nullptr = Env::Default()).
+int VerlWorldSize(const std::string& dir, Env* env = nullptr);
 
 struct VerlRankState {
   std::vector<ShardedTensor> tensors;  // model then optimizer state, with data
@@ -58,7 +60,7 @@ struct VerlRankState {
 };
 
 // Rank `rank`'s files (the optimizer and extra-state files when present).
-VerlRankState ReadVerlRank(const std::string& dir, int world_size, int rank);
+VerlRankState ReadVerlRank(const std::string& dir, int world_size, int rank, Env* env = nullptr);
 
 // The rank's extra state as the ShardedObject "extra_state" of global shape
 // {W} at {rank} (RNG states differ per rank).
