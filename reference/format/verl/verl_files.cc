@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "core/error.h"
@@ -12,6 +13,7 @@
 #include "format/dcp/torch_save.h"
 #include "format/dcp/torch_zip.h"
 #include "format/dcp/unpickler.h"
+#include "format/verl/fsdp1_flat.h"
 #include "fsdp/layout.h"
 #include "io/env.h"
 
@@ -177,6 +179,100 @@ std::string KeyText(const PyValue& k, const std::string& what) {
   Fail(ErrorKind::kCorruption, "{}: a key that is neither str nor int", what);
 }
 
+// FSDP1 with use_orig_params=False (fsdp1_flat.h): the state of flat
+// parameter i is a 1-D shard of unit i; each parameter's part of it becomes
+// a flattened_range piece of optimizer.state.<name>.<fqn> (the whole
+// parameter's shape), 0-d values (step) common state of every FQN of the
+// unit. The units are recorded in common optimizer.fsdp1_units.
+void ReadFsdp1FlatOptimizer(const Archive& optim, const PyValue& state,
+                            const std::vector<int64_t>& indices, int world, int rank,
+                            VerlRankState& out, nlohmann::json& common_state) {
+  std::vector<std::string> keys;
+  std::vector<int64_t> numels;
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  for (const std::string& k : out.model_keys) {
+    for (const ShardedTensor& t : out.tensors) {
+      if (t.key == k) {
+        keys.push_back(k);
+        numels.push_back(Volume(t.global_shape));
+        shapes.push_back(t.global_shape);
+        dtypes.push_back(t.dtype);
+        break;
+      }
+    }
+  }
+  // Each flat parameter's state: name -> its value, and the shard size.
+  std::vector<const PyValue*> per_index;
+  std::vector<int64_t> shard_sizes;
+  for (int64_t index : indices) {
+    const PyValue* st = nullptr;
+    for (const auto& [k, v] : state.entries) {
+      if (k->kind == PyKind::kInt && k->integer == index) st = v;
+    }
+    if (!st || st->kind != PyKind::kDict) {
+      Fail(ErrorKind::kCorruption,
+           "{}: flat parameter {} has no state dict (FSDP1 flat optimizer state)", optim.path,
+           index);
+    }
+    int64_t size = -1;
+    for (const auto& [name_v, value] : st->entries) {
+      const std::string what =
+          fmt::format("{}: state {} '{}'", optim.path, index, KeyText(*name_v, optim.path));
+      if (IsDTensor(*value)) {
+        Fail(ErrorKind::kUnsupported, "{}: a DTensor in FSDP1 flat optimizer state", what);
+      }
+      std::optional<TorchTensor> t = AsTorchTensor(*value, what);
+      if (!t || t->size.empty()) continue;
+      if (t->size.size() != 1 || (size >= 0 && t->size[0] != size)) {
+        Fail(ErrorKind::kCorruption,
+             "{}: shape {} (FSDP1 flat state is one 1-D shard per unit, {} parameters in "
+             "param_groups, {} model keys)",
+             what, ShapeToString(t->size), indices.size(), keys.size());
+      }
+      size = t->size[0];
+    }
+    if (size < 0) {
+      Fail(ErrorKind::kCorruption, "{}: flat parameter {} holds no 1-D state", optim.path, index);
+    }
+    per_index.push_back(st);
+    shard_sizes.push_back(size);
+  }
+  const std::vector<Fsdp1Unit> units =
+      InferFsdp1Units(keys, numels, shard_sizes, world, optim.path);
+  nlohmann::json unit_json = nlohmann::json::array();
+  for (size_t u = 0; u < units.size(); ++u) {
+    nlohmann::json fqns = nlohmann::json::array();
+    for (size_t p : units[u].params) fqns.push_back(keys[p]);
+    unit_json.push_back(std::move(fqns));
+    for (const auto& [name_v, value] : per_index[u]->entries) {
+      const std::string name = KeyText(*name_v, optim.path);
+      const std::string what = fmt::format("{}: state {} '{}'", optim.path, indices[u], name);
+      std::optional<TorchTensor> t = AsTorchTensor(*value, what);
+      if (!t || t->size.empty()) {
+        nlohmann::json j = PyToJson(optim.zip, *value);
+        if (j.is_object() && j.contains("__tensor__")) j = j["__tensor__"]["data"].at(0);
+        for (size_t p : units[u].params) common_state[keys[p]][name] = j;
+        continue;
+      }
+      const Tensor flat = ReadTorchTensor(optim, *t, what);
+      for (const Fsdp1Piece& piece : Fsdp1RankPieces(units[u], numels, world, rank)) {
+        ShardedTensor s;
+        s.key = fmt::format("optimizer.state.{}.{}", name, keys[piece.param]);
+        s.dtype = t->dtype;
+        s.global_shape = shapes[piece.param];
+        s.global_offset = Shape(s.global_shape.size(), 0);
+        s.local_shape = s.global_shape;
+        s.flattened_range = piece.in_param;
+        s.replica_id = {0, 0, 0};
+        s.data = flat.Slice(Box{{piece.in_shard.start}, {piece.in_shard.size()}});
+        out.tensors.push_back(std::move(s));
+      }
+    }
+  }
+  out.common["fsdp1_units"] = std::move(unit_json);
+}
+
 }  // namespace
 
 std::string VerlModelFile(int world, int rank) {
@@ -224,6 +320,71 @@ int VerlWorldSize(const std::string& dir) {
   return worlds[0];
 }
 
+std::string VerlCheckpointGap(const std::string& dir, std::vector<std::string>* contents,
+                              int* world) {
+  contents->clear();
+  int w = 0;
+  try {
+    w = VerlWorldSize(dir);
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  *world = w;
+  auto whole = [](const fs::path& p) -> std::string {
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(p, ec);
+    if (ec || !fs::exists(st)) return fmt::format("{} is missing", p.string());
+    if (!fs::is_regular_file(st)) return fmt::format("{} is not a regular file", p.string());
+    const uintmax_t size = fs::file_size(p, ec);
+    if (ec || size < 22) return fmt::format("{} is truncated", p.string());
+    std::ifstream in(p, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(size - 22));
+    char eocd[4] = {};
+    in.read(eocd, 4);
+    if (!in || std::string_view(eocd, 4) != std::string_view("PK\x05\x06", 4)) {
+      return fmt::format("{} is not a whole torch.save archive (no zip end record)", p.string());
+    }
+    return "";
+  };
+  const std::pair<const char*, std::string (*)(int, int)> kinds[] = {
+      {"model", VerlModelFile}, {"optimizer", VerlOptimFile}, {"extra", VerlExtraFile}};
+  for (const auto& [name, file] : kinds) {
+    int present = 0;
+    for (int r = 0; r < w; ++r)
+      present += fs::exists(fs::symlink_status(fs::path(dir) / file(w, r)));
+    if (present == 0 && std::string_view(name) != "model") continue;
+    for (int r = 0; r < w; ++r) {
+      if (std::string why = whole(fs::path(dir) / file(w, r)); !why.empty()) {
+        return fmt::format("{} (rank {} of {}: {} files of {} ranks present)", why, r, w, name,
+                           present);
+      }
+    }
+    contents->push_back(name);
+  }
+  if (!fs::exists(fs::symlink_status(fs::path(dir) / "fsdp_config.json"))) {
+    return fmt::format("{}/fsdp_config.json is missing (rank 0 writes it after its files)", dir);
+  }
+  const fs::path listed = fs::path(dir) / "ckpt_contents.json";
+  if (fs::exists(fs::symlink_status(listed))) {
+    try {
+      const std::string text = ReadWholeFile(listed.string());
+      CheckJsonDepth(text, listed.string());
+      nlohmann::json j = nlohmann::json::parse(text);
+      if (j.is_object()) j = j.at("contents");
+      for (const auto& c : j) {
+        const std::string name = c.get<std::string>();
+        if ((name == "model" || name == "optimizer" || name == "extra") &&
+            std::find(contents->begin(), contents->end(), name) == contents->end()) {
+          return fmt::format("{} lists '{}', whose files are missing", listed.string(), name);
+        }
+      }
+    } catch (const std::exception& e) {
+      return fmt::format("{} is unreadable: {}", listed.string(), e.what());
+    }
+  }
+  return "";
+}
+
 VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
   if (world < 1 || rank < 0 || rank >= world) {
     Fail(ErrorKind::kInvalidArgument, "verl checkpoint {}: rank {} of world {}", dir, rank, world);
@@ -254,57 +415,71 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
       Fail(ErrorKind::kCorruption, "{}: not an optimizer state dict (state, param_groups)",
            optim.path);
     }
-    // Parameter index -> FQN: the indices of param_groups in order are the
-    // model's parameters in order.
-    std::map<int64_t, std::string> fqn;
-    size_t n = 0;
+    std::vector<int64_t> indices;  // param_groups' parameter indices, in order
     for (const PyValue* g : PyToSequence(*groups, optim.path + " param_groups")) {
       for (const PyValue* i :
            PyToSequence(Need(g->Get("params"), optim.path + " params"), optim.path)) {
-        if (n >= out.model_keys.size()) {
-          Fail(ErrorKind::kCorruption, "{}: more parameters than the model file's {} keys",
-               optim.path, out.model_keys.size());
-        }
-        fqn[PyToInt(*i, optim.path + " params")] = out.model_keys[n++];
+        indices.push_back(PyToInt(*i, optim.path + " params"));
       }
     }
-    if (n != out.model_keys.size()) {
-      Fail(ErrorKind::kCorruption, "{}: {} parameters in param_groups, the model file has {} keys",
-           optim.path, n, out.model_keys.size());
-    }
+    std::map<std::string, Shape> model_shape;
+    for (const ShardedTensor& t : out.tensors) model_shape[t.key] = t.global_shape;
     nlohmann::json common_state = nlohmann::json::object();
-    for (const auto& [k, per_param] : state->entries) {
-      const int64_t index = PyToInt(*k, optim.path + " state index");
-      auto it = fqn.find(index);
-      if (it == fqn.end()) {
-        Fail(ErrorKind::kCorruption, "{}: state of parameter {} is in no param group", optim.path,
-             index);
-      }
-      if (per_param->kind != PyKind::kDict) {
-        Fail(ErrorKind::kCorruption, "{}: state of parameter {} is not a dict", optim.path, index);
-      }
-      for (const auto& [name_v, value] : per_param->entries) {
-        const std::string name = KeyText(*name_v, optim.path);
-        const std::string key = fmt::format("optimizer.state.{}.{}", name, it->second);
-        std::optional<ShardedTensor> t;
-        const bool scalar = !IsDTensor(*value) && [&] {
-          auto plain = AsTorchTensor(*value, optim.path);
-          return !plain || plain->size.empty();
-        }();
-        if (!scalar) t = ReadTensorValue(optim, *value, key, rank);
-        if (t) {
-          out.tensors.push_back(std::move(*t));
-        } else {
-          nlohmann::json j = PyToJson(optim.zip, *value);
-          // A 0-d tensor (Adam's step) is its one value.
-          if (j.is_object() && j.contains("__tensor__")) j = j["__tensor__"]["data"].at(0);
-          common_state[it->second][name] = std::move(j);
+    if (indices.size() != out.model_keys.size()) {
+      ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
+    } else {
+      // Parameter index -> FQN: the indices of param_groups in order are the
+      // model's parameters in order.
+      std::map<int64_t, std::string> fqn;
+      for (size_t n = 0; n < indices.size(); ++n) fqn[indices[n]] = out.model_keys[n];
+      for (const auto& [k, per_param] : state->entries) {
+        const int64_t index = PyToInt(*k, optim.path + " state index");
+        auto it = fqn.find(index);
+        if (it == fqn.end()) {
+          Fail(ErrorKind::kCorruption, "{}: state of parameter {} is in no param group", optim.path,
+               index);
+        }
+        if (per_param->kind != PyKind::kDict) {
+          Fail(ErrorKind::kCorruption, "{}: state of parameter {} is not a dict", optim.path,
+               index);
+        }
+        for (const auto& [name_v, value] : per_param->entries) {
+          const std::string name = KeyText(*name_v, optim.path);
+          const std::string key = fmt::format("optimizer.state.{}.{}", name, it->second);
+          std::optional<ShardedTensor> t;
+          const bool scalar = !IsDTensor(*value) && [&] {
+            auto plain = AsTorchTensor(*value, optim.path);
+            return !plain || plain->size.empty();
+          }();
+          if (!scalar) t = ReadTensorValue(optim, *value, key, rank);
+          if (t) {
+            // A plain tensor is the whole parameter's state (world size 1); a
+            // 1-D piece of another shape is FSDP1's use_orig_params=True view.
+            auto m = model_shape.find(it->second);
+            if (m != model_shape.end() && t->global_shape != m->second) {
+              Fail(ErrorKind::kUnsupported,
+                   "{}: '{}' has shape {} but parameter '{}' is {} (FSDP1 use_orig_params=True "
+                   "flat views are not read)",
+                   optim.path, key, ShapeToString(t->global_shape), it->second,
+                   ShapeToString(m->second));
+            }
+            out.tensors.push_back(std::move(*t));
+          } else {
+            nlohmann::json j = PyToJson(optim.zip, *value);
+            // A 0-d tensor (Adam's step) is its one value.
+            if (j.is_object() && j.contains("__tensor__")) j = j["__tensor__"]["data"].at(0);
+            common_state[it->second][name] = std::move(j);
+          }
         }
       }
     }
     nlohmann::json groups_json = PyToJson(optim.zip, *groups);
     out.common["optimizer"] = {{"param_groups", std::move(groups_json)},
                                {"state", std::move(common_state)}};
+    if (out.common.contains("fsdp1_units")) {
+      out.common["optimizer"]["fsdp1_units"] = std::move(out.common["fsdp1_units"]);
+      out.common.erase("fsdp1_units");
+    }
   }
   const fs::path extra_path = fs::path(dir) / VerlExtraFile(world, rank);
   if (fs::exists(extra_path)) {

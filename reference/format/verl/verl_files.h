@@ -57,6 +57,18 @@ struct VerlRankState {
   std::vector<std::string> model_keys;  // in file order
 };
 
+// Whether the verl FSDP checkpoint in `dir` is whole, as far as can be told
+// without reading it: one world size W, every rank's model file and, for the
+// optimizer and extra state, every rank's file or none; each a regular file
+// ending in a zip end-of-central-directory record (torch.save's archive
+// written to its end); fsdp_config.json (rank 0 writes it after its own
+// files). A ckpt_contents.json (a list of contents, or {"contents": [...]}),
+// when present, names the contents that must be there. Returns why it is
+// not whole ("" when it is) and sets `contents` to those found ("model",
+// "optimizer", "extra") and `world` to W.
+std::string VerlCheckpointGap(const std::string& dir, std::vector<std::string>* contents,
+                              int* world);
+
 // Rank `rank`'s files (the optimizer and extra-state files when present).
 VerlRankState ReadVerlRank(const std::string& dir, int world_size, int rank);
 

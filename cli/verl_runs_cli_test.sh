@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The verl run roots written by verl's own FSDPCheckpointManager
+# (fixtures/verl-runs: FSDP1 and FSDP2, 4 and 3 ranks) through import-verl,
+# inspect and dump: every model tensor and every per-parameter optimizer
+# tensor (FSDP1: rebuilt from the flat per-unit shards) equal, byte for byte,
+# to what verl's load_checkpoint restored (expected/<root>/<step>.json,
+# sha256 of the bytes), Adam's step too; then manage list on the roots.
+#   verl_runs_cli_test.sh DISTCKPT FIXTURES
+set -euo pipefail
+d=$1 fixtures=$2
+work=$(mktemp -d /tmp/distckpt-verl-runs-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+check() {  # root step
+  local root=$1 step=$2 out=$work/$1-$2
+  "$d" import-verl "$fixtures/$root/$step/actor" --dir "$out" >/dev/null
+  "$d" inspect "$out" > "$work/inspect.txt"
+  python3 - "$d" "$out" "$fixtures/expected/$root/$step.json" "$work" <<'PY'
+import hashlib, json, subprocess, sys
+d, ckpt, expected_path, work = sys.argv[1:5]
+exp = json.load(open(expected_path))
+inspect = open(f"{work}/inspect.txt").read()
+n = 0
+def same(key, e):
+    global n
+    out = f"{work}/t.bin"
+    subprocess.run([d, "dump", ckpt, key, "--out", out], check=True, stdout=subprocess.DEVNULL)
+    got = hashlib.sha256(open(out, "rb").read()).hexdigest()
+    assert got == e["sha256"], (expected_path, key, got, e["sha256"])
+    assert key in inspect, key
+    n += 1
+for fqn, e in exp["model"].items():
+    same(fqn, e)
+for fqn, st in exp["optimizer"].items():
+    for name, e in st.items():
+        if e["shape"]:
+            same(f"optimizer.state.{name}.{fqn}", e)
+print(f"{expected_path}: {n} tensors equal to verl's load_checkpoint")
+PY
+}
+for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3; do check $root global_step_2; done
+check fsdp1-w4 global_step_1
+
+# manage list / prune on verl roots: steps complete, exit 0; prune keeps verl's
+# steps (not written by distckpt) unless --include-foreign; a missing or
+# truncated rank file makes its step INCOMPLETE, naming the file.
+for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3; do
+  out=$("$d" manage list "$fixtures/$root" --layout verl)
+  [ "$(grep -c ' complete ' <<<"$out")" = 2 ] || { echo "$out"; exit 1; }
+done
+cp -r "$fixtures/fsdp1-w4" "$work/root"
+"$d" manage prune "$work/root" --layout verl --keep 1 >/dev/null
+[ -d "$work/root/global_step_1" ] || { echo "prune deleted verl's step"; exit 1; }
+rm "$work/root/global_step_1/actor/optim_world_size_4_rank_2.pt"
+out=$("$d" manage list "$work/root" --layout verl)
+grep -q "1  INCOMPLETE.*optim_world_size_4_rank_2.pt is missing" <<<"$out" || { echo "$out"; exit 1; }
+truncate -s 100 "$work/root/global_step_2/actor/model_world_size_4_rank_1.pt"
+rc=0; out=$("$d" manage list "$work/root" --layout verl 2>&1) || rc=$?
+[ $rc = 1 ] && grep -q "model_world_size_4_rank_1.pt is not a whole torch.save archive" <<<"$out" ||
+  { echo "rc=$rc $out"; exit 1; }
+echo "verl runs: import, dump, manage list/prune OK"
