@@ -10,9 +10,9 @@ set -euo pipefail
 d=$1 fixtures=$2
 work=$(mktemp -d /tmp/distckpt-verl-runs-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-check() {  # root step
-  local root=$1 step=$2 out=$work/$1-$2
-  "$d" import-verl "$fixtures/$root/$step/actor" --dir "$out" >/dev/null
+check() {  # root step [source folder]
+  local root=$1 step=$2 out=$work/$1-$2-$(basename "${3:-x}")
+  "$d" import-verl "${3:-$fixtures/$root/$step}/actor" --dir "$out" >/dev/null
   "$d" inspect "$out" > "$work/inspect.txt"
   python3 - "$d" "$out" "$fixtures/expected/$root/$step.json" "$work" <<'PY'
 import hashlib, json, subprocess, sys
@@ -39,6 +39,24 @@ PY
 }
 for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3; do check $root global_step_2; done
 check fsdp1-w4 global_step_1
+
+# reshard to other world sizes (FSDP1 <-> FSDP2): what it writes reads back equal to the
+# source (verl's own load of it: scenarios/peer/verl_runs_test.sh); per-rank state named.
+for c in fsdp1-w4:3:1 fsdp1-w4:6:2 fsdp2-w3:4:1 fsdp2-w4:5:2; do
+  IFS=: read -r root world fsdp <<<"$c"
+  out=$work/re-$root-$world-$fsdp
+  "$d" reshard "$fixtures/$root/global_step_2" --world-size "$world" --fsdp "$fsdp" --out "$out" \
+    > "$work/reshard.txt"
+  grep -q "FSDP. world size .* -> FSDP$fsdp world size $world" "$work/reshard.txt"
+  grep -q "data.pt (dataloader state: one per step, not per rank): kept" "$work/reshard.txt"
+  grep -q "extra_state .* source rank n mod" "$work/reshard.txt"
+  [ -f "$out/actor/model_world_size_${world}_rank_$((world - 1)).pt" ]
+  grep -q "\"FSDP_version\": $fsdp" "$out/actor/fsdp_config.json"
+  check "$root" global_step_2 "$out"
+done
+grep -q "kept for ranks 0..3; regridded for ranks 4..4" "$work/reshard.txt"  # 4 -> 5
+rc=0; "$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 3 --out "$out" 2>/dev/null || rc=$?
+[ $rc = 2 ] || { echo "reshard over an existing folder: rc=$rc"; exit 1; }
 
 # manage list / prune on verl roots: steps complete, exit 0; prune keeps verl's
 # steps (not written by distckpt) unless --include-foreign; a missing or

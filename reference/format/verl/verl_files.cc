@@ -71,7 +71,31 @@ bool IsDTensor(const PyValue& v) {
   return v.kind == PyKind::kObject && v.IsInstance("torch._tensor", "_rebuild_from_type_v2");
 }
 
-ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string& key, int rank) {
+// The parts of a DeviceMesh's state a writer of the same run needs.
+nlohmann::json MeshInfo(const PyValue& mesh, size_t dims) {
+  nlohmann::json j = {{"dims", dims}};
+  if (const PyValue* d = mesh.Field("device_type"); d && d->kind == PyKind::kStr) {
+    j["device_type"] = d->text;
+  }
+  if (const PyValue* n = mesh.Field("mesh_dim_names"); n && n->kind == PyKind::kTuple) {
+    nlohmann::json names = nlohmann::json::array();
+    for (const PyValue* x : n->items) {
+      if (x->kind == PyKind::kStr) names.push_back(x->text);
+    }
+    j["mesh_dim_names"] = names;
+  }
+  if (const PyValue* g = mesh.Field("_dim_group_infos");
+      g && g->kind == PyKind::kList && !g->items.empty() && g->items[0]->kind == PyKind::kTuple &&
+      g->items[0]->items.size() == 3 && g->items[0]->items[0]->kind == PyKind::kStr &&
+      g->items[0]->items[2]->kind == PyKind::kStr) {
+    j["group_tag"] = g->items[0]->items[0]->text;
+    j["group_name"] = g->items[0]->items[2]->text;
+  }
+  return j;
+}
+
+ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string& key, int rank,
+                          nlohmann::json* mesh_info = nullptr) {
   const std::string what = fmt::format("{}: '{}'", a.path, key);
   const auto& args = PyToSequence(Need(v.args, what), what);
   if (args.size() != 4 || !args[0]->Is("torch._utils", "_rebuild_wrapper_subclass") ||
@@ -100,6 +124,7 @@ ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string&
       AsTorchTensor(Need(mesh.Field("mesh"), what + " mesh"), what);
   if (!mesh_tensor) Fail(ErrorKind::kCorruption, "{}: the device mesh has no mesh tensor", what);
   const Shape mesh_shape = mesh_tensor->size;
+  if (mesh_info && mesh_info->is_null()) *mesh_info = MeshInfo(mesh, mesh_shape.size());
   const PyValue* coord_v = mesh.Field("_coordinate_on_dim");
   if (!coord_v || coord_v->kind == PyKind::kNone) {
     Fail(ErrorKind::kCorruption, "{}: rank {} is not in its device mesh", what, rank);
@@ -157,8 +182,9 @@ ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string&
 // A model or optimizer value that is a tensor: a DTensor shard, or a plain
 // tensor (whole, main on rank 0). nullopt for other values.
 std::optional<ShardedTensor> ReadTensorValue(const Archive& a, const PyValue& v,
-                                             const std::string& key, int rank) {
-  if (IsDTensor(v)) return ReadDTensor(a, v, key, rank);
+                                             const std::string& key, int rank,
+                                             nlohmann::json* mesh_info = nullptr) {
+  if (IsDTensor(v)) return ReadDTensor(a, v, key, rank, mesh_info);
   const std::string what = fmt::format("{}: '{}'", a.path, key);
   std::optional<TorchTensor> plain = AsTorchTensor(v, what);
   if (!plain) return std::nullopt;
@@ -399,7 +425,7 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
     }
     for (const auto& [k, v] : root.entries) {
       std::string key = KeyText(*k, model.path);
-      std::optional<ShardedTensor> t = ReadTensorValue(model, *v, key, rank);
+      std::optional<ShardedTensor> t = ReadTensorValue(model, *v, key, rank, &out.mesh);
       if (!t) Fail(ErrorKind::kUnsupported, "{}: '{}' is not a tensor", model.path, key);
       out.model_keys.push_back(key);
       out.tensors.push_back(std::move(*t));

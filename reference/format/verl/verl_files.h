@@ -55,6 +55,9 @@ struct VerlRankState {
   //  "extra_state": {...} (this rank's lr_scheduler and rng as JSON)}
   nlohmann::json common;
   std::vector<std::string> model_keys;  // in file order
+  // The device mesh of the first DTensor: {"device_type", "mesh_dim_names",
+  // "group_tag", "group_name", "dims"} (null when there is none).
+  nlohmann::json mesh;
 };
 
 // Whether the verl FSDP checkpoint in `dir` is whole, as far as can be told
