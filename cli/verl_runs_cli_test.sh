@@ -58,6 +58,35 @@ grep -q "kept for ranks 0..3; regridded for ranks 4..4" "$work/reshard.txt"  # 4
 rc=0; "$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 3 --out "$out" 2>/dev/null || rc=$?
 [ $rc = 2 ] || { echo "reshard over an existing folder: rc=$rc"; exit 1; }
 
+# HF export of verl's checkpoints (import-verl, then export --to hf --spec names): every
+# safetensors tensor equal to verl's loaded model tensor, verl's config.json copied.
+for root in fsdp1-w4 fsdp2-w3; do
+  actor=$fixtures/$root/global_step_2/actor
+  "$d" import-verl "$actor" --dir "$work/hfsrc-$root" >/dev/null
+  "$d" export "$work/hfsrc-$root" --to hf "$work/hf-$root" --spec names \
+    --config "$actor/huggingface/config.json" >/dev/null
+  python3 - "$work/hf-$root" "$fixtures/expected/$root/global_step_2.json" "$actor" <<'PY'
+import hashlib, json, os, struct, sys
+out, expected, actor = sys.argv[1:4]
+exp = json.load(open(expected))["model"]
+index = json.load(open(os.path.join(out, "model.safetensors.index.json")))
+got = {}
+for f in set(index["weight_map"].values()):
+    raw = open(os.path.join(out, f), "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    for name, e in json.loads(raw[8:8 + n]).items():
+        if name == "__metadata__": continue
+        a, b = e["data_offsets"]
+        got[name] = (e["dtype"], e["shape"], hashlib.sha256(raw[8 + n + a:8 + n + b]).hexdigest())
+assert set(got) == set(exp), (sorted(got), sorted(exp))
+for k, e in exp.items():
+    assert got[k] == ("F32", e["shape"], e["sha256"]), k
+assert json.load(open(os.path.join(out, "config.json"))) == \
+    json.load(open(os.path.join(actor, "huggingface", "config.json")))
+print(f"{out}: {len(got)} HF tensors equal to verl's loaded model")
+PY
+done
+
 # manage list / prune on verl roots: steps complete, exit 0; prune keeps verl's
 # steps (not written by distckpt) unless --include-foreign; a missing or
 # truncated rank file makes its step INCOMPLETE, naming the file.
