@@ -25,12 +25,13 @@ TEST(Fsdp1FlatTest, InfersRootAndLayerUnitsFromShardSizes) {
   EXPECT_EQ(u[0].total, 138);
   EXPECT_EQ(u[1].prefix, "layers.0.");
   EXPECT_EQ(u[2].params, (std::vector<size_t>{3, 4}));
-  // Rank 3 of the root: [105, 140) holds head [39, 66) at [0, 27), then padding.
+  // Root flat order: embed [0, 66), norm [66, 72), head [72, 138).
+  // Rank 3 of the root: [105, 140) holds head [33, 66) at [0, 33), then padding.
   std::vector<Fsdp1Piece> p = Fsdp1RankPieces(u[0], kNumels, 4, 3);
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].param, 6u);
-  EXPECT_EQ(p[0].in_param, (FlatRange{39, 66}));
-  EXPECT_EQ(p[0].in_shard, (FlatRange{0, 27}));
+  EXPECT_EQ(p[0].in_param, (FlatRange{33, 66}));
+  EXPECT_EQ(p[0].in_shard, (FlatRange{0, 33}));
   // Rank 1 of the root: [35, 70) = embed [35, 66) and norm [0, 4).
   p = Fsdp1RankPieces(u[0], kNumels, 4, 1);
   ASSERT_EQ(p.size(), 2u);

@@ -217,7 +217,7 @@ void ReadFsdp1FlatOptimizer(const Archive& optim, const PyValue& state,
   std::vector<int64_t> numels;
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
-  for (const std::string& k : out.model_keys) {
+  for (const std::string& k : out.param_keys) {
     for (const ShardedTensor& t : out.tensors) {
       if (t.key == k) {
         keys.push_back(k);
@@ -428,9 +428,11 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
       std::optional<ShardedTensor> t = ReadTensorValue(model, *v, key, rank, &out.mesh);
       if (!t) Fail(ErrorKind::kUnsupported, "{}: '{}' is not a tensor", model.path, key);
       out.model_keys.push_back(key);
+      if (IsDTensor(*v)) out.param_keys.push_back(key);
       out.tensors.push_back(std::move(*t));
     }
   }
+  if (out.param_keys.empty()) out.param_keys = out.model_keys;
   const fs::path optim_path = fs::path(dir) / VerlOptimFile(world, rank);
   if (fs::exists(optim_path)) {
     Archive optim(optim_path.string());
@@ -451,13 +453,13 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
     std::map<std::string, Shape> model_shape;
     for (const ShardedTensor& t : out.tensors) model_shape[t.key] = t.global_shape;
     nlohmann::json common_state = nlohmann::json::object();
-    if (indices.size() != out.model_keys.size()) {
+    if (indices.size() != out.param_keys.size()) {
       ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
     } else {
       // Parameter index -> FQN: the indices of param_groups in order are the
       // model's parameters in order.
       std::map<int64_t, std::string> fqn;
-      for (size_t n = 0; n < indices.size(); ++n) fqn[indices[n]] = out.model_keys[n];
+      for (size_t n = 0; n < indices.size(); ++n) fqn[indices[n]] = out.param_keys[n];
       for (const auto& [k, per_param] : state->entries) {
         const int64_t index = PyToInt(*k, optim.path + " state index");
         auto it = fqn.find(index);

@@ -55,6 +55,10 @@ struct VerlRankState {
   //  "extra_state": {...} (this rank's lr_scheduler and rng as JSON)}
   nlohmann::json common;
   std::vector<std::string> model_keys;  // in file order
+  // The model keys stored as DTensors: the parameters the optimizer holds
+  // state for (plain tensors beside them are buffers); all keys when none is
+  // a DTensor (world size 1).
+  std::vector<std::string> param_keys;
   // The device mesh of the first DTensor: {"device_type", "mesh_dim_names",
   // "group_tag", "group_name", "dims"} (null when there is none).
   nlohmann::json mesh;

@@ -268,7 +268,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     mesh.group_name = r0.mesh.value("group_name", mesh.group_name);
   }
   std::map<std::string, Whole> whole = Assemble(ranks, src);
-  const std::vector<std::string>& keys = r0.model_keys;
+  const std::vector<std::string>& keys = r0.param_keys;  // the parameters
   std::vector<int64_t> numels;
   for (const std::string& k : keys) numels.push_back(whole.at(k).data.numel());
 
@@ -343,11 +343,15 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
   for (int n = 0; n < to; ++n) {
     {                // model
       ArchiveOut a;  // a dict (torch's load_state_dict takes any mapping)
-      a.w.Dict(keys.empty(), [&] {
-        for (const std::string& k : keys) {
+      a.w.Dict(r0.model_keys.empty(), [&] {
+        for (const std::string& k : r0.model_keys) {
           const Tensor& t = whole.at(k).data;
           a.w.Str(k);
-          EmitDTensor(a, t, to_fsdp == 1 ? 0 : Fsdp2Dim(t.shape(), to), to, n, mesh);
+          if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+            a.Tensor_(t);  // a buffer: every rank holds it whole
+          } else {
+            EmitDTensor(a, t, to_fsdp == 1 ? 0 : Fsdp2Dim(t.shape(), to), to, n, mesh);
+          }
         }
       });
       WriteFile(dst / VerlModelFile(to, n), a.Finish());
@@ -436,7 +440,6 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
         }
         w.Str("param_groups");
         w.List(groups.empty(), [&] {
-          size_t at = 0;
           for (size_t g = 0; g < groups.size(); ++g) {
             nlohmann::json group = groups[g];
             nlohmann::json params = nlohmann::json::array();
@@ -452,7 +455,6 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
               std::sort(ids.begin(), ids.end());
               for (int64_t i : ids) params.push_back(i);
             }
-            at += params.size();
             group["params"] = params;
             w.Json(group);
           }
@@ -474,10 +476,10 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     if (std::regex_match(f, rank_file) || f == "fsdp_config.json" || e.is_symlink()) continue;
     fs::copy(e.path(), dst / f, fs::copy_options::recursive);
   }
-  report.lines.push_back(fmt::format(
-      "{}: FSDP{} world size {} -> FSDP{} world size {} ({} model "
-      "tensors{})",
-      name, from_fsdp, from, to_fsdp, to, keys.size(), has_optim ? ", optimizer state" : ""));
+  report.lines.push_back(
+      fmt::format("{}: FSDP{} world size {} -> FSDP{} world size {} ({} parameters, {} buffers{})",
+                  name, from_fsdp, from, to_fsdp, to, keys.size(),
+                  r0.model_keys.size() - keys.size(), has_optim ? ", optimizer state" : ""));
   if (fs::exists(fs::path(src) / VerlExtraFile(from, 0))) {
     report.lines.push_back(fmt::format(
         "{}: extra_state (lr_scheduler, RNG) of rank n is source rank n mod {}'s: kept for ranks "
