@@ -39,20 +39,23 @@ PY
 }
 for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3; do check $root global_step_2; done
 check fsdp1-w4 global_step_1
+check fsdp1-tied-w2 global_step_1  # lm_head.weight tied to the embedding: one optimizer state
+check fsdp2-tied-w2 global_step_1
 
 # reshard to other world sizes (FSDP1 <-> FSDP2): what it writes reads back equal to the
 # source (verl's own load of it: scenarios/peer/verl_runs_test.sh); per-rank state named.
-for c in fsdp1-w4:3:1 fsdp1-w4:6:2 fsdp2-w3:4:1 fsdp2-w4:5:2; do
+for c in fsdp1-tied-w2:3:2 fsdp1-w4:3:1 fsdp1-w4:6:2 fsdp2-w3:4:1 fsdp2-w4:5:2; do
   IFS=: read -r root world fsdp <<<"$c"
   out=$work/re-$root-$world-$fsdp
-  "$d" reshard "$fixtures/$root/global_step_2" --world-size "$world" --fsdp "$fsdp" --out "$out" \
+  step=global_step_$(cat "$fixtures/$root/latest_checkpointed_iteration.txt")
+  "$d" reshard "$fixtures/$root/$step" --world-size "$world" --fsdp "$fsdp" --out "$out" \
     > "$work/reshard.txt"
   grep -q "FSDP. world size .* -> FSDP$fsdp world size $world" "$work/reshard.txt"
   grep -q "data.pt (dataloader state: one per step, not per rank): kept" "$work/reshard.txt"
   grep -q "extra_state .* source rank n mod" "$work/reshard.txt"
   [ -f "$out/actor/model_world_size_${world}_rank_$((world - 1)).pt" ]
   grep -q "\"FSDP_version\": $fsdp" "$out/actor/fsdp_config.json"
-  check "$root" global_step_2 "$out"
+  check "$root" "$step" "$out"
 done
 grep -q "kept for ranks 0..3; regridded for ranks 4..4" "$work/reshard.txt"  # 4 -> 5
 rc=0; "$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 3 --out "$out" 2>/dev/null || rc=$?

@@ -205,6 +205,27 @@ std::string KeyText(const PyValue& k, const std::string& what) {
   Fail(ErrorKind::kCorruption, "{}: a key that is neither str nor int", what);
 }
 
+// param_keys less tied aliases: an `...lm_head.weight` whose shard holds the
+// same shape, dtype and bytes as an earlier `...embed_tokens.weight`'s.
+std::vector<std::string> Untied(const VerlRankState& out) {
+  const ShardedTensor* embed = nullptr;
+  std::vector<std::string> keep;
+  for (const std::string& k : out.param_keys) {
+    const ShardedTensor* t = nullptr;
+    for (const ShardedTensor& x : out.tensors) {
+      if (x.key == k) t = &x;
+    }
+    if (t && k.ends_with("embed_tokens.weight") && !embed) embed = t;
+    if (t && embed && k.ends_with("lm_head.weight") && t->dtype == embed->dtype &&
+        t->global_shape == embed->global_shape && t->local_shape == embed->local_shape &&
+        t->global_offset == embed->global_offset && t->data.Equals(embed->data)) {
+      continue;
+    }
+    keep.push_back(k);
+  }
+  return keep;
+}
+
 // FSDP1 with use_orig_params=False (fsdp1_flat.h): the state of flat
 // parameter i is a 1-D shard of unit i; each parameter's part of it becomes
 // a flattened_range piece of optimizer.state.<name>.<fqn> (the whole
@@ -217,7 +238,7 @@ void ReadFsdp1FlatOptimizer(const Archive& optim, const PyValue& state,
   std::vector<int64_t> numels;
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
-  for (const std::string& k : out.param_keys) {
+  for (const std::string& k : out.state_keys) {
     for (const ShardedTensor& t : out.tensors) {
       if (t.key == k) {
         keys.push_back(k);
@@ -433,6 +454,7 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
     }
   }
   if (out.param_keys.empty()) out.param_keys = out.model_keys;
+  out.state_keys = out.param_keys;
   const fs::path optim_path = fs::path(dir) / VerlOptimFile(world, rank);
   if (fs::exists(optim_path)) {
     Archive optim(optim_path.string());
@@ -453,13 +475,27 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank) {
     std::map<std::string, Shape> model_shape;
     for (const ShardedTensor& t : out.tensors) model_shape[t.key] = t.global_shape;
     nlohmann::json common_state = nlohmann::json::object();
-    if (indices.size() != out.param_keys.size()) {
-      ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
+    const std::vector<std::string> untied = Untied(out);
+    out.state_keys = out.param_keys;
+    if (untied.size() < out.param_keys.size() && indices.size() == untied.size()) {
+      out.state_keys = untied;  // FSDP2 (or a flat FSDP1 unit per parameter), tied
+    }
+    if (indices.size() != out.state_keys.size()) {
+      try {
+        ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
+      } catch (const CheckpointError& e) {
+        if (e.kind() != ErrorKind::kUnsupported || untied.size() == out.param_keys.size()) throw;
+        out.state_keys = untied;  // FSDP1 holds a tied parameter once
+        common_state = nlohmann::json::object();
+        std::erase_if(out.tensors,
+                      [](const ShardedTensor& t) { return t.key.starts_with("optimizer.state."); });
+        ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
+      }
     } else {
       // Parameter index -> FQN: the indices of param_groups in order are the
       // model's parameters in order.
       std::map<int64_t, std::string> fqn;
-      for (size_t n = 0; n < indices.size(); ++n) fqn[indices[n]] = out.param_keys[n];
+      for (size_t n = 0; n < indices.size(); ++n) fqn[indices[n]] = out.state_keys[n];
       for (const auto& [k, per_param] : state->entries) {
         const int64_t index = PyToInt(*k, optim.path + " state index");
         auto it = fqn.find(index);

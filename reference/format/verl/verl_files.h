@@ -59,6 +59,11 @@ struct VerlRankState {
   // state for (plain tensors beside them are buffers); all keys when none is
   // a DTensor (world size 1).
   std::vector<std::string> param_keys;
+  // The parameters the optimizer's state is indexed by: param_keys less a
+  // tied alias (an `lm_head.weight` holding exactly an earlier
+  // `embed_tokens.weight`: one parameter, HF's tie_word_embeddings) when the
+  // optimizer file counts one parameter fewer.
+  std::vector<std::string> state_keys;
   // The device mesh of the first DTensor: {"device_type", "mesh_dim_names",
   // "group_tag", "group_name", "dims"} (null when there is none).
   nlohmann::json mesh;

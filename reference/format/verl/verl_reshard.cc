@@ -268,7 +268,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     mesh.group_name = r0.mesh.value("group_name", mesh.group_name);
   }
   std::map<std::string, Whole> whole = Assemble(ranks, src);
-  const std::vector<std::string>& keys = r0.param_keys;  // the parameters
+  const std::vector<std::string>& keys = r0.state_keys;  // the parameters (tied: once)
   std::vector<int64_t> numels;
   for (const std::string& k : keys) numels.push_back(whole.at(k).data.numel());
 
@@ -347,7 +347,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
         for (const std::string& k : r0.model_keys) {
           const Tensor& t = whole.at(k).data;
           a.w.Str(k);
-          if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
+          if (std::find(r0.param_keys.begin(), r0.param_keys.end(), k) == r0.param_keys.end()) {
             a.Tensor_(t);  // a buffer: every rank holds it whole
           } else {
             EmitDTensor(a, t, to_fsdp == 1 ? 0 : Fsdp2Dim(t.shape(), to), to, n, mesh);
@@ -476,10 +476,11 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     if (std::regex_match(f, rank_file) || f == "fsdp_config.json" || e.is_symlink()) continue;
     fs::copy(e.path(), dst / f, fs::copy_options::recursive);
   }
-  report.lines.push_back(
-      fmt::format("{}: FSDP{} world size {} -> FSDP{} world size {} ({} parameters, {} buffers{})",
-                  name, from_fsdp, from, to_fsdp, to, keys.size(),
-                  r0.model_keys.size() - keys.size(), has_optim ? ", optimizer state" : ""));
+  report.lines.push_back(fmt::format(
+      "{}: FSDP{} world size {} -> FSDP{} world size {} ({} parameters, {} tied "
+      "aliases, {} buffers{})",
+      name, from_fsdp, from, to_fsdp, to, keys.size(), r0.param_keys.size() - keys.size(),
+      r0.model_keys.size() - r0.param_keys.size(), has_optim ? ", optimizer state" : ""));
   if (fs::exists(fs::path(src) / VerlExtraFile(from, 0))) {
     report.lines.push_back(fmt::format(
         "{}: extra_state (lr_scheduler, RNG) of rank n is source rank n mod {}'s: kept for ranks "
