@@ -58,6 +58,11 @@ for c in fsdp1-tied-w2:3:2 fsdp1-w4:3:1 fsdp1-w4:6:2 fsdp2-w3:4:1 fsdp2-w4:5:2; 
   check "$root" "$step" "$out"
 done
 grep -q "kept for ranks 0..3; regridded for ranks 4..4" "$work/reshard.txt"  # 4 -> 5
+# One rank (FSDP1 NO_SHARD: plain tensors) and back to three.
+"$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 1 --out "$work/w1" >/dev/null
+check fsdp1-w4 global_step_2 "$work/w1"
+"$d" reshard "$work/w1" --world-size 3 --fsdp 2 --out "$work/w1-3" >/dev/null
+check fsdp1-w4 global_step_2 "$work/w1-3"
 rc=0; "$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 3 --out "$out" 2>/dev/null || rc=$?
 [ $rc = 2 ] || { echo "reshard over an existing folder: rc=$rc"; exit 1; }
 

@@ -34,7 +34,7 @@ work=$(mktemp -d /tmp/distckpt-verl-runs-peer-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp "$fixtures"/*.py "$work/"
 cases=${VERL_RUNS_CASES:-"fsdp1-w4:3:1 fsdp1-w4:6:1 fsdp2-w4:3:2 fsdp2-w4:6:2 fsdp1-w4:3:2 fsdp2-w3:4:1
-  fsdp1-tied-w2:5:2 fsdp2-tied-w2:3:1"}
+  fsdp1-tied-w2:5:2 fsdp2-tied-w2:3:1 fsdp1-w4:1:1 fsdp2-w3:1:2 fsdp1-w3:8:1"}
 for c in $cases; do
   IFS=: read -r name world fsdp <<<"$c"
   out=$work/$name-to-$world-fsdp$fsdp

@@ -347,8 +347,11 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
         for (const std::string& k : r0.model_keys) {
           const Tensor& t = whole.at(k).data;
           a.w.Str(k);
-          if (std::find(r0.param_keys.begin(), r0.param_keys.end(), k) == r0.param_keys.end()) {
-            a.Tensor_(t);  // a buffer: every rank holds it whole
+          // A buffer: every rank holds it whole. FSDP1 on one rank (NO_SHARD)
+          // saves plain tensors too (verl#903).
+          if ((to_fsdp == 1 && to == 1) ||
+              std::find(r0.param_keys.begin(), r0.param_keys.end(), k) == r0.param_keys.end()) {
+            a.Tensor_(t);
           } else {
             EmitDTensor(a, t, to_fsdp == 1 ? 0 : Fsdp2Dim(t.shape(), to), to, n, mesh);
           }
