@@ -70,6 +70,8 @@ struct ReshardArgs {
   std::string backend = "threads";
   std::string strict;
   bool strict_objects = false;  // refuse when a stored object would not be carried
+  int world_size = 0;           // > 0: a verl FSDP checkpoint to N ranks (ReshardVerlCommand)
+  int fsdp_version = 0;         // with world_size: 1 or 2, 0 = the source's
 };
 
 struct TrainArgs {
@@ -139,6 +141,9 @@ int ReshardCommand(const ReshardArgs& args);
 // Writes the full global tensor `key` (little-endian, stored dtype) to `out`.
 int DumpCommand(const std::string& dir, const std::string& key, const std::string& out);
 // verl per-rank FSDP files -> a checkpoint in `format` (engine/verl_convert.h).
+// distckpt reshard DIR --world-size N [--fsdp 1|2] --out OUT: verl's per-rank
+// files for N ranks (format/verl/verl_reshard.h).
+int ReshardVerlCommand(const ReshardArgs& args);
 int ImportVerlCommand(const std::string& src, const std::string& dst, const std::string& format);
 
 // Loads a scenario file, or the embedded default for "".

@@ -332,8 +332,18 @@ int main(int argc, char** argv) {
                    "checkpoint directory (native or DCP), or a run root with Megatron's "
                    "tracker: its tracker's iteration into --out/iter_N plus a tracker")
       ->required();
-  reshard->add_option("--topology,-t", reshard_args.topology, "topology to reshard to")->required();
+  reshard->add_option("--topology,-t", reshard_args.topology,
+                      "topology to reshard to (required unless --world-size)");
+  reshard->add_option("--world-size", reshard_args.world_size,
+                      "verl FSDP checkpoint (a step folder or its actor/): the world size to "
+                      "write verl's per-rank files for");
+  reshard
+      ->add_option("--fsdp", reshard_args.fsdp_version,
+                   "with --world-size: FSDP 1 or 2 "
+                   "(default: the source's)")
+      ->check(CLI::IsMember({1, 2}));
   AddSpecOptions(reshard, reshard_args.spec, reshard_args.sets);
+  reshard->get_option("--spec")->required(false);  // not for --world-size (verl)
   reshard->add_option("--out,-o", reshard_args.out, "directory of the new checkpoint")->required();
   reshard->add_option("--format", reshard_args.format,
                       "native, dcp, dcp-common-pt, dcp-1.13 or fsdp-dtensor (default: the "
@@ -527,6 +537,14 @@ int main(int argc, char** argv) {
     if (inspect->parsed())
       return distckpt::InspectCommand(inspect_dir, inspect_json, inspect_check);
     if (verify->parsed()) return distckpt::VerifyCommand(verify_args);
+    if (reshard->parsed() && reshard_args.world_size > 0) {
+      return distckpt::ReshardVerlCommand(reshard_args);
+    }
+    if (reshard->parsed() && (reshard_args.topology.empty() || reshard_args.spec.empty())) {
+      std::cerr << "distckpt reshard: --topology and --spec are required (or --world-size for "
+                   "a verl checkpoint)\n";
+      return distckpt::kExitInputError;
+    }
     if (reshard->parsed()) return distckpt::ReshardCommand(reshard_args);
     if (dump->parsed()) return distckpt::DumpCommand(dump_dir, dump_key, dump_out);
     if (import_verl->parsed()) return distckpt::ImportVerlCommand(verl_src, verl_dir, verl_format);

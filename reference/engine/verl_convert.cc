@@ -27,6 +27,7 @@ Node VerlStateDict(const VerlRankState& state, int world, int rank) {
     const nlohmann::json& o = state.common["optimizer"];
     Dict optimizer;
     optimizer["param_groups"] = Node(o["param_groups"]);
+    if (o.contains("fsdp1_units")) optimizer["fsdp1_units"] = Node(o["fsdp1_units"]);
     for (const auto& [fqn, values] : o["state"].items()) {
       for (const auto& [name, value] : values.items()) {
         optim_state[name].as<Dict>()[fqn] = Node(value);

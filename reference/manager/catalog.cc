@@ -9,11 +9,55 @@
 #include "core/json_parse.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
+#include "format/verl/verl_files.h"
 
 namespace distckpt {
 namespace {
 
 bool IsCommitted(Env* env, const std::string& dir) { return !DetectCommitted(env, dir).empty(); }
+
+// A global_step_N directory verl's trainer wrote: its components are the
+// subfolders holding verl FSDP checkpoints (actor, critic, ...); complete
+// when every one is whole (VerlCheckpointGap). data.pt (the dataloader) is
+// optional, as verl's resume treats it.
+CatalogEntry InspectVerlStep(Env* env, CatalogEntry entry) {
+  IterationManifest m;
+  m.iteration = entry.iteration;
+  m.layout = CheckpointLayout::kVerl;
+  std::vector<std::string> names = env->ListDir(entry.path);
+  std::sort(names.begin(), names.end());
+  std::string topology;
+  for (const std::string& name : names) {
+    const std::string dir = JoinPath(entry.path, name);
+    if (!env->IsDirectory(dir)) continue;
+    bool verl = false;
+    for (const std::string& f : env->ListDir(dir)) {
+      verl = verl || f.starts_with("model_world_size_") || f.starts_with("optim_world_size_");
+    }
+    if (!verl) continue;
+    std::vector<std::string> contents;
+    int world = 0;
+    if (std::string why = VerlCheckpointGap(dir, &contents, &world); !why.empty()) {
+      entry.why_incomplete = fmt::format("verl component '{}': {}", name, why);
+      return entry;
+    }
+    m.components.push_back(name);
+    if (m.contents.empty()) m.contents = contents;
+    if (topology.empty()) topology = fmt::format("dp={}", world);
+  }
+  if (m.components.empty()) {
+    entry.why_incomplete = fmt::format(
+        "not written by distckpt (no {}) and no verl FSDP component (a folder with "
+        "model_world_size_W_rank_r.pt)",
+        kManifestFile);
+    return entry;
+  }
+  m.topology = topology;
+  entry.format = "verl-fsdp";
+  entry.manifest = std::move(m);
+  entry.complete = true;
+  return entry;
+}
 
 }  // namespace
 
@@ -96,6 +140,7 @@ CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iter
       return entry;
     }
     entry.foreign = true;
+    if (layout == CheckpointLayout::kVerl) return InspectVerlStep(env, std::move(entry));
     if (layout == CheckpointLayout::kMegatron) entry.format = DetectCommitted(env, path);
     if (entry.format.empty()) {
       entry.why_incomplete = fmt::format(

@@ -352,17 +352,17 @@ void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, st
   }
 }
 
-std::string TensorPickle(DType dtype, const Shape& shape, uint64_t bytes) {
+void EmitTorchTensor(PickleWriter& w, DType dtype, const Shape& shape, uint64_t bytes,
+                     std::string_view storage_key) {
   const TorchDType& info = Info(dtype);
   const bool v3 = info.storage.empty();  // float8: UntypedStorage counted in bytes
-  PickleWriter w;
   w.Reduce([&] { w.Global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"); },
            v3 ? 7 : 6,
            [&] {
              w.Tuple(5, [&] {
                w.Str("storage");
                v3 ? w.Global("torch.storage", "UntypedStorage") : w.Global("torch", info.storage);
-               w.Str("0");
+               w.Str(storage_key);
                w.Str("cpu");
                w.Int(v3 ? static_cast<int64_t>(bytes) : Volume(shape));
              });
@@ -374,6 +374,11 @@ std::string TensorPickle(DType dtype, const Shape& shape, uint64_t bytes) {
              w.Reduce([&] { w.Global("collections", "OrderedDict"); }, 0, [] {});
              if (v3) w.Global("torch", info.name);
            });
+}
+
+std::string TensorPickle(DType dtype, const Shape& shape, uint64_t bytes) {
+  PickleWriter w;
+  EmitTorchTensor(w, dtype, shape, bytes, "0");
   return w.Finish();
 }
 

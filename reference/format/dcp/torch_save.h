@@ -37,6 +37,7 @@
 
 #include "core/box.h"
 #include "core/dtype.h"
+#include "format/dcp/pickler.h"
 #include "format/dcp/py_value.h"
 #include "format/dcp/torch_zip.h"
 
@@ -69,6 +70,10 @@ TorchTensor ReadTensorRecord(const ZipReader& zip);
 // Copies `t`'s elements, in row-major order, out of its storage bytes.
 void GatherRowMajor(const TorchTensor& t, std::span<const std::byte> storage, std::byte* dst);
 
+// Emits a contiguous tensor of `shape` (`bytes` bytes) whose storage is the
+// record data/<storage_key> (TensorPickle's form), inside a larger pickle.
+void EmitTorchTensor(PickleWriter& w, DType dtype, const Shape& shape, uint64_t bytes,
+                     std::string_view storage_key);
 // The data.pkl of torch.save of a contiguous tensor of `shape` and `dtype`
 // (its storage: `bytes` bytes, key "0").
 std::string TensorPickle(DType dtype, const Shape& shape, uint64_t bytes);

@@ -57,7 +57,31 @@ struct VerlRankState {
   //  "extra_state": {...} (this rank's lr_scheduler and rng as JSON)}
   nlohmann::json common;
   std::vector<std::string> model_keys;  // in file order
+  // The model keys stored as DTensors: the parameters the optimizer holds
+  // state for (plain tensors beside them are buffers); all keys when none is
+  // a DTensor (world size 1).
+  std::vector<std::string> param_keys;
+  // The parameters the optimizer's state is indexed by: param_keys less a
+  // tied alias (an `lm_head.weight` holding exactly an earlier
+  // `embed_tokens.weight`: one parameter, HF's tie_word_embeddings) when the
+  // optimizer file counts one parameter fewer.
+  std::vector<std::string> state_keys;
+  // The device mesh of the first DTensor: {"device_type", "mesh_dim_names",
+  // "group_tag", "group_name", "dims"} (null when there is none).
+  nlohmann::json mesh;
 };
+
+// Whether the verl FSDP checkpoint in `dir` is whole, as far as can be told
+// without reading it: one world size W, every rank's model file and, for the
+// optimizer and extra state, every rank's file or none; each a regular file
+// ending in a zip end-of-central-directory record (torch.save's archive
+// written to its end); fsdp_config.json (rank 0 writes it after its own
+// files). A ckpt_contents.json (a list of contents, or {"contents": [...]}),
+// when present, names the contents that must be there. Returns why it is
+// not whole ("" when it is) and sets `contents` to those found ("model",
+// "optimizer", "extra") and `world` to W.
+std::string VerlCheckpointGap(const std::string& dir, std::vector<std::string>* contents,
+                              int* world);
 
 // Rank `rank`'s files (the optimizer and extra-state files when present).
 VerlRankState ReadVerlRank(const std::string& dir, int world_size, int rank, Env* env = nullptr);
