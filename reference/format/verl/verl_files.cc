@@ -423,7 +423,7 @@ std::string VerlCheckpointGap(const std::string& dir, std::vector<std::string>* 
   const fs::path listed = fs::path(dir) / "ckpt_contents.json";
   if (fs::exists(fs::symlink_status(listed))) {
     try {
-      const std::string text = ReadWholeFile(listed.string());
+      const std::string text = ReadWholeFile(Env::Default(), listed.string());
       CheckJsonDepth(text, listed.string());
       nlohmann::json j = nlohmann::json::parse(text);
       if (j.is_object()) j = j.at("contents");
