@@ -63,13 +63,14 @@ BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box, bool f
   // most block_size bytes (whole elements).
   layout.cols_ = {0};
   uint64_t widest = 0;
-  const std::vector<uint64_t> cuts =
-      cut_cols ? Cuts(static_cast<uint64_t>(global_shape[k - 1]),
-                      static_cast<uint64_t>(box.offset[k - 1]), columns)
-               : std::vector<uint64_t>{0, columns};
+  const std::vector<uint64_t> cuts = cut_cols
+                                         ? Cuts(static_cast<uint64_t>(global_shape[k - 1]),
+                                                static_cast<uint64_t>(box.offset[k - 1]), columns)
+                                         : std::vector<uint64_t>{0, columns};
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     const uint64_t a = cuts[i], b = cuts[i + 1];
-    const uint64_t n = std::max<uint64_t>(1, ((b - a) * element_bytes + block_size - 1) / block_size);
+    const uint64_t n =
+        std::max<uint64_t>(1, ((b - a) * element_bytes + block_size - 1) / block_size);
     for (uint64_t p = 1; p <= n; ++p) {
       const uint64_t end = a + (b - a) * p / n;
       if (end * element_bytes == layout.cols_.back()) continue;
@@ -83,10 +84,10 @@ BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box, bool f
   std::vector<uint64_t> row_cuts = {0, layout.rows_};
   if (k >= 2) {
     const uint64_t rows = static_cast<uint64_t>(box.shape[k - 2]);
-    const std::vector<uint64_t> cut =
-        cut_rows ? Cuts(static_cast<uint64_t>(global_shape[k - 2]),
-                        static_cast<uint64_t>(box.offset[k - 2]), rows)
-                 : std::vector<uint64_t>{0, rows};
+    const std::vector<uint64_t> cut = cut_rows
+                                          ? Cuts(static_cast<uint64_t>(global_shape[k - 2]),
+                                                 static_cast<uint64_t>(box.offset[k - 2]), rows)
+                                          : std::vector<uint64_t>{0, rows};
     const uint64_t planes = layout.rows_ / rows;
     if (planes * cut.size() <= kMaxBands) {
       row_cuts.clear();
@@ -161,6 +162,15 @@ std::vector<std::pair<uint64_t, uint64_t>> BlockLayout::Touched(
     }
   }
   return merged;
+}
+
+uint64_t BlockLayout::UnitEnd(uint64_t offset, uint64_t max_bytes) const {
+  const uint64_t row = offset / row_bytes_;
+  const uint64_t end = GroupBytes(GroupOfRow(row)).second;
+  if (end - row * row_bytes_ <= max_bytes || !contiguous() || pieces() == 1) return end;
+  const uint64_t j =
+      std::upper_bound(cols_.begin(), cols_.end(), offset - row * row_bytes_) - cols_.begin();
+  return std::min(row * row_bytes_ + cols_[j], length_);
 }
 
 std::vector<BlockLayout::Piece> BlockLayout::Pieces(uint64_t bytes) const {

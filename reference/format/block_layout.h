@@ -73,6 +73,11 @@ class BlockLayout {
   // sorted disjoint intervals [first, last).
   std::vector<std::pair<uint64_t, uint64_t>> Touched(std::span<const ReadRun> runs) const;
 
+  // The end of the unit holding payload byte `offset`: its group's last byte
+  // + 1, or, for a group over `max_bytes` whose tiles are contiguous, its
+  // tile's. Reads cut at unit ends touch disjoint tiles on either side.
+  uint64_t UnitEnd(uint64_t offset, uint64_t max_bytes) const;
+
   // Contiguous payload ranges [begin, end) holding tiles [first, last),
   // about `bytes` each (a group whose tiles are not contiguous is never
   // split), in order; they tile the payload.

@@ -289,8 +289,7 @@ void NativeReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& ch
                                std::span<const ReadRun> ranges, VerifyPolicy policy,
                                uint64_t piece_bytes, const ConsumeBytes& consume) {
   const bool verify = policy != VerifyPolicy::kNever;
-  // Version 4 tiles are not cut along ranges: the whole overlap, read once.
-  if (policy == VerifyPolicy::kAlways || (verify && (chunk.block_size == 0 || chunk.tiles != 0))) {
+  if (policy == VerifyPolicy::kAlways || (verify && chunk.block_size == 0)) {
     CheckpointReader::StreamChunk(tensor, chunk, ranges, policy, piece_bytes, consume);
     return;
   }
@@ -303,6 +302,11 @@ void NativeReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& ch
   std::vector<uint64_t> storage;
   const std::span<const uint64_t> sums =
       verify ? BlockSums(file, chunk, seed, what, storage) : std::span<const uint64_t>();
+  if (verify && chunk.tiles != 0) {
+    StreamTiles(file, tensor, chunk, ranges, sums, seed, piece_bytes, consume, what);
+    ++stats_.chunks_verified;
+    return;
+  }
   // A range longer than what is left of the buffer is cut at a boundary of
   // blocks and of elements, so no block is read twice and every piece holds
   // whole elements; two such units fit in the buffer.
@@ -345,6 +349,50 @@ void NativeReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& ch
     for (const ReadRun& run : group) consume(run.offset_in_chunk, std::span(run.dst, run.length));
   }
   ++(verify ? stats_.chunks_verified : stats_.chunks_unverified);
+}
+
+// Version 4: the ranges cut at unit ends (block_layout.h: groups of rows, or
+// tiles of a long row), units gathered into pieces of about `piece_bytes`
+// (a unit is never split across pieces, so no tile is read twice), each
+// read, verified and handed out.
+void NativeReader::StreamTiles(const RandomAccessFile& file, const StoredTensor& tensor,
+                               const StoredChunk& chunk, std::span<const ReadRun> ranges,
+                               std::span<const uint64_t> sums, uint64_t seed, uint64_t piece_bytes,
+                               const ConsumeBytes& consume, const Describe& what) {
+  const BlockLayout layout = ChunkLayout(tensor, chunk);
+  std::vector<ReadRun> group;
+  std::vector<uint64_t> units;  // each group run's unit end
+  std::vector<std::byte> buffer;
+  auto flush = [&] {
+    uint64_t used = 0;
+    for (const ReadRun& run : group) used += run.length;
+    if (buffer.size() < used) buffer.resize(used);
+    used = 0;
+    for (ReadRun& run : group) {
+      run.dst = buffer.data() + used;
+      used += run.length;
+    }
+    stats_.bytes_read += ReadVerifiedBlocks(file, chunk, layout, sums, seed, group, false, what);
+    for (const ReadRun& run : group) consume(run.offset_in_chunk, std::span(run.dst, run.length));
+    group.clear();
+    units.clear();
+  };
+  uint64_t bytes = 0;
+  for (const ReadRun& range : ranges) {
+    for (uint64_t at = range.offset_in_chunk, end = at + range.length; at < end;) {
+      const uint64_t unit = layout.UnitEnd(at, piece_bytes);
+      const uint64_t stop = std::min(end, unit);
+      if (bytes >= piece_bytes && !units.empty() && units.back() != unit) {
+        flush();
+        bytes = 0;
+      }
+      group.push_back({at, stop - at, nullptr});
+      units.push_back(unit);
+      bytes += stop - at;
+      at = stop;
+    }
+  }
+  if (!group.empty()) flush();
 }
 
 void NativeReader::CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) {
