@@ -24,7 +24,7 @@ std::vector<uint64_t> Cuts(uint64_t global, uint64_t offset, uint64_t extent) {
 // Plane and row bands above this many are not cut at row cuts (a box with
 // millions of tiny planes): its rows are grouped by height alone.
 constexpr uint64_t kMaxBands = 1 << 16;
-constexpr uint64_t kMaxPieces = 1 << 20;
+constexpr uint64_t kMaxPieces = 1 << 16;
 
 }  // namespace
 
@@ -49,7 +49,7 @@ BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box, bool f
   layout.length_ = length;
   const uint64_t columns = static_cast<uint64_t>(box.shape[k - 1]);
   layout.row_bytes_ = columns * element_bytes;
-  // A row of more than kMaxPieces blocks (a 1-D tensor of over 4 GiB in
+  // A row of more than kMaxPieces blocks (a row of over 256 MiB in
   // 4 KiB blocks) is cut as Uniform: the list of pieces stays small.
   if (layout.row_bytes_ / block_size > kMaxPieces) return Uniform(length, block_size);
   layout.rows_ = length / layout.row_bytes_;
