@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "format/native/block_checksums.h"
+
 namespace distckpt {
 
 // Hashed right after the read, while in the core's L2: 256 KiB windows load
@@ -62,6 +64,136 @@ uint64_t ReadCheckedBlocks(
       }
     }
   }
+  return bytes_read;
+}
+
+}  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+using Range = WindowBytes::Range;
+
+}  // namespace
+
+const std::byte* WindowBytes::operator()(uint64_t offset) const {
+  if (ranges_.size() == 1) return buffer_ + (offset - ranges_[0].begin);
+  const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), offset,
+                                   [](uint64_t o, const Range& x) { return o < x.begin; }) -
+                  1;
+  return buffer_ + it->at + (offset - it->begin);
+}
+
+void CheckTiles(const BlockLayout& layout, std::span<const std::byte> bytes,
+                std::span<const uint64_t> sums, uint64_t seed,
+                const std::function<void(uint64_t tile, uint64_t actual)>& mismatch) {
+  Checksummer state;
+  auto at = [&](uint64_t offset) { return bytes.data() + offset; };
+  for (uint64_t t = 0; t < layout.tiles(); ++t) {
+    const uint64_t actual = TileChecksum(layout, t, BlockSeed(seed, t), at, state);
+    if (actual != sums[t]) mismatch(t, actual);
+  }
+}
+
+uint64_t ReadCheckedTiles(const RandomAccessFile& file, uint64_t base, const BlockLayout& layout,
+                          std::span<const ReadRun> runs, bool all, std::span<const uint64_t> sums,
+                          uint64_t seed,
+                          const std::function<void(uint64_t tile, uint64_t actual)>& mismatch) {
+  Checksummer state;
+  return ReadCheckedTiles(
+      file, base, layout, runs, all, [&](std::span<const uint64_t> tiles, const WindowBytes& at) {
+        for (uint64_t t : tiles) {
+          const uint64_t actual = TileChecksum(layout, t, BlockSeed(seed, t), at, state);
+          if (actual != sums[t]) mismatch(t, actual);
+        }
+      });
+}
+
+uint64_t ReadCheckedTiles(
+    const RandomAccessFile& file, uint64_t base, const BlockLayout& layout,
+    std::span<const ReadRun> runs, bool all,
+    const std::function<void(std::span<const uint64_t> tiles, const WindowBytes& at)>& check) {
+  std::vector<std::pair<uint64_t, uint64_t>> touched;
+  if (all) {
+    touched.emplace_back(0, layout.tiles());
+  } else {
+    touched = layout.Touched(runs);
+  }
+  std::vector<uint64_t> batch;  // tiles
+  std::vector<Range> ranges;
+  std::vector<std::byte> scratch;
+  uint64_t bytes_read = 0;
+  size_t r = 0;  // first run that may reach into the current batch
+  auto process = [&] {
+    ranges.clear();
+    for (uint64_t t : batch) {
+      layout.ForEachPart(t, [&](uint64_t offset, uint64_t bytes) {
+        if (bytes > 0) ranges.push_back({offset, offset + bytes, 0});
+      });
+    }
+    if (!layout.contiguous()) {
+      std::sort(ranges.begin(), ranges.end(),
+                [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    }
+    size_t n = 0;
+    uint64_t total = 0;
+    for (const Range& range : ranges) {
+      if (n > 0 && ranges[n - 1].end == range.begin) {
+        ranges[n - 1].end = range.end;
+      } else {
+        ranges[n++] = range;
+      }
+    }
+    ranges.resize(n);
+    for (Range& range : ranges) {
+      range.at = total;
+      total += range.end - range.begin;
+    }
+    if (ranges.empty()) return;
+    while (r < runs.size() && runs[r].offset_in_chunk + runs[r].length <= ranges[0].begin) ++r;
+    const bool direct = ranges.size() == 1 && r < runs.size() &&
+                        runs[r].offset_in_chunk <= ranges[0].begin &&
+                        runs[r].offset_in_chunk + runs[r].length >= ranges[0].end;
+    std::byte* buffer;
+    if (direct) {
+      buffer = runs[r].dst + (ranges[0].begin - runs[r].offset_in_chunk);
+    } else {
+      if (scratch.size() < total) scratch.resize(total);
+      buffer = scratch.data();
+    }
+    for (const Range& range : ranges) {
+      file.Read(base + range.begin, std::span(buffer + range.at, range.end - range.begin));
+    }
+    bytes_read += total;
+    check(batch, WindowBytes(buffer, ranges));
+    if (direct) return;
+    // Copy out: every run's bytes inside the ranges (runs and ranges sorted).
+    size_t i = 0;
+    for (size_t k = r; k < runs.size() && runs[k].offset_in_chunk < ranges.back().end; ++k) {
+      const uint64_t a = runs[k].offset_in_chunk, b = a + runs[k].length;
+      while (i < ranges.size() && ranges[i].end <= a) ++i;
+      for (size_t q = i; q < ranges.size() && ranges[q].begin < b; ++q) {
+        const uint64_t lo = std::max(a, ranges[q].begin), hi = std::min(b, ranges[q].end);
+        if (lo < hi)
+          std::memcpy(runs[k].dst + (lo - a), buffer + ranges[q].at + (lo - ranges[q].begin),
+                      hi - lo);
+      }
+    }
+  };
+  const uint64_t m = layout.pieces();
+  uint64_t batch_bytes = 0;
+  for (const auto& [first, last] : touched) {
+    for (uint64_t t = first; t < last; ++t) {
+      if (batch_bytes >= kWindowBytes && (t % m == 0 || layout.contiguous())) {
+        process();
+        batch.clear();
+        batch_bytes = 0;
+      }
+      batch.push_back(t);
+      layout.ForEachPart(t, [&](uint64_t, uint64_t bytes) { batch_bytes += bytes; });
+    }
+  }
+  process();
   return bytes_read;
 }
 

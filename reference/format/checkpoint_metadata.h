@@ -38,6 +38,10 @@ struct StoredChunk {
   uint64_t block_size = 0;
   std::vector<uint64_t> block_checksums;
   std::optional<uint64_t> sums_checksum;
+  // Native format version 4: the payload's blocks are tiles laid along the
+  // reshard cuts (format/block_layout.h), this many; 0: uniform blocks of
+  // `block_size` (versions 2 and 3), or an empty chunk.
+  uint64_t tiles = 0;
 
   int64_t numel() const { return flat ? flat->size() : box.volume(); }
   friend bool operator==(const StoredChunk&, const StoredChunk&) = default;

@@ -63,6 +63,8 @@ Checksummer::Checksummer(uint64_t seed) : state_(std::make_unique<State>()) {
 
 Checksummer::~Checksummer() = default;
 
+void Checksummer::Reset(uint64_t seed) { XXH3_64bits_reset_withSeed(state_->xxh, seed); }
+
 void Checksummer::Update(std::span<const std::byte> data) {
   XXH3_64bits_update(state_->xxh, data.data(), data.size());
 }

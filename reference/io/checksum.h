@@ -26,6 +26,7 @@ class Checksummer {
   Checksummer();
   explicit Checksummer(uint64_t seed);  // XXH3_64bits_withSeed's value, streamed
   ~Checksummer();
+  void Reset(uint64_t seed);  // starts over, as Checksummer(seed) (no allocation)
   void Update(std::span<const std::byte> data);
   uint64_t Digest() const;
 

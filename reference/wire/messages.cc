@@ -80,6 +80,7 @@ void WriteChunk(WireWriter& out, const StoredChunk& c) {
   out.U64(c.block_size);
   out.U64s(c.block_checksums);
   WriteOptionalU64(out, c.sums_checksum);
+  out.U64(c.tiles);
 }
 
 StoredChunk ReadChunk(WireReader& in) {
@@ -95,6 +96,7 @@ StoredChunk ReadChunk(WireReader& in) {
   c.block_size = in.U64();
   c.block_checksums = in.U64s();
   c.sums_checksum = ReadOptionalU64(in);
+  c.tiles = in.U64();
   return c;
 }
 

@@ -260,22 +260,28 @@ class LargeChunksTest : public testing::Test {
 TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   Save(true);
   ReadElements("a", VerifyPolicy::kNever);
-  // The file's item index once (trailer, two 56-byte entries), then the run:
+  // The file's item index once (trailer, two 64-byte entries), then the run:
   // no zip header is read.
-  EXPECT_EQ(BytesRead(), 40 + 2 * 56 + sizeof got_);
+  EXPECT_EQ(BytesRead(), 40 + 2 * 64 + sizeof got_);
   ReadElements("b", VerifyPolicy::kNever);
-  EXPECT_EQ(BytesRead(), 40 + 2 * 56 + 2 * sizeof got_);
+  EXPECT_EQ(BytesRead(), 40 + 2 * 64 + 2 * sizeof got_);
   EXPECT_EQ(reader_->stats().chunks_unverified, 2u);
 
-  // Verified partial reads: the touched 1 KiB block (rows of 2 KiB hold two)
-  // and, once, the record's block CRC32s (4 bytes per block).
+  // Verified partial reads: the touched tile and, once, the record's tile
+  // CRC32s (4 bytes per tile; counted apart from the payload).
+  const StoredChunk& b = Stored("b").chunks[0];
+  const BlockLayout tiles =
+      BlockLayout::Tiles(Stored("b").global_shape, b.box, false, 4, b.length, 4096);
   uint64_t before = BytesRead();
   ReadElements("b", VerifyPolicy::kWhenWhole);
-  EXPECT_EQ(BytesRead(), before + 1024 + 1024 * 4);
+  EXPECT_EQ(BytesRead(), before + 4096);  // one tile: 16 rows of 64 columns
+  EXPECT_EQ(reader_->stats().checksum_bytes_read, tiles.tiles() * 4);
   EXPECT_EQ(reader_->stats().chunks_verified, 1u);
   before = BytesRead();
   ReadWindowedRuns("b", VerifyPolicy::kWhenWhole);
-  EXPECT_EQ(BytesRead(), before + 1024 + (400 << 10) + 1024);
+  // (tiles of 16 rows x 64 columns: a run inside a row reads its tiles whole)
+  EXPECT_LE(BytesRead(), before + (400 << 10) + 32 * 1024);
+  EXPECT_GE(BytesRead(), before + (400 << 10) + 408);
   // kAlways reads the record whole, and the zip headers, which must agree.
   ReadWindowedRuns("b", VerifyPolicy::kAlways);
   EXPECT_EQ(reader_->stats().chunks_verified, 3u);
@@ -298,14 +304,15 @@ TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   EXPECT_NO_THROW(ReadAfterDamage(elsewhere, "b", VerifyPolicy::kWhenWhole));
   EXPECT_THAT([&] { ReadAfterDamage(elsewhere, "b", VerifyPolicy::kAlways); },
               ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path_));
-  // A damaged block CRC32 (b's block 700, not one the run touches): kAlways
-  // finds the block CRCs no longer make up the record's.
+  // A damaged tile CRC32 (b's last tile, not one the run touches) is not
+  // read by kWhenWhole; kAlways checks the whole record's CRC32 (index
+  // version 3's tile CRCs do not combine into it), which still holds.
   uint64_t items_end;
   std::memcpy(&items_end, good.data() + good.size() - 40, 8);
-  const std::string bad_crc = flipped(items_end + 1024 * 4 + 700 * 4);  // after a's 1024 CRCs
+  const std::string bad_crc =
+      flipped(items_end + tiles.tiles() * 4 + (tiles.tiles() - 1) * 4);  // after a's CRCs
   EXPECT_NO_THROW(ReadAfterDamage(bad_crc, "b", VerifyPolicy::kWhenWhole));
-  EXPECT_THAT([&] { ReadAfterDamage(bad_crc, "b", VerifyPolicy::kAlways); },
-              ThrowsError(ErrorKind::kCorruption, "do not combine to the record's CRC32"));
+  EXPECT_NO_THROW(ReadAfterDamage(bad_crc, "b", VerifyPolicy::kAlways));
   // A trailer claiming more of the file as its table than .metadata has
   // items is not followed: the zip headers serve.
   std::string longer = good;
@@ -313,14 +320,14 @@ TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   uint64_t table_offset, count;
   std::memcpy(&table_offset, good.data() + good.size() - 32, 8);
   std::memcpy(&count, good.data() + good.size() - 24, 8);
-  put(longer.size() - 32, table_offset - 10 * 56);  // 56-byte entries
+  put(longer.size() - 32, table_offset - 10 * 64);  // 64-byte entries
   put(longer.size() - 24, count + 10);
   got_[3] = 0;
   EXPECT_NO_THROW(ReadAfterDamage(longer, "a", VerifyPolicy::kWhenWhole));
   EXPECT_EQ(got_[3], 300 * 512 + 10);
   // A damaged index table is refused, naming the file.
   EXPECT_THAT(
-      [&] { ReadAfterDamage(flipped(good.size() - 40 - 56 + 3), "a", VerifyPolicy::kNever); },
+      [&] { ReadAfterDamage(flipped(good.size() - 40 - 64 + 3), "a", VerifyPolicy::kNever); },
       ThrowsError(ErrorKind::kCorruption, path_ + " (its item index): the item index table"));
 }
 
@@ -485,7 +492,7 @@ TEST(DcpFormatTest, Version1ItemIndexesLoadAndVerifyByCrc32) {
   const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
   const DcpIndexTrailer trailer =
       *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), path);
-  ASSERT_EQ(trailer.version, 2);
+  ASSERT_EQ(trailer.version, 3);
   const std::vector<DcpIndexEntry> entries =
       ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
                                        file.size() - kDcpIndexTrailerBytes - trailer.table_offset),

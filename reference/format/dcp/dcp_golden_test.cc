@@ -55,7 +55,9 @@ void ExpectItemIndex(const std::string& file, uint64_t items_end, size_t items) 
     EXPECT_EQ(entries[i].data_offset, entries[i].item_offset + zip.DataOffset(record)) << i;
     EXPECT_EQ(entries[i].data_size, record.size) << i;
     EXPECT_EQ(entries[i].crc, record.crc) << i;
-    EXPECT_EQ(entries[i].block_size, 0u) << i;  // tiny records: one block
+    // Index version 3: tiles of at most 16 bytes a piece (tiny records).
+    EXPECT_EQ(entries[i].block_size, 16u) << i;
+    EXPECT_GE(entries[i].tiles, 1u) << i;
   }
 }
 

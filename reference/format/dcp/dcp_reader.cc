@@ -450,7 +450,7 @@ const std::vector<uint32_t>& DcpReader::BlockCrcs(const DcpIndexEntry& entry,
   }
   std::vector<std::byte> bytes(DcpBlockCount(entry) * 4);
   file.Read(entry.crcs_offset, bytes);
-  stats_.bytes_read += bytes.size();
+  stats_.checksum_bytes_read += bytes.size();  // not payload (ReadStats)
   auto crcs = std::make_unique<const std::vector<uint32_t>>(ParseDcpBlockCrcs(bytes));
   std::lock_guard<std::mutex> lock(mu_);
   return *block_crcs_.emplace(&entry, std::move(crcs)).first->second;
@@ -482,7 +482,7 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
            item.record_offset, item.crc);
     }
     // And the block CRC32s, which verify partial reads, must make up the record's.
-    if (item.index->block_size > 0 &&
+    if (item.index->block_size > 0 && item.index->tiles == 0 &&
         CombineBlockCrcs(BlockCrcs(*item.index, file), item.index->block_size, item.record_size) !=
             item.crc) {
       Fail(ErrorKind::kCorruption,
@@ -537,7 +537,40 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
     }
     return;
   }
-  if (item.index && item.index->block_size > 0 && policy == VerifyPolicy::kWhenWhole) {
+  // Index version 3: tiles laid along the reshard cuts (format/block_layout.h);
+  // a record whose box does not cut into the recorded tiles is read whole.
+  const BlockLayout tiles =
+      item.index && item.index->tiles != 0
+          ? BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat.has_value(),
+                               DTypeSize(tensor.dtype), item.record_size, item.index->block_size)
+          : BlockLayout();
+  if (item.index && item.index->tiles != 0 && tiles.tiles() == item.index->tiles &&
+      policy == VerifyPolicy::kWhenWhole && start == 0 && item.record_size == chunk.length) {
+    const std::vector<uint32_t>& crcs = BlockCrcs(*item.index, file);
+    stats_.bytes_read += ReadCheckedTiles(
+        file, item.record_offset, tiles, runs, false,
+        [&](std::span<const uint64_t> batch, const WindowBytes& at) {
+          for (uint64_t b : batch) {
+            uint32_t actual = 0;
+            uint64_t from = item.record_size, to = 0;
+            tiles.ForEachPart(b, [&](uint64_t offset, uint64_t bytes) {
+              actual = Crc32(std::span(at(offset), bytes), actual);
+              from = std::min(from, offset);
+              to = std::max(to, offset + bytes);
+            });
+            if (actual != crcs[b]) {
+              Fail(ErrorKind::kCorruption,
+                   "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
+                   "offset {}): the item index records {:08x}, the data hashes to {:08x}",
+                   file.path(), what(), b, from, to, item.record_offset + from, crcs[b], actual);
+            }
+          }
+        });
+    ++stats_.chunks_verified;
+    return;
+  }
+  if (item.index && item.index->block_size > 0 && item.index->tiles == 0 &&
+      policy == VerifyPolicy::kWhenWhole) {
     // A partial read of an item distckpt wrote: the touched blocks of the
     // record, each checked against its CRC32 in the item index.
     const std::vector<uint32_t>& crcs = BlockCrcs(*item.index, file);

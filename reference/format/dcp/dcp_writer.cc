@@ -29,10 +29,12 @@ DcpWriter::DcpWriter(Env* env, std::string dir, int rank, int stream, std::strin
 
 namespace {
 
-// The shape a chunk's record is saved with and its item-index block size.
+// The shape a chunk's record is saved with and its item-index blocks: tiles
+// (format/block_layout.h) of at most block_size bytes a piece.
 struct RecordLayout {
   Shape shape;
   uint32_t block_size;
+  BlockLayout tiles;
 };
 
 RecordLayout LayoutOf(const StoredTensor& tensor, const StoredChunk& chunk, uint64_t bytes) {
@@ -43,10 +45,15 @@ RecordLayout LayoutOf(const StoredTensor& tensor, const StoredChunk& chunk, uint
     shape.assign(chunk.box.rank(), 1);
     shape.push_back(chunk.flat->size());
   }
-  const uint32_t block =
-      DcpBlockSize(shape.empty() ? bytes : shape.back() * DTypeSize(tensor.dtype));
-  return {std::move(shape), bytes > block ? block : 0};
+  const uint32_t block = static_cast<uint32_t>(ChooseBlockSize(bytes));
+  return {std::move(shape), block,
+          BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat.has_value(),
+                             DTypeSize(tensor.dtype), bytes, block)};
 }
+
+// The record's CRC32 comes from CRC32s of blocks of this size (which helpers
+// may compute: DcpHashRecord); the index keeps the tiles' instead.
+uint32_t CrcBlock(uint64_t bytes) { return bytes > 4096 ? 4096 : 0; }
 
 }  // namespace
 
@@ -61,12 +68,12 @@ void DcpWriter::StoreChunks(std::span<PendingChunk> chunks) {
     AppendWhileHelpersHash(
         run.size(), run.size(), helpers(),
         [&](size_t i) {  // on this thread or a helper
-          const uint32_t block_size =
-              LayoutOf(*run[i].tensor, run[i].chunk, run[i].bytes.size()).block_size;
+          const RecordLayout layout = LayoutOf(*run[i].tensor, run[i].chunk, run[i].bytes.size());
           hashed[i].sums = DcpHashRecord(
-              run[i].bytes, block_size,
+              run[i].bytes, CrcBlock(run[i].bytes.size()),
               ChunkBindingSeed(run[i].tensor->key, run[i].tensor->dtype, run[i].chunk),
               &hashed[i].blocks);
+          hashed[i].blocks = DcpTileCrcs(layout.tiles, run[i].bytes);
         },
         [&](size_t begin, size_t end) {
           for (size_t i = begin; i < end; ++i)
@@ -104,7 +111,8 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
           blocks = std::move(hashed->blocks);
           sums = hashed->sums;
         } else {
-          sums = DcpHashRecord(bytes, block_size, binding, &blocks, sink, helpers());
+          sums = DcpHashRecord(bytes, CrcBlock(bytes.size()), binding, &blocks, sink, helpers());
+          blocks = DcpTileCrcs(layout.tiles, bytes);
         }
         return sums.crc;
       });
@@ -118,7 +126,8 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
               .crcs_offset = 0,
               .hash = sums.hash,
               .crc = sums.crc,
-              .block_size = block_size},
+              .block_size = block_size,
+              .tiles = layout.tiles.tiles()},
              std::move(blocks));
 }
 

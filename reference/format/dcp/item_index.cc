@@ -17,8 +17,9 @@ namespace distckpt {
 namespace {
 
 constexpr char kMagicV1[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '1'};
-constexpr char kMagic[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '2'};
-constexpr uint64_t EntryBytes(int version) { return version == 1 ? 48 : 56; }
+constexpr char kMagicV2[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '2'};
+constexpr char kMagic[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '3'};
+constexpr uint64_t EntryBytes(int version) { return version == 1 ? 48 : version == 2 ? 56 : 64; }
 constexpr uint32_t kMaxBlock = 4 << 10;
 constexpr uint32_t kMinBlock = 1 << 10;
 constexpr size_t kPieceBytes = 256 << 10;  // a multiple of every block size
@@ -35,6 +36,7 @@ uint32_t DcpBlockSize(uint64_t row_bytes) {
 }
 
 uint64_t DcpBlockCount(const DcpIndexEntry& entry) {
+  if (entry.tiles != 0) return entry.tiles;
   return entry.block_size == 0 ? 0 : (entry.data_size + entry.block_size - 1) / entry.block_size;
 }
 
@@ -125,6 +127,17 @@ uint32_t CombineBlockCrcs(const std::vector<uint32_t>& blocks, uint32_t block_si
   return static_cast<uint32_t>(crc);
 }
 
+std::vector<uint32_t> DcpTileCrcs(const BlockLayout& layout, std::span<const std::byte> data) {
+  std::vector<uint32_t> crcs(layout.tiles());
+  for (uint64_t t = 0; t < crcs.size(); ++t) {
+    uint32_t crc = 0;
+    layout.ForEachPart(
+        t, [&](uint64_t offset, uint64_t bytes) { crc = Crc32(data.subspan(offset, bytes), crc); });
+    crcs[t] = crc;
+  }
+  return crcs;
+}
+
 void DcpIndexWriter::Add(const DcpIndexEntry& entry, std::vector<uint32_t> block_crcs) {
   entries_.push_back(entry);
   block_crcs_.push_back(std::move(block_crcs));
@@ -150,6 +163,7 @@ std::string DcpIndexWriter::Finish(uint64_t items_end) {
     Put(table, e.hash.value_or(0), 8);
     Put(table, e.crc, 4);
     Put(table, e.block_size, 4);
+    Put(table, e.tiles, 8);
   }
   out += table;
   Put(out, items_end, 8);
@@ -165,6 +179,8 @@ std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> l
   if (last.size() != kDcpIndexTrailerBytes) return std::nullopt;
   int version;
   if (std::memcmp(last.data() + 32, kMagic, 8) == 0) {
+    version = 3;
+  } else if (std::memcmp(last.data() + 32, kMagicV2, 8) == 0) {
     version = 2;
   } else if (std::memcmp(last.data() + 32, kMagicV1, 8) == 0) {
     version = 1;
@@ -210,11 +226,13 @@ std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
     }
     e.crc = static_cast<uint32_t>(Get(p + 40, 4));
     e.block_size = static_cast<uint32_t>(Get(p + 44, 4));
+    if (trailer.version >= 3) e.tiles = Get(p + 48, 8);
     // Written by distckpt and checksummed: anything out of place is damage.
     const bool ok =
         e.item_offset <= e.data_offset && e.data_offset <= trailer.items_end &&
         e.data_size <= trailer.items_end - e.data_offset &&
         (i == 0 || entries[i - 1].item_offset < e.item_offset) &&
+        (e.tiles == 0 || e.block_size > 0) &&
         (e.block_size == 0 || (e.crcs_offset >= trailer.items_end &&
                                DcpBlockCount(e) <= (trailer.table_offset - e.crcs_offset) / 4));
     if (!ok) {

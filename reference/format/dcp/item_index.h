@@ -6,11 +6,11 @@
 //   block CRCs   per indexed tensor item with blocks: the CRC32 of each
 //                `block_size` bytes of its storage record (the last block
 //                shorter), u32 each
-//   table        one 56-byte entry per tensor item, by item offset:
+//   table        one 64-byte entry per tensor item, by item offset:
 //                item_offset, data_offset, data_size, binding, crcs_offset,
-//                hash (u64 each), crc, block_size (u32 each)
+//                hash (u64 each), crc, block_size (u32 each), tiles (u64)
 //   trailer      40 bytes: items_end, table_offset, count, the xxHash3-64 of
-//                the table (u64 each), magic "DCPINDX2"
+//                the table (u64 each), magic "DCPINDX3"
 //
 // All integers little-endian, offsets from the start of the file. `binding`
 // is ChunkBindingSeed (native/block_checksums.h) of the item's key, dtype
@@ -18,8 +18,14 @@
 // match; `crc` is the storage record's zip CRC32; `hash` the record's
 // DcpRecordHasher digest (xxHash3, which a whole read verifies at 2.5 times
 // CRC32's speed). A reader that checks block CRCs reads only the blocks a
-// partial read touches. Version 1 ("DCPINDX1", distckpt before 2026-11-27)
-// has 48-byte entries without `hash`: its records are verified by CRC32.
+// partial read touches. Version 3 ("DCPINDX3", since 2026-11-28): a
+// record's blocks are tiles laid along the cuts a reshard makes (the
+// native format's version 4, format/block_layout.h; `tiles` of them, each
+// CRC32 of its parts in order), so a resharded read reads only the tiles it
+// needs; the tile CRCs do not combine into the record's CRC32. Version 2
+// ("DCPINDX2") has 56-byte entries without `tiles` (uniform blocks);
+// version 1 ("DCPINDX1", distckpt before 2026-11-27) 48-byte entries
+// without `hash`: its records are verified by CRC32.
 //
 // Errors: a trailer with the magic whose fields do not fit the file, or a
 // table that fails its checksum, is CheckpointError(kCorruption) naming
@@ -38,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "format/block_layout.h"
 #include "io/checksum.h"
 
 namespace distckpt {
@@ -51,6 +58,9 @@ struct DcpIndexEntry {
   std::optional<uint64_t> hash;  // DcpRecordHasher's digest; none in version 1
   uint32_t crc = 0;
   uint32_t block_size = 0;  // 0: none (the record is one block)
+  // Version 3: the record's blocks are this many tiles (format/block_layout.h,
+  // of the item's box, at most block_size bytes a piece); 0: uniform blocks.
+  uint64_t tiles = 0;
   friend bool operator==(const DcpIndexEntry&, const DcpIndexEntry&) = default;
 };
 
@@ -103,6 +113,10 @@ inline uint32_t DcpBlockCrcs(
   return DcpHashRecord(data, block_size, 0, blocks, each_piece, helpers).crc;
 }
 
+// Version 3: the CRC32 of each tile of `layout` (its parts in order) of the
+// record `data`.
+std::vector<uint32_t> DcpTileCrcs(const BlockLayout& layout, std::span<const std::byte> data);
+
 // The CRC32 of a record of `data_size` bytes from its blocks' CRC32s.
 uint32_t CombineBlockCrcs(const std::vector<uint32_t>& blocks, uint32_t block_size,
                           uint64_t data_size);
@@ -125,7 +139,7 @@ struct DcpIndexTrailer {
   uint64_t table_offset = 0;
   uint64_t count = 0;
   uint64_t checksum = 0;
-  int version = 2;  // 1: entries without `hash`
+  int version = 3;  // 1: entries without `hash`; 2: without `tiles`
 };
 
 // The trailer in the last kDcpIndexTrailerBytes of a file of `file_size`
@@ -141,7 +155,7 @@ std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
                                               const std::string& source);
 // Block CRCs as stored (`bytes`: 4 per block).
 std::vector<uint32_t> ParseDcpBlockCrcs(std::span<const std::byte> bytes);
-// ceil(data_size / block_size).
+// The entry's block CRCs: its tiles, or ceil(data_size / block_size).
 uint64_t DcpBlockCount(const DcpIndexEntry& entry);
 
 }  // namespace distckpt

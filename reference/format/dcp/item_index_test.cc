@@ -164,8 +164,8 @@ TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
   ASSERT_TRUE(trailer.has_value());
   EXPECT_EQ(trailer->items_end, 5000u);
   EXPECT_EQ(trailer->table_offset, 5000u + 12);
-  EXPECT_EQ(trailer->version, 2);
-  auto table = bytes.subspan(trailer->table_offset, 2 * 56);
+  EXPECT_EQ(trailer->version, 3);
+  auto table = bytes.subspan(trailer->table_offset, 2 * 64);
   std::vector<DcpIndexEntry> entries = ParseDcpIndexTable(table, *trailer, "f");
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].item_offset, 0u);  // by item offset

@@ -66,7 +66,24 @@ uint64_t SumsChecksum(std::span<const uint64_t> sums, uint64_t seed) {
 }
 
 uint64_t SumsBytes(const StoredChunk& chunk) {
-  return chunk.sums_checksum ? 8 * BlockCount(chunk.length, chunk.block_size) : 0;
+  if (!chunk.sums_checksum) return 0;
+  return 8 * (chunk.tiles != 0 ? chunk.tiles : BlockCount(chunk.length, chunk.block_size));
+}
+
+BlockLayout TileLayout(const StoredTensor& tensor, const StoredChunk& chunk) {
+  return BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat.has_value(),
+                            DTypeSize(tensor.dtype), chunk.length, chunk.block_size);
+}
+
+BlockLayout ChunkLayout(const StoredTensor& tensor, const StoredChunk& chunk) {
+  if (chunk.tiles == 0) return BlockLayout::Uniform(chunk.length, chunk.block_size);
+  BlockLayout layout = TileLayout(tensor, chunk);
+  if (layout.tiles() != chunk.tiles) {
+    Fail(ErrorKind::kCorruption,
+         "tensor '{}' chunk at global offset {}: {} tiles recorded, its shape cuts {}", tensor.key,
+         ShapeToString(chunk.box.offset), chunk.tiles, layout.tiles());
+  }
+  return layout;
 }
 
 std::string BlockChecksumsToHex(const std::vector<uint64_t>& checksums) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "format/block_layout.h"
 #include "format/checkpoint_metadata.h"
 
 namespace distckpt {
@@ -56,9 +57,15 @@ uint64_t BlockSeed(uint64_t seed, uint64_t index);
 // Version 3: the checksum of a chunk's sums (`sums`, as stored), bound like
 // a block with index sums.size(), one past the last block.
 uint64_t SumsChecksum(std::span<const uint64_t> sums, uint64_t seed);
-// Version 3: the bytes of a chunk's sums that follow its payload in the data
-// file (8 per block); 0 for chunks of other versions.
+// Versions 3 and 4: the bytes of a chunk's sums that follow its payload in
+// the data file (8 per block or tile); 0 for chunks of other versions.
 uint64_t SumsBytes(const StoredChunk& chunk);
+
+// Version 4: the tiles of `chunk` of `tensor` (its block_size set).
+BlockLayout TileLayout(const StoredTensor& tensor, const StoredChunk& chunk);
+// The blocks of a version 2, 3 or 4 chunk (version 4: its recorded tile
+// count must be what its shape cuts, else kCorruption).
+BlockLayout ChunkLayout(const StoredTensor& tensor, const StoredChunk& chunk);
 
 // Version 2: block checksums as stored in metadata.json: 16 lower-case hex digits each,
 // concatenated. Parsing throws kCorruption for a malformed string.

@@ -232,9 +232,11 @@ StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) 
     } catch (const CheckpointError& e) {
       sums.Fail(e.what());
     }
+    // Version 4: tiles (format/block_layout.h), as many as the shape cuts.
+    if (version >= 4) chunk.tiles = TileLayout(tensor, chunk).tiles();
     // The sums follow the payload: their end must be a file offset too.
     const uint64_t room = static_cast<uint64_t>(kInt64Max) - chunk.offset - chunk.length;
-    if (BlockCount(chunk.length, chunk.block_size) > room / 8) {
+    if (SumsBytes(chunk) / 8 > room / 8) {
       block_size.Fail("the payload's block checksums after it overflow a file offset");
     }
   } else {  // version 2

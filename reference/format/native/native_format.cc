@@ -91,7 +91,8 @@ class NativeFormatImpl : public Format {
     current.format_version = kNativeFormatVersion;
     for (const auto& [key, tensor] : current.tensors) {
       for (const StoredChunk& chunk : tensor.chunks) {
-        if (chunk.block_size == 0 || !chunk.sums_checksum) {
+        if (chunk.block_size == 0 || !chunk.sums_checksum ||
+            (chunk.length > 0 && chunk.tiles == 0)) {
           Fail(ErrorKind::kInvalidArgument,
                "cannot commit tensor '{}' as native version {}: a chunk has no block checksums "
                "in its data file",

@@ -8,6 +8,7 @@
 
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
+#include "format/native/block_checksums.h"
 #include "format/native/example_checkpoint.h"
 #include "format/native/metadata_json.h"
 #include "format/native/native_writer.h"
@@ -49,16 +50,17 @@ TEST(NativeFormatTest, WriteCommitReadRoundTrip) {
 
   EXPECT_EQ(env->ListDir(dir),
             (std::vector<std::string>{"__0_0.bin", "__1_0.bin", "metadata.json"}));
-  // Each chunk's payload, then its block checksums (8 bytes per block of 16).
+  // Each chunk's payload, then its block checksums (8 bytes per block: "w"'s
+  // 4 rows of 2 pieces, flat's 3 blocks of 16, "b"'s 3 elements).
   EXPECT_EQ(env->FileSize(JoinPath(dir, "__0_0.bin")),
-            80u + 40u + 40u + 24u + 6u + 8u + ExampleObjectPayload(0).size());
+            80u + 64u + 40u + 24u + 6u + 24u + ExampleObjectPayload(0).size());
   EXPECT_EQ(&DetectFormat(env, dir), &NativeFormat());
 
   std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(env, dir);
   const CheckpointMetadata& md = reader->metadata();
   EXPECT_EQ(md, saved);
   EXPECT_EQ(md.format, "native");
-  EXPECT_EQ(md.format_version, 3);
+  EXPECT_EQ(md.format_version, 4);
   EXPECT_EQ(md.writer, "distckpt 0.1.0");
   EXPECT_EQ(md.topology, "tp=2");
   ASSERT_EQ(md.tensors.size(), 3u);
@@ -66,7 +68,7 @@ TEST(NativeFormatTest, WriteCommitReadRoundTrip) {
   ASSERT_EQ(flat.chunks.size(), 2u);
   EXPECT_EQ(flat.chunks[1].flat, (FlatRange{10, 24}));
   EXPECT_EQ(flat.chunks[1].file, "__1_0.bin");
-  EXPECT_EQ(flat.chunks[1].offset, 120u);  // after rank 1's "w" chunk and its checksums
+  EXPECT_EQ(flat.chunks[1].offset, 144u);  // after rank 1's "w" chunk and its checksums
   EXPECT_EQ(flat.chunks[1].length, 56u);
   EXPECT_EQ(md.objects.size(), 2u);
   ExpectExample(env, dir, 0);
@@ -124,12 +126,28 @@ TEST(NativeFormatTest, ReadsTheVersion2GoldenCheckpoint) {
   EXPECT_EQ(reader->stats().checksum_bytes_read, 0u);
 }
 
-// testdata/v3 is what SaveExampleCheckpoint(seed 0) writes today, byte for
+// Version 3 (uniform blocks, their checksums after the payload) stays
+// readable, verified per block: a partial read reads the blocks it touches.
+TEST(NativeFormatTest, ReadsTheVersion3GoldenCheckpoint) {
+  std::unique_ptr<CheckpointReader> reader = OpenOldGolden(3);
+  const StoredTensor& w = reader->metadata().tensors.at("w");
+  EXPECT_EQ(w.chunks[1].tiles, 0u);
+  ASSERT_TRUE(w.chunks[1].sums_checksum.has_value());
+  std::vector<std::byte> got(8);
+  ReadRun run{20, 8, got.data()};
+  reader->ReadChunk(w, w.chunks[1], {&run, 1}, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(reader->stats().chunks_verified, 1u);
+  EXPECT_EQ(reader->stats().bytes_read, w.chunks[1].block_size);
+  EXPECT_EQ(reader->stats().checksum_bytes_read,
+            8 * BlockCount(w.chunks[1].length, w.chunks[1].block_size));
+}
+
+// testdata/v4 is what SaveExampleCheckpoint(seed 0) writes today, byte for
 // byte (a change needs a version bump and a new golden directory).
 // DISTCKPT_WRITE_GOLDEN=1 rewrites it.
-TEST(NativeFormatTest, WritesAndReadsTheVersion3GoldenCheckpoint) {
+TEST(NativeFormatTest, WritesAndReadsTheVersion4GoldenCheckpoint) {
   ScopedTempDir tmp;
-  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v3";
+  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v4";
   const std::string dir = JoinPath(tmp.path(), "c");
   const CheckpointMetadata fresh = SaveExampleCheckpoint(Env::Default(), dir);
   if (std::getenv("DISTCKPT_WRITE_GOLDEN") != nullptr) {
@@ -146,7 +164,7 @@ TEST(NativeFormatTest, WritesAndReadsTheVersion3GoldenCheckpoint) {
         << name;
   }
   std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(Env::Default(), golden);
-  EXPECT_EQ(reader->metadata().format_version, 3);
+  EXPECT_EQ(reader->metadata().format_version, 4);
   EXPECT_EQ(reader->metadata().tensors, fresh.tensors);
   EXPECT_EQ(reader->metadata().objects, fresh.objects);
   ExpectExample(Env::Default(), golden, 0);

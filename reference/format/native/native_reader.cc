@@ -50,7 +50,7 @@ void CheckSums(const RandomAccessFile& file, const StoredChunk& chunk,
 
 std::vector<uint64_t> ReadSums(const RandomAccessFile& file, const StoredChunk& chunk,
                                uint64_t seed, const Describe& what) {
-  std::vector<uint64_t> sums(BlockCount(chunk.length, chunk.block_size));
+  std::vector<uint64_t> sums(SumsBytes(chunk) / 8);
   file.Read(chunk.offset + chunk.length, std::as_writable_bytes(std::span(sums)));
   CheckSums(file, chunk, sums, seed, what);
   return sums;
@@ -75,36 +75,33 @@ uint64_t CoveredBytes(const StoredChunk& chunk, std::span<const ReadRun> runs,
   return covered;
 }
 
-// Checks blocks `first`, `first` + 1, ... of a version 2 or 3 chunk, `bytes`
-// holding them back to back (the last may be the chunk's short tail),
-// against `sums`.
-void CheckBlocks(const RandomAccessFile& file, const StoredChunk& chunk,
-                 std::span<const uint64_t> sums, uint64_t seed, uint64_t first,
-                 std::span<const std::byte> bytes, const Describe& what) {
-  for (uint64_t at = 0, b = first; at < bytes.size(); at += chunk.block_size, ++b) {
-    const std::span<const std::byte> block =
-        bytes.subspan(at, std::min(chunk.block_size, bytes.size() - at));
-    const uint64_t actual = BlockChecksum(block, seed, b);
-    if (actual != sums[b]) {
-      const uint64_t from = b * chunk.block_size;
-      Fail(ErrorKind::kCorruption,
-           "checksum mismatch in {} for {}: block {} (bytes [{}, {}) of the chunk, file "
-           "offset {}): expected {}, got {}",
-           file.path(), what(), b, from, from + block.size(), chunk.offset + from,
-           ChecksumToHex(sums[b]), ChecksumToHex(actual));
-    }
-  }
+// A block (tile) of a version 2, 3 or 4 chunk that does not match its checksum.
+[[noreturn]] void BlockMismatch(const RandomAccessFile& file, const StoredChunk& chunk,
+                                const BlockLayout& layout, uint64_t t, uint64_t expected,
+                                uint64_t actual, const Describe& what) {
+  uint64_t from = chunk.length, to = 0, parts = 0;
+  layout.ForEachPart(t, [&](uint64_t offset, uint64_t bytes) {
+    from = std::min(from, offset);
+    to = std::max(to, offset + bytes);
+    ++parts;
+  });
+  Fail(ErrorKind::kCorruption,
+       "checksum mismatch in {} for {}: block {} (bytes [{}, {}) of the chunk{}, file offset {}): "
+       "expected {}, got {}",
+       file.path(), what(), t, from, to, parts > 1 ? fmt::format(" in {} rows", parts) : "",
+       chunk.offset + from, ChecksumToHex(expected), ChecksumToHex(actual));
 }
 
-// Reads the blocks of a version 2 or 3 chunk that `runs` touch (every block
-// when `all`), checking each against `sums`; returns the bytes read.
+// Reads the blocks of a version 2, 3 or 4 chunk that `runs` touch (every
+// block when `all`), checking each against `sums`; returns the bytes read.
 uint64_t ReadVerifiedBlocks(const RandomAccessFile& file, const StoredChunk& chunk,
-                            std::span<const uint64_t> sums, uint64_t seed,
-                            std::span<const ReadRun> runs, bool all, const Describe& what) {
-  return ReadCheckedBlocks(file, chunk.offset, chunk.length, chunk.block_size, runs, all,
-                           [&](uint64_t first, std::span<const std::byte> bytes) {
-                             CheckBlocks(file, chunk, sums, seed, first, bytes, what);
-                           });
+                            const BlockLayout& layout, std::span<const uint64_t> sums,
+                            uint64_t seed, std::span<const ReadRun> runs, bool all,
+                            const Describe& what) {
+  return ReadCheckedTiles(file, chunk.offset, layout, runs, all, sums, seed,
+                          [&](uint64_t t, uint64_t actual) {
+                            BlockMismatch(file, chunk, layout, t, sums[t], actual, what);
+                          });
 }
 
 // Small version 3 chunks read whole, each into one destination: payload and
@@ -140,7 +137,7 @@ void NativeReader::ReadWholeWithSums(const RandomAccessFile& file,
   parts.reserve(2 * reads.size());
   for (size_t i = 0; i < reads.size(); ++i) {
     const StoredChunk& chunk = *reads[i].chunk;
-    sums[i].resize(BlockCount(chunk.length, chunk.block_size));
+    sums[i].resize(SumsBytes(chunk) / 8);
     parts.push_back(std::span(reads[i].runs[0].dst, chunk.length));
     parts.push_back(std::as_writable_bytes(std::span(sums[i])));
   }
@@ -152,7 +149,11 @@ void NativeReader::ReadWholeWithSums(const RandomAccessFile& file,
     const Describe what = [&] { return ChunkName(tensor, chunk); };
     const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
     CheckSums(file, chunk, sums[i], seed, what);
-    CheckBlocks(file, chunk, sums[i], seed, 0, std::span(reads[i].runs[0].dst, chunk.length), what);
+    const BlockLayout layout = ChunkLayout(tensor, chunk);
+    CheckTiles(layout, std::span(reads[i].runs[0].dst, chunk.length), sums[i], seed,
+               [&](uint64_t t, uint64_t actual) {
+                 BlockMismatch(file, chunk, layout, t, sums[i][t], actual, what);
+               });
     sums_bytes += SumsBytes(chunk);
     bytes += chunk.length;
   }
@@ -230,9 +231,10 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
   if (blocks) {
     const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
     std::vector<uint64_t> storage;
+    const BlockLayout layout = ChunkLayout(tensor, chunk);
     const std::span<const uint64_t> sums = BlockSums(file, chunk, seed, what, storage);
-    stats_.bytes_read +=
-        ReadVerifiedBlocks(file, chunk, sums, seed, runs, policy == VerifyPolicy::kAlways, what);
+    stats_.bytes_read += ReadVerifiedBlocks(file, chunk, layout, sums, seed, runs,
+                                            policy == VerifyPolicy::kAlways, what);
     ++stats_.chunks_verified;
     return;
   }
@@ -300,6 +302,11 @@ void NativeReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& ch
   std::vector<uint64_t> storage;
   const std::span<const uint64_t> sums =
       verify ? BlockSums(file, chunk, seed, what, storage) : std::span<const uint64_t>();
+  if (verify && chunk.tiles != 0) {
+    StreamTiles(file, tensor, chunk, ranges, sums, seed, piece_bytes, consume, what);
+    ++stats_.chunks_verified;
+    return;
+  }
   // A range longer than what is left of the buffer is cut at a boundary of
   // blocks and of elements, so no block is read twice and every piece holds
   // whole elements; two such units fit in the buffer.
@@ -330,7 +337,9 @@ void NativeReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& ch
       if (done == ranges[i].length) ++i, done = 0;
     }
     if (verify) {
-      stats_.bytes_read += ReadVerifiedBlocks(file, chunk, sums, seed, group, false, what);
+      stats_.bytes_read +=
+          ReadVerifiedBlocks(file, chunk, BlockLayout::Uniform(chunk.length, chunk.block_size),
+                             sums, seed, group, false, what);
     } else {
       for (const ReadRun& run : group) {
         file.Read(chunk.offset + run.offset_in_chunk, std::span(run.dst, run.length));
@@ -340,6 +349,50 @@ void NativeReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& ch
     for (const ReadRun& run : group) consume(run.offset_in_chunk, std::span(run.dst, run.length));
   }
   ++(verify ? stats_.chunks_verified : stats_.chunks_unverified);
+}
+
+// Version 4: the ranges cut at unit ends (block_layout.h: groups of rows, or
+// tiles of a long row), units gathered into pieces of about `piece_bytes`
+// (a unit is never split across pieces, so no tile is read twice), each
+// read, verified and handed out.
+void NativeReader::StreamTiles(const RandomAccessFile& file, const StoredTensor& tensor,
+                               const StoredChunk& chunk, std::span<const ReadRun> ranges,
+                               std::span<const uint64_t> sums, uint64_t seed, uint64_t piece_bytes,
+                               const ConsumeBytes& consume, const Describe& what) {
+  const BlockLayout layout = ChunkLayout(tensor, chunk);
+  std::vector<ReadRun> group;
+  std::vector<uint64_t> units;  // each group run's unit end
+  std::vector<std::byte> buffer;
+  auto flush = [&] {
+    uint64_t used = 0;
+    for (const ReadRun& run : group) used += run.length;
+    if (buffer.size() < used) buffer.resize(used);
+    used = 0;
+    for (ReadRun& run : group) {
+      run.dst = buffer.data() + used;
+      used += run.length;
+    }
+    stats_.bytes_read += ReadVerifiedBlocks(file, chunk, layout, sums, seed, group, false, what);
+    for (const ReadRun& run : group) consume(run.offset_in_chunk, std::span(run.dst, run.length));
+    group.clear();
+    units.clear();
+  };
+  uint64_t bytes = 0;
+  for (const ReadRun& range : ranges) {
+    for (uint64_t at = range.offset_in_chunk, end = at + range.length; at < end;) {
+      const uint64_t unit = layout.UnitEnd(at, piece_bytes);
+      const uint64_t stop = std::min(end, unit);
+      if (bytes >= piece_bytes && !units.empty() && units.back() != unit) {
+        flush();
+        bytes = 0;
+      }
+      group.push_back({at, stop - at, nullptr});
+      units.push_back(unit);
+      bytes += stop - at;
+      at = stop;
+    }
+  }
+  if (!group.empty()) flush();
 }
 
 void NativeReader::CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) {

@@ -63,6 +63,11 @@ class NativeReader : public CheckpointReader {
   // `reads`: small verified chunks read whole, back to back in `file`
   // (checked to hold them): one ReadGathered, then each chunk's checks.
   void ReadWholeWithSums(const RandomAccessFile& file, std::span<const ChunkRead> reads);
+  // StreamChunk of a verified version 4 chunk (tiles): pieces of whole units.
+  void StreamTiles(const RandomAccessFile& file, const StoredTensor& tensor,
+                   const StoredChunk& chunk, std::span<const ReadRun> ranges,
+                   std::span<const uint64_t> sums, uint64_t seed, uint64_t piece_bytes,
+                   const ConsumeBytes& consume, const DataFiles::Describe& what);
 
   const std::shared_ptr<const CheckpointMetadata> metadata_;
   DataFiles files_;

@@ -11,6 +11,7 @@
 
 #include "format/native/block_checksums.h"
 #include "format/native/example_checkpoint.h"
+#include "format/native/metadata_json.h"
 #include "io/fault_env.h"
 #include "io/forwarding_env.h"
 #include "io/testing.h"
@@ -73,7 +74,7 @@ TEST_F(NativeReaderTest, WholeReadsAreVerified) {
   EXPECT_EQ(reader_->stats().chunks_unverified, 0u);
   EXPECT_EQ(reader_->stats().bytes_read, bytes);
   // Per chunk: its block checksums (8 bytes per block of 16), then its payload.
-  EXPECT_EQ(reader_->stats().checksum_bytes_read, 8 * (5 + 5 + 3 + 4 + 1));
+  EXPECT_EQ(reader_->stats().checksum_bytes_read, 8 * (8 + 8 + 3 + 4 + 3));
   EXPECT_EQ(ReadCalls(), 2 * chunks);
   EXPECT_EQ(BytesRead(), bytes + reader_->stats().checksum_bytes_read);
 }
@@ -85,19 +86,24 @@ TEST_F(NativeReaderTest, ExampleChunksHaveBlocks) {
   EXPECT_TRUE(W1().block_checksums.empty());
   EXPECT_FALSE(W1().checksum.has_value());
   const std::string data = ReadFileToString(Env::Default(), JoinPath(dir_, W1().file));
-  ASSERT_GE(data.size(), W1().offset + 80 + 40);
+  // Version 4 tiles: rows [4, 8) of 8 (a cut at tp=8 after each row) of 20
+  // bytes, each in pieces of 8 and 12 bytes (at most 16).
+  EXPECT_EQ(W1().tiles, 8u);
+  ASSERT_GE(data.size(), W1().offset + 80 + 64);
   const std::vector<std::byte> payload = ExampleChunkBytes("w", W1());
   const uint64_t seed = ChunkBindingSeed("w", DType::kF32, W1());
-  std::vector<uint64_t> sums(5);
-  std::memcpy(sums.data(), data.data() + W1().offset + 80, 40);
-  for (uint64_t b = 0; b < 5; ++b) {
-    EXPECT_EQ(sums[b], BlockChecksum(std::span(payload).subspan(16 * b, 16), seed, b)) << b;
+  std::vector<uint64_t> sums(8);
+  std::memcpy(sums.data(), data.data() + W1().offset + 80, 64);
+  for (uint64_t b = 0; b < 8; ++b) {
+    const uint64_t from = 20 * (b / 2) + (b % 2 == 0 ? 0 : 8), size = b % 2 == 0 ? 8 : 12;
+    EXPECT_EQ(sums[b], BlockChecksum(std::span(payload).subspan(from, size), seed, b)) << b;
   }
   EXPECT_EQ(W1().sums_checksum, SumsChecksum(sums, seed));
 }
 
 // Rows 1..2, columns 1..2 of W1: two 8-byte runs, 12 bytes apart in the
-// file, in blocks 1..3: those blocks are read whole (one read) and verified.
+// file, in tiles 2..5 (bytes [20, 60)): those are read whole (one read) and
+// verified.
 TEST_F(NativeReaderTest, PartialReadsVerifyTheBlocksTheyTouch) {
   std::vector<std::byte> got(16);
   const ReadRun runs[] = {{24, 8, got.data()}, {44, 8, got.data() + 8}};
@@ -105,17 +111,17 @@ TEST_F(NativeReaderTest, PartialReadsVerifyTheBlocksTheyTouch) {
   const std::vector<std::byte> all = ExampleChunkBytes("w", W1());
   EXPECT_TRUE(std::equal(got.begin(), got.begin() + 8, all.begin() + 24));
   EXPECT_TRUE(std::equal(got.begin() + 8, got.end(), all.begin() + 44));
-  EXPECT_EQ(reader_->stats().bytes_read, 48u);
-  EXPECT_EQ(BytesRead(), 40u + 48u);  // the chunk's block checksums, then the blocks
+  EXPECT_EQ(reader_->stats().bytes_read, 40u);
+  EXPECT_EQ(BytesRead(), 64u + 40u);  // the chunk's block checksums, then the blocks
   EXPECT_EQ(ReadCalls(), 2u);
   EXPECT_EQ(reader_->stats().chunks_verified, 1u);
   EXPECT_EQ(reader_->stats().chunks_unverified, 0u);
 
   // A run across a block boundary reads both blocks.
-  const ReadRun across[] = {{60, 8, got.data()}};
+  const ReadRun across[] = {{56, 8, got.data()}};  // tiles [48, 60) and [60, 68)
   reader_->ReadChunk(Tensor("w"), W1(), across, VerifyPolicy::kWhenWhole);
-  EXPECT_TRUE(std::equal(got.begin(), got.begin() + 8, all.begin() + 60));
-  EXPECT_EQ(BytesRead(), 40u + 48u + 40u + 32u);
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + 8, all.begin() + 56));
+  EXPECT_EQ(BytesRead(), 64u + 40u + 64u + 20u);
   EXPECT_EQ(reader_->stats().chunks_verified, 2u);
 }
 
@@ -165,7 +171,7 @@ TEST_F(NativeReaderTest, FlippedByteIsCaughtByEveryReadTouchingItsBlock) {
   ReadRun whole{0, 80, got.data()};
   const std::string mismatch = "checksum mismatch in " + JoinPath(dir_, "__1_0.bin") +
                                " for key 'w' chunk at global offset (4, 0) written by rank 1: "
-                               "block 4 (bytes [64, 80) of the chunk";
+                               "block 7 (bytes [68, 80) of the chunk";
   EXPECT_THAT(
       [&] {
         reader_->ReadChunk(Tensor("w"), W1(), {&whole, 1}, VerifyPolicy::kWhenWhole);
@@ -180,7 +186,7 @@ TEST_F(NativeReaderTest, FlippedByteIsCaughtByEveryReadTouchingItsBlock) {
       },
       ThrowsError(ErrorKind::kCorruption, mismatch));
 
-  ReadRun head{0, 40, got.data()};  // blocks 0..2: intact, verified
+  ReadRun head{0, 40, got.data()};  // tiles 0..3: intact, verified
   reader_->ReadChunk(Tensor("w"), W1(), {&head, 1}, VerifyPolicy::kWhenWhole);
   EXPECT_EQ(reader_->stats().chunks_verified, 1u);
   EXPECT_THAT(
@@ -197,7 +203,7 @@ TEST_F(NativeReaderTest, AlwaysVerifiesPartialReadsOfIntactChunks) {
   const std::vector<std::byte> all = ExampleChunkBytes("w", W1());
   EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin() + 44));
   EXPECT_EQ(reader_->stats().chunks_verified, 1u);
-  EXPECT_EQ(BytesRead(), 40u + 80u);
+  EXPECT_EQ(BytesRead(), 64u + 80u);
 }
 
 // A damaged block checksum is told apart from damaged data: it fails the
@@ -214,7 +220,7 @@ TEST_F(NativeReaderTest, FlippedBlockChecksumIsCaught) {
       ThrowsError(ErrorKind::kCorruption,
                   "checksum mismatch in " + JoinPath(dir_, "__1_0.bin") +
                       " for key 'w' chunk at global offset (4, 0) written by rank 1: its block "
-                      "checksums (the 40 bytes at file offset 80, after the payload) hash to"));
+                      "checksums (the 64 bytes at file offset 80, after the payload) hash to"));
   ReadRun whole{0, 80, got.data()};
   reader_->ReadChunk(Tensor("w"), W1(), {&whole, 1}, VerifyPolicy::kNever);
   EXPECT_EQ(got, ExampleChunkBytes("w", W1()));
@@ -239,7 +245,7 @@ TEST_F(NativeReaderTest, GatheredWholeReadsCatchWhatWindowedReadsCatch) {
                          VerifyPolicy::kWhenWhole);
       EXPECT_EQ(got, ExampleChunkBytes("w", w1));
       EXPECT_EQ(reader_->stats().bytes_read - bytes, 80u);
-      EXPECT_EQ(reader_->stats().checksum_bytes_read - sums, 40u);
+      EXPECT_EQ(reader_->stats().checksum_bytes_read - sums, 64u);
     } catch (const CheckpointError& e) {
       error = e.what();
     }
@@ -407,18 +413,18 @@ TEST_F(NativeReaderTest, TruncatedOrMissingDataFileIsCorruption) {
   const std::string path = JoinPath(dir_, "__1_0.bin");
   // Only the block checksums after the payload cut off: a verified read
   // needs them, one that verifies nothing does not.
-  std::filesystem::resize_file(path, W1().offset + 80 + 36);
+  std::filesystem::resize_file(path, W1().offset + 80 + 60);
   std::vector<std::byte> got(80);
   ReadRun run{0, 8, got.data()};
   const std::string truncated = "data file " + path +
                                 " is truncated: key 'w' chunk at global offset (4, 0) written by "
-                                "rank 1 needs bytes [0, 120), as " +
+                                "rank 1 needs bytes [0, 144), as " +
                                 JoinPath(dir_, "metadata.json") + " records, the file has ";
   EXPECT_THAT(
       [&] {
         reader_->ReadChunk(Tensor("w"), W1(), {&run, 1}, VerifyPolicy::kWhenWhole);
       },
-      ThrowsError(ErrorKind::kCorruption, truncated + "116"));
+      ThrowsError(ErrorKind::kCorruption, truncated + "140"));
   reader_->ReadChunk(Tensor("w"), W1(), {&run, 1}, VerifyPolicy::kNever);
   std::filesystem::resize_file(path, W1().offset + 50);
   std::unique_ptr<CheckpointReader> reopened = NativeFormat().OpenReader(&env_, dir_);
@@ -469,9 +475,10 @@ TEST_F(NativeReaderTest, RejectsMalformedRuns) {
   EXPECT_EQ(ReadCalls(), 0u);
 }
 
-// StreamChunk hands a chunk out in pieces of whole blocks, each verified
-// before it is handed out, reading no block twice.
-TEST_F(NativeReaderTest, StreamsVerifiedPiecesOfWholeBlocks) {
+// StreamChunk of a version 4 chunk hands it out in pieces of whole units
+// (W1: a group is one 20-byte row), each verified before it is handed out,
+// reading no tile twice.
+TEST_F(NativeReaderTest, StreamsVerifiedPiecesOfWholeTiles) {
   const std::vector<std::byte> all = ExampleChunkBytes("w", W1());
   std::vector<std::pair<uint64_t, std::vector<std::byte>>> pieces;
   auto keep = [&](uint64_t offset, std::span<const std::byte> bytes) {
@@ -479,23 +486,25 @@ TEST_F(NativeReaderTest, StreamsVerifiedPiecesOfWholeBlocks) {
   };
   const ReadRun whole[] = {{0, 80, nullptr}};
   reader_->StreamChunk(Tensor("w"), W1(), whole, VerifyPolicy::kWhenWhole, 32, keep);
-  ASSERT_EQ(pieces.size(), 3u);  // [0, 32), [32, 64), [64, 80)
+  ASSERT_EQ(pieces.size(), 4u);  // rows [0, 40), [40, 80) in two rows each
+  uint64_t at = 0;
   for (const auto& [offset, bytes] : pieces) {
+    EXPECT_EQ(offset, at);
     EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), all.begin() + offset)) << offset;
+    at += bytes.size();
   }
-  EXPECT_EQ(pieces[2].first, 64u);
+  EXPECT_EQ(at, 80u);
   EXPECT_EQ(reader_->stats().bytes_read, 80u);
-  EXPECT_EQ(ReadCalls(), 1u + 3u);  // the block checksums once, then each piece
   EXPECT_EQ(reader_->stats().chunks_verified, 1u);
 
-  // Two 8-byte runs in blocks 1..3: handed out as they are.
+  // Two 8-byte runs in tiles 2..5: handed out as they are.
   pieces.clear();
   const ReadRun runs[] = {{24, 8, nullptr}, {44, 8, nullptr}};
-  reader_->StreamChunk(Tensor("w"), W1(), runs, VerifyPolicy::kWhenWhole, 16, keep);
+  reader_->StreamChunk(Tensor("w"), W1(), runs, VerifyPolicy::kWhenWhole, 32, keep);
   ASSERT_EQ(pieces.size(), 2u);
   EXPECT_EQ(pieces[1].first, 44u);
   EXPECT_TRUE(std::equal(pieces[1].second.begin(), pieces[1].second.end(), all.begin() + 44));
-  EXPECT_EQ(reader_->stats().bytes_read, 80u + 48u);
+  EXPECT_EQ(reader_->stats().bytes_read, 80u + 40u);
 
   // Unverified pieces hold whole elements (bf16: 2 bytes) and no more than asked.
   pieces.clear();
@@ -508,7 +517,7 @@ TEST_F(NativeReaderTest, StreamsVerifiedPiecesOfWholeBlocks) {
 }
 
 TEST_F(NativeReaderTest, StreamedPiecesAfterDamageAreNotHandedOut) {
-  FlipByte(W1().file, W1().offset + 70);  // block 4, in the third piece
+  FlipByte(W1().file, W1().offset + 70);  // tile 7
   std::vector<uint64_t> offsets;
   const ReadRun whole[] = {{0, 80, nullptr}};
   EXPECT_THAT(
@@ -517,8 +526,8 @@ TEST_F(NativeReaderTest, StreamedPiecesAfterDamageAreNotHandedOut) {
             Tensor("w"), W1(), whole, VerifyPolicy::kWhenWhole, 32,
             [&](uint64_t offset, std::span<const std::byte>) { offsets.push_back(offset); });
       },
-      ThrowsError(ErrorKind::kCorruption, "block 4 (bytes [64, 80) of the chunk"));
-  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 32}));
+      ThrowsError(ErrorKind::kCorruption, "block 7 (bytes [68, 80) of the chunk"));
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 20}));  // the first piece, rows 0 and 1
 }
 
 TEST_F(NativeReaderTest, ConcurrentReadsShareOpenFiles) {
@@ -536,6 +545,89 @@ TEST_F(NativeReaderTest, ConcurrentReadsShareOpenFiles) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(reader_->stats().chunks_verified, 8u);
+}
+
+}  // namespace
+}  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+// Version 4: a row-parallel bf16 weight [24, 48] saved under tp=2 (columns
+// [0, 24) and [24, 48)) and read as tp=3 reads it (columns [16, 32): part of
+// each chunk's every row) reads exactly the bytes it needs, every one of them
+// verified: a flipped byte in any of them is refused naming file and key.
+TEST(NativeReaderTilesTest, ColumnReshardReadsAndVerifiesExactlyItsBytes) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  const Format& format = NativeFormat();
+  const std::string write_dir = format.PrepareDirectory(env, dir, false);
+  CheckpointMetadata merged;
+  auto value = [](int64_t r, int64_t c) { return static_cast<uint16_t>(r * 131 + c * 7); };
+  for (int rank = 0; rank < 2; ++rank) {
+    std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, rank);
+    std::vector<uint16_t> data;
+    for (int64_t r = 0; r < 24; ++r) {
+      for (int64_t c = 0; c < 24; ++c) data.push_back(value(r, rank * 24 + c));
+    }
+    writer->WriteTensorChunk("proj", DType::kBF16, {24, 48}, Box{{0, rank * 24}, {24, 24}},
+                             std::nullopt, std::as_bytes(std::span(data)));
+    merged.MergeFrom(writer->Finish());
+  }
+  merged.format_version = kNativeFormatVersion;
+  format.Commit(env, dir, write_dir, merged);
+
+  auto read_tp3 = [&](CheckpointReader& reader, std::vector<uint16_t>& out) {
+    const StoredTensor& proj = reader.metadata().tensors.at("proj");
+    out.assign(24 * 16, 0);
+    for (const StoredChunk& chunk : proj.chunks) {
+      const int64_t c0 = std::max<int64_t>(16, chunk.box.offset[1]);
+      const int64_t c1 = std::min<int64_t>(32, chunk.box.offset[1] + 24);
+      std::vector<ReadRun> runs;
+      for (int64_t r = 0; r < 24; ++r) {
+        runs.push_back({static_cast<uint64_t>((r * 24 + c0 - chunk.box.offset[1]) * 2),
+                        static_cast<uint64_t>((c1 - c0) * 2),
+                        reinterpret_cast<std::byte*>(&out[r * 16 + (c0 - 16)])});
+      }
+      reader.ReadChunk(proj, chunk, runs, VerifyPolicy::kWhenWhole);
+    }
+  };
+  std::unique_ptr<CheckpointReader> reader = format.OpenReader(env, dir);
+  EXPECT_EQ(reader->metadata().format_version, 4);
+  std::vector<uint16_t> got;
+  read_tp3(*reader, got);
+  for (int64_t r = 0; r < 24; ++r) {
+    for (int64_t c = 0; c < 16; ++c) ASSERT_EQ(got[r * 16 + c], value(r, 16 + c)) << r << "," << c;
+  }
+  EXPECT_EQ(reader->stats().bytes_read, 24u * 16 * 2);  // exactly the needed bytes
+  EXPECT_EQ(reader->stats().chunks_verified, 2u);
+  EXPECT_EQ(reader->stats().chunks_unverified, 0u);
+  // The tiles' checksums: far fewer than a checksum per row piece.
+  EXPECT_LE(reader->stats().checksum_bytes_read, 24u * 48 * 2 / 4);
+
+  // A flipped byte in any needed byte is refused naming the file and key;
+  // one outside them is not read.
+  const StoredChunk& c1 = reader->metadata().tensors.at("proj").chunks[1];
+  for (const auto& [column, caught] : std::vector<std::pair<int, bool>>{{3, true}, {12, false}}) {
+    const std::string path = JoinPath(dir, c1.file);
+    const uint64_t at = c1.offset + (5 * 24 + column) * 2;  // row 5 of rank 1's chunk
+    std::string bytes = ReadFileToString(env, path);
+    bytes[at] ^= 0x10;
+    WriteFileAtomic(env, path, bytes);
+    std::unique_ptr<CheckpointReader> damaged = format.OpenReader(env, dir);
+    if (caught) {
+      EXPECT_THAT([&] { read_tp3(*damaged, got); },
+                  ThrowsError(ErrorKind::kCorruption, "checksum mismatch in " + path +
+                                                          " for key 'proj' chunk at global "
+                                                          "offset (0, 24)"));
+    } else {
+      read_tp3(*damaged, got);
+      EXPECT_EQ(damaged->stats().bytes_read, 24u * 16 * 2);
+    }
+    bytes[at] ^= 0x10;
+    WriteFileAtomic(env, path, bytes);
+  }
 }
 
 }  // namespace

@@ -19,15 +19,14 @@ namespace {
 
 // Pieces hashed and written by one thread: well inside a core's L2.
 constexpr size_t kPieceBytes = 256 << 10;
-// The checksums of the blocks of `data`, which starts at block `first` of
-// its chunk, into out[first...].
-void HashBlocks(std::span<const std::byte> data, uint64_t block_size, uint64_t seed, size_t first,
-                std::span<uint64_t> out) {
-  for (size_t b = 0; b * block_size < data.size(); ++b) {
-    out[first + b] = BlockChecksum(
-        data.subspan(b * block_size, std::min<size_t>(block_size, data.size() - b * block_size)),
-        seed, first + b);
-  }
+// The checksums of tiles [first, last) of `layout`, the payload `data`,
+// into out[first...].
+void HashTiles(const BlockLayout& layout, std::span<const std::byte> data, uint64_t seed,
+               uint64_t first, uint64_t last, std::span<uint64_t> out) {
+  Checksummer state;
+  auto at = [&](uint64_t offset) { return data.data() + offset; };
+  for (uint64_t t = first; t < last; ++t)
+    out[t] = TileChecksum(layout, t, BlockSeed(seed, t), at, state);
 }
 
 CheckpointMetadata NativeHeader() {
@@ -42,38 +41,37 @@ CheckpointMetadata NativeHeader() {
 NativeWriter::NativeWriter(Env* env, std::string dir, int rank, int stream)
     : DataFileWriter(env, std::move(dir), rank, DataFileName(rank, stream), NativeHeader()) {}
 
-// Version 3 chunks: one bound checksum per block (block_checksums.h),
-// computed piece by piece right before the write copies the piece, while it
-// is in the cache (one pass over memory instead of two), or for large chunks
-// by helpers while the writes go on; then written after the payload; the
-// chunk keeps their checksum.
+// Version 4 chunks: one bound checksum per tile (block_checksums.h,
+// block_layout.h), computed piece by piece (whole tiles) right before the
+// write copies the piece, while it is in the cache (one pass over memory
+// instead of two), or for large chunks by helpers while the writes go on;
+// then written after the payload; the chunk keeps their checksum.
 void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
                               std::span<const std::byte> bytes) {
   chunk.offset = Append({});
   chunk.checksum.reset();
   chunk.block_checksums.clear();
   chunk.block_size = ChooseBlockSize(bytes.size());
+  const BlockLayout layout = TileLayout(tensor, chunk);
+  chunk.tiles = layout.tiles();
   const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
-  sums_.resize(BlockCount(bytes.size(), chunk.block_size));
+  sums_.resize(layout.tiles());
   const bool offload = helpers() > 0 && bytes.size() >= kHashOffloadMinBytes;
-  // Pieces of whole blocks (the block size divides the piece size or exceeds it).
-  const size_t piece_bytes =
-      std::max<size_t>(offload ? kHashedPieceBytes : kPieceBytes, chunk.block_size);
-  const size_t pieces = (bytes.size() + piece_bytes - 1) / piece_bytes;
+  const std::vector<BlockLayout::Piece> pieces =
+      layout.Pieces(offload ? kHashedPieceBytes : kPieceBytes);
   // Pieces [begin, end).
   auto pieces_bytes = [&](size_t begin, size_t end) {
-    return bytes.subspan(begin * piece_bytes,
-                         std::min(end * piece_bytes, bytes.size()) - begin * piece_bytes);
+    return bytes.subspan(pieces[begin].begin, pieces[end - 1].end - pieces[begin].begin);
   };
   auto hash = [&](size_t i) {
-    HashBlocks(pieces_bytes(i, i + 1), chunk.block_size, seed, i * piece_bytes / chunk.block_size,
-               sums_);
+    HashTiles(layout, bytes, seed, pieces[i].first, pieces[i].last, sums_);
   };
   if (offload) {
-    AppendWhileHelpersHash(pieces, kMaxHashedRunBytes / piece_bytes, helpers(), hash,
-                           [&](size_t begin, size_t end) { Append(pieces_bytes(begin, end)); });
+    AppendWhileHelpersHash(
+        pieces.size(), std::max<size_t>(1, kMaxHashedRunBytes / kHashedPieceBytes), helpers(), hash,
+        [&](size_t begin, size_t end) { Append(pieces_bytes(begin, end)); });
   } else {
-    for (size_t i = 0; i < pieces; ++i) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
       hash(i);
       Append(pieces_bytes(i, i + 1));
     }
@@ -94,14 +92,17 @@ void NativeWriter::StoreSmallChunks(std::span<PendingChunk> chunks) {
     size_t count;
   };
   std::vector<Sums> sums(chunks.size());
+  std::vector<BlockLayout> layouts(chunks.size());
   size_t total = 0, payload = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     StoredChunk& chunk = chunks[i].chunk;
     chunk.checksum.reset();
     chunk.block_checksums.clear();
     chunk.block_size = ChooseBlockSize(chunks[i].bytes.size());
+    layouts[i] = TileLayout(*chunks[i].tensor, chunk);
+    chunk.tiles = layouts[i].tiles();
     sums[i] = {ChunkBindingSeed(chunks[i].tensor->key, chunks[i].tensor->dtype, chunk), total,
-               BlockCount(chunks[i].bytes.size(), chunk.block_size)};
+               chunk.tiles};
     total += sums[i].count;
     payload += chunks[i].bytes.size();
   }
@@ -110,7 +111,7 @@ void NativeWriter::StoreSmallChunks(std::span<PendingChunk> chunks) {
     return std::span(sums_).subspan(sums[i].first, sums[i].count);
   };
   auto hash = [&](size_t i) {  // on this thread or a helper
-    HashBlocks(chunks[i].bytes, chunks[i].chunk.block_size, sums[i].seed, 0, chunk_sums(i));
+    HashTiles(layouts[i], chunks[i].bytes, sums[i].seed, 0, sums[i].count, chunk_sums(i));
     chunks[i].chunk.sums_checksum = SumsChecksum(chunk_sums(i), sums[i].seed);
   };
   // Runs of about kMaxHashedRunBytes, each written as soon as it is hashed,
