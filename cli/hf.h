@@ -14,6 +14,7 @@ namespace distckpt {
 
 struct ImportArgs {
   std::string out, from = "hf", dir, spec, topology, format = "native";
+  std::vector<std::string> drops;  // --drop GLOB: HF tensors left out on purpose
 };
 
 // --to hf, --to fsdp-dtensor, or --to native|dcp|dcp-1.13 (ConvertCheckpoint).
@@ -27,7 +28,7 @@ int ExportCommand(const ExportArgs& args);
 struct ImportSummary {
   size_t tensors = 0;
   uint64_t bytes_written = 0;
-  std::vector<std::string> unused;  // HF tensors no Megatron key maps from
+  std::vector<std::string> dropped;  // HF tensors no Megatron key maps from, left out by --drop
 };
 ImportSummary ImportFromHf(const ImportArgs& args);
 // export --spec gpt: the GPT model section inferred from the checkpoint's

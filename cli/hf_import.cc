@@ -4,7 +4,9 @@
 // (harness ReshardRank); and export's --spec gpt, which needs the harness's
 // inference.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include "harness/request_spec.h"
 #include "harness/spec.h"
 #include "harness/verify.h"
+#include "interop/hf/accounting.h"
 #include "interop/hf/import.h"
 #include "interop/hf/plan.h"
 #include "topology/topology.h"
@@ -54,7 +57,21 @@ ImportSummary ImportFromHf(const ImportArgs& args) {
         megatron.emplace_back(p.key(), shape);
       }
     }
-    summary.unused = WriteHfUnsharded(env, spec, args.dir, tmp, megatron);
+    // Exact or refused, as export: an HF tensor the model has no place for is
+    // an error naming each (the spec is not the model that was exported), or
+    // left out on purpose with --drop GLOB.
+    std::vector<std::string> unplaced;
+    for (std::string& name : WriteHfUnsharded(env, spec, args.dir, tmp, megatron)) {
+      const bool drop = std::any_of(args.drops.begin(), args.drops.end(),
+                                    [&](const std::string& g) { return GlobMatch(g, name); });
+      (drop ? summary.dropped : unplaced).push_back(std::move(name));
+    }
+    if (!unplaced.empty()) {
+      Fail(ErrorKind::kKeyMismatch,
+           "{}: {} HF tensor(s) have no place in the spec's Megatron model (nothing is written; "
+           "--drop GLOB leaves a tensor out on purpose): {}",
+           args.dir, unplaced.size(), fmt::join(unplaced, ", "));
+    }
     std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(env, tmp);
     Scenario request = LoadRequestSpec(args.spec, reader->metadata(), {});
     summary.tensors = reader->metadata().tensors.size();
@@ -99,9 +116,8 @@ nlohmann::json InferExportModel(const ExportArgs& args) {
 
 int ImportCommand(const ImportArgs& args) {
   ImportSummary s = ImportFromHf(args);
-  for (const std::string& name : s.unused) {
-    std::cerr << fmt::format("warning: HF tensor '{}' has no Megatron counterpart: not imported\n",
-                             name);
+  for (const std::string& name : s.dropped) {
+    std::cout << fmt::format("dropped (--drop): HF tensor '{}'\n", name);
   }
   std::cout << fmt::format(
       "imported {} Megatron tensors from HF model {} into {} under {} ({} format): {} bytes "

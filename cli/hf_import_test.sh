@@ -53,6 +53,27 @@ cp -r "$w/hf" "$w/hf-missing"
 rm "$w/hf-missing/model-00003-of-00012.safetensors"
 expect_input_error "model-00003-of-00012.safetensors" \
   "$d" import "$w/x" --from hf "$w/hf-missing" --spec "$spec" --topology tp=2
+# An HF tensor the spec's model has no place for (a shared expert, say): refused naming it,
+# nothing written, unless --drop leaves it out on purpose (then listed).
+cp -r "$w/hf" "$w/hf-extra"
+python3 - "$w/hf-extra" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+h = json.dumps({"model.layers.0.mlp.shared_expert.up_proj.weight":
+                {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+h += b" " * (-len(h) % 8)
+open(d + "/model-extra.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + bytes(8))
+i = json.load(open(d + "/model.safetensors.index.json"))
+i["weight_map"]["model.layers.0.mlp.shared_expert.up_proj.weight"] = "model-extra.safetensors"
+json.dump(i, open(d + "/model.safetensors.index.json", "w"))
+PY
+expect_input_error "shared_expert.up_proj.weight" \
+  "$d" import "$w/x" --from hf "$w/hf-extra" --spec "$spec" --topology tp=2
+[ ! -e "$w/x" ] || { echo "a refused import left $w/x"; exit 1; }
+"$d" import "$w/x-dropped" --from hf "$w/hf-extra" --spec "$spec" --topology tp=2 \
+  --drop '*shared_expert*' > "$work/out"
+grep -q "dropped (--drop): HF tensor 'model.layers.0.mlp.shared_expert.up_proj.weight'" "$work/out" ||
+  { echo "import --drop: the dropped tensor is not listed"; cat "$work/out"; exit 1; }
 sed 's/"ffn": 48/"ffn": 40/' "$spec" > "$work/bad-ffn.json"
 expect_input_error "mlp.gate_proj.weight" \
   "$d" import "$w/x" --from hf "$w/hf" --spec "$work/bad-ffn.json" --topology tp=2

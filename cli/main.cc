@@ -464,6 +464,9 @@ int main(int argc, char** argv) {
                   "the GPT model: a JSON spec or scenario file (as export's --spec)")
       ->required();
   imp->add_option("--topology", import_args.topology, "topology to save under")->required();
+  imp->add_option("--drop", import_args.drops,
+                  "leave HF tensors matching GLOB out on purpose (repeatable); any other HF "
+                  "tensor the model has no place for refuses the import");
   imp->add_option("--format", import_args.format, "native (default), dcp or dcp-1.13")
       ->check(CLI::IsMember({"native", "dcp", "dcp-1.13"}));
 
