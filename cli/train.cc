@@ -200,6 +200,11 @@ int TrainCommand(const TrainArgs& args) {
     std::cerr << "distckpt train: " << report.error << "\n";
     return report.value_mismatch ? kExitVerdictFailed : kExitInputError;
   }
+  if (report.resumed_foreign) {
+    std::cout << fmt::format("resumed iteration {} under {} (loaded as above); nothing to train\n",
+                             report.resumed_iteration, m.topology);
+    return kExitOk;
+  }
   std::cout << fmt::format(
       "trained {} to step {} under {} ({} layout){}; committed: {}{}\n", s.name, report.last_step,
       m.topology, args.layout,
