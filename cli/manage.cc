@@ -127,8 +127,7 @@ Command AddManageCommand(CLI::App& app) {
   manage->add_flag("--include-foreign", args->include_foreign,
                    "prune: also delete superseded iterations distckpt did not write (Megatron's "
                    "own); the tracker's is never deleted");
-  manage->add_option("--retain-interval", args->retain_interval,
-                     "prune: keep multiples of R");
+  manage->add_option("--retain-interval", args->retain_interval, "prune: keep multiples of R");
   return {manage, [args](CommandLine&) { return ManageCommand(*args); }};
 }
 

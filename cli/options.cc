@@ -124,8 +124,7 @@ void StrictIntegers(CLI::App& app) {
 // A training run's root given where a checkpoint is expected (`verify ROOT`):
 // the checkpoint its tracker names, said on stderr.
 void ResolveRunRoot(std::string& path) {
-  if (std::optional<std::string> dir =
-          TrackedIterationDir(Env::Default(), path)) {
+  if (std::optional<std::string> dir = TrackedIterationDir(Env::Default(), path)) {
     std::cerr << "note: " << path << " is a training run's root: reading " << *dir
               << ", the checkpoint its tracker names\n";
     path = *dir;

@@ -184,8 +184,7 @@ Command AddReshardCommand(CLI::App& app) {
                       "source's format)");
   reshard->add_option("--backend", args->backend, "threads or mpi (run under mpirun)")
       ->check(CLI::IsMember({"threads", "mpi"}));
-  reshard->add_option("--strict", args->strict,
-                      "strict handling mode (default: the spec's)");
+  reshard->add_option("--strict", args->strict, "strict handling mode (default: the spec's)");
   reshard->add_flag("--strict-objects", args->strict_objects,
                     "refuse when a stored object (rng_state, rerun or dataloader state) would not "
                     "be carried into the output");
