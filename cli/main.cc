@@ -19,6 +19,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "format/dcp/unknown_globals.h"
+#include "format/verl/verl_megatron.h"
 #include "io/env.h"
 #include "io/storage_path.h"
 #include "manager/catalog.h"
@@ -171,6 +172,13 @@ void ResolveRunRoot(std::string& path) {
     std::cerr << "note: " << path << " is a training run's root: reading " << *dir
               << ", the checkpoint its tracker names\n";
     path = *dir;
+  }
+  std::string component;
+  if (std::optional<std::string> dist =
+          distckpt::VerlMegatronDistCkpt(distckpt::Env::Default(), path, &component)) {
+    std::cerr << "note: " << path << " holds verl's Megatron checkpoint " << component
+              << ": reading " << *dist << "\n";
+    path = *dist;
   }
 }
 

@@ -59,8 +59,9 @@ struct ObjectFate {
 };
 // Every stored object key, in key order (ranks of `topology` expanded up to
 // 4096 of them to find what the spec requests).
+// `regrid_objects`: as ReshardRank's (the fate says what is carried).
 std::vector<ObjectFate> ObjectFates(const Scenario& spec, const CheckpointMetadata& metadata,
-                                    const Topology& topology);
+                                    const Topology& topology, bool regrid_objects = false);
 
 struct VerifyResult {
   bool ok = false;
@@ -107,9 +108,13 @@ struct ReshardResult {
 // Throws CheckpointError (agreed by every rank) when the load or the save
 // fails; `out` then holds no committed checkpoint. `objects` false requests
 // the spec's tensors only (a checkpoint that stores none of its objects).
+// `regrid_objects`: an object stored on another grid (rng_state after a TP/PP
+// change) is carried regridded: coordinate c of the new grid holds what the
+// stored grid holds at c modulo its extent (verl's load needs every
+// coordinate; Megatron's skips rng_state instead).
 ReshardResult ReshardRank(const Scenario& spec, const std::string& dir, const std::string& topology,
                           const std::string& out, const Format& format, StrictHandling strict,
-                          Communicator& comm, bool objects = true);
+                          Communicator& comm, bool objects = true, bool regrid_objects = false);
 
 }  // namespace distckpt
 
