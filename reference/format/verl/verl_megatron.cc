@@ -49,8 +49,8 @@ std::optional<nlohmann::json> VerlMegatronArgs(Env* env, const std::string& dist
   const nlohmann::json tc = ParseJson(ReadFileToString(env, file), file);
   if (!tc.is_object()) Fail(ErrorKind::kCorruption, "{}: not a JSON object", file);
   nlohmann::json args = nlohmann::json::object();
-  for (const char* name : {"num_attention_heads", "num_query_groups", "num_layers",
-                           "hidden_size", "ffn_hidden_size", "kv_channels"}) {
+  for (const char* name : {"num_attention_heads", "num_query_groups", "num_layers", "hidden_size",
+                           "ffn_hidden_size", "kv_channels"}) {
     if (tc.contains(name) && tc[name].is_number_integer()) args[name] = tc[name];
   }
   if (args.contains("num_query_groups") && args.contains("num_attention_heads")) {
@@ -58,6 +58,16 @@ std::optional<nlohmann::json> VerlMegatronArgs(Env* env, const std::string& dist
   }
   if (tc.contains("gated_linear_unit") && tc["gated_linear_unit"].is_boolean()) {
     args["swiglu"] = tc["gated_linear_unit"];
+  }
+  // verl builds GPTModel with the HF config's vocab_size, unpadded (Megatron's
+  // training args would pad it to make_vocab_size_divisible_by x TP).
+  args["make_vocab_size_divisible_by"] = 1;
+  const std::string hf =
+      JoinPath(JoinPath(dir.parent_path().string(), "huggingface"), "config.json");
+  if (env->FileExists(hf)) {
+    const nlohmann::json c = ParseJson(ReadFileToString(env, hf), hf);
+    if (c.is_object() && c.contains("vocab_size") && c["vocab_size"].is_number_integer())
+      args["vocab_size"] = c["vocab_size"];
   }
   return args;
 }

@@ -40,8 +40,10 @@ std::optional<std::string> VerlMegatronDistCkpt(Env* env, const std::string& pat
 
 // Megatron-args-like JSON ("num_attention_heads", "num_query_groups",
 // "group_query_attention", "swiglu", "num_layers", "hidden_size",
-// "ffn_hidden_size") from the transformer_config.json beside `dist_ckpt_dir`;
-// nullopt when there is none. A malformed file: kCorruption naming it.
+// "ffn_hidden_size") from the transformer_config.json beside `dist_ckpt_dir`,
+// "vocab_size" from huggingface/config.json and make_vocab_size_divisible_by
+// 1 (verl's GPTModel has the HF vocab, unpadded); nullopt when there is no
+// transformer_config.json. A malformed file: kCorruption naming it.
 std::optional<nlohmann::json> VerlMegatronArgs(Env* env, const std::string& dist_ckpt_dir);
 
 // md.common["args"] from VerlMegatronArgs when the checkpoint in `dir`
