@@ -197,6 +197,12 @@ std::optional<VerlMegatronReshard> ResolveVerlMegatron(ReshardArgs& args) {
   VerlMegatronReshard v;
   const std::optional<std::string> dist = VerlMegatronDistCkpt(env, args.dir, &v.component);
   if (!dist) return std::nullopt;
+  if (env->IsDirectory(args.out) && !env->ListDir(args.out).empty()) {
+    Fail(ErrorKind::kInvalidArgument,
+         "reshard of verl's Megatron checkpoint {}: --out {} is not empty (the step or component "
+         "folder is written whole, nothing is replaced)",
+         args.dir, args.out);
+  }
   if (v.component == args.dir) {
     v.out_component = args.out;
   } else {

@@ -104,6 +104,10 @@ PY
   expect_rc 0 "$d" inspect "$out"
   grep -q "rng_state/shard_" "$work/out" || { cat "$work/out"; fail "$name: reshard has no rng_state"; }
   m=$(dump_equal "$out" "$exp")
+  outsums=$(sums "$out")
+  expect_rc 2 "$d" reshard "$r/$step" --spec gpt -t "$other" --out "$out"
+  grep -q "is not empty" "$work/out" || { cat "$work/out"; fail "$name: reshard over a folder"; }
+  [ "$(sums "$out")" = "$outsums" ] || fail "$name: reshard over a folder changed it"
   # The root: a new root with the tracker's step.
   expect_rc 0 "$d" reshard "$r" --spec gpt -t "$other" --out "$work/$name-root"
   [ "$(cat "$work/$name-root/latest_checkpointed_iteration.txt")" = "${step#global_step_}" ] ||
