@@ -217,6 +217,10 @@ std::optional<VerlMegatronReshard> ResolveVerlMegatron(ReshardArgs& args) {
 
 void FinishVerlMegatron(const VerlMegatronReshard& v, const Topology& topo) {
   namespace fs = std::filesystem;
+  // The engine's save lock beside dist_ckpt/ (io/file_lock.h): the save is
+  // over, and verl's folder holds no such file.
+  std::error_code ignored;
+  fs::remove(JoinPath(v.out_component, std::string(kVerlDistCkptDir) + ".lock"), ignored);
   for (const fs::directory_entry& e : fs::directory_iterator(v.component)) {
     if (e.path().filename() == kVerlDistCkptDir) continue;
     fs::copy(e.path(), fs::path(v.out_component) / e.path().filename(),

@@ -91,6 +91,9 @@ print(t, "tp=1,pp=2" if e["tp"] > 1 else "tp=2,pp=1")' "$exp")
     [ -f "$out/$f" ] || fail "$name: reshard wrote no $f"
   done
   cmp -s "$r/$step/data.pt" "$out/data.pt" || fail "$name: data.pt changed"
+  [ "$(cd "$out" && find . -type f ! -path './actor/dist_ckpt/*' | sort | tr '\n' ' ')" = \
+    "./actor/huggingface/config.json ./actor/transformer_config.json ./data.pt " ] ||
+    fail "$name: reshard wrote other files: $(cd "$out" && find . -type f ! -path './actor/dist_ckpt/*')"
   python3 - "$out/actor/transformer_config.json" "$other" <<'PY' || fail "$name: transformer_config.json sizes"
 import json, sys
 tc = json.load(open(sys.argv[1]))
