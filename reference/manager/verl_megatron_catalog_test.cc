@@ -40,7 +40,8 @@ void WriteStep(Env* env, int step, bool finished = true) {
 TEST(VerlMegatron, ResolvesRootStepAndComponent) {
   MemoryEnv env;
   WriteStep(&env, 1);
-  WriteFileAtomic(&env, std::string(kRoot) + "/latest_checkpointed_iteration.txt", std::string("1"));
+  WriteFileAtomic(&env, std::string(kRoot) + "/latest_checkpointed_iteration.txt",
+                  std::string("1"));
   const std::string step = std::string(kRoot) + "/global_step_1";
   EXPECT_EQ(TrackedIterationDir(&env, kRoot), step);
   std::string component;
