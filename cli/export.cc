@@ -12,6 +12,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "format/format.h"
+#include "format/verl/verl_megatron.h"
 #include "harness/request_spec.h"
 #include "interop/convert.h"
 #include "interop/fsdp_dtensor_export.h"
@@ -27,7 +28,9 @@ nlohmann::json InferExportModel(const ExportArgs& args) {
   std::unique_ptr<CheckpointReader> reader =
       DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
   const SpecOverrides overrides = ParseSpecOverrides(args.sets);
-  nlohmann::json model = InferGptModel(reader->metadata(), overrides);
+  CheckpointMetadata md = reader->metadata();
+  AddVerlMegatronArgs(env, args.checkpoint, md);  // verl's dist_ckpt: transformer_config.json
+  nlohmann::json model = InferGptModel(md, overrides);
   // Every stored vocab row is exported unless --set vocab says how many are
   // the tokenizer's: the args' vocab_size need not count the tokenizer's
   // special tokens (NullTokenizer adds one), so only the user can say which

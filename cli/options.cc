@@ -18,6 +18,7 @@
 #include "comm/thread_world.h"
 #include "core/error.h"
 #include "format/format.h"
+#include "format/verl/verl_megatron.h"
 #include "harness/request_spec.h"
 #include "io/env.h"
 #include "io/storage_path.h"
@@ -129,6 +130,12 @@ void ResolveRunRoot(std::string& path) {
               << ", the checkpoint its tracker names\n";
     path = *dir;
   }
+  std::string component;
+  if (std::optional<std::string> dist = VerlMegatronDistCkpt(Env::Default(), path, &component)) {
+    std::cerr << "note: " << path << " holds verl's Megatron checkpoint " << component
+              << ": reading " << *dist << "\n";
+    path = *dist;
+  }
 }
 
 // Every checkpoint path of every command takes a URI too (io/storage_path.h):
@@ -224,7 +231,9 @@ Scenario SpecOf(const std::string& dir, const std::string& spec,
                 const std::vector<std::string>& sets) {
   Env* env = Env::Default();
   std::unique_ptr<CheckpointReader> reader = DetectFormat(env, dir).OpenReader(env, dir);
-  return LoadRequestSpec(spec, reader->metadata(), ParseSpecOverrides(sets));
+  CheckpointMetadata md = reader->metadata();
+  AddVerlMegatronArgs(env, dir, md);  // verl's dist_ckpt: its transformer_config.json
+  return LoadRequestSpec(spec, md, ParseSpecOverrides(sets));
 }
 
 StrictHandling StrictOf(const std::string& flag, const Scenario& spec) {

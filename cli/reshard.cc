@@ -5,15 +5,19 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
+#include "format/verl/verl_megatron.h"
 #include "format/verl/verl_reshard.h"
 #include "harness/verify.h"
 #include "manager/catalog.h"
@@ -63,11 +67,78 @@ std::optional<RootReshard> ResolveRoot(ReshardArgs& args) {
   return root;
 }
 
+// verl's Megatron checkpoint given as a step folder (global_step_N) or its
+// component (actor/): the component's dist_ckpt is resharded into
+// OUT[/<component>]/dist_ckpt; the component's other files (huggingface/,
+// transformer_config.json with the new TP / PP sizes) and the step's files
+// (data.pt) are copied beside it, so verl's load_checkpoint reads OUT.
+struct VerlMegatronReshard {
+  std::string component, out_component, step, out_step;
+};
+
+std::optional<VerlMegatronReshard> ResolveVerlMegatron(ReshardArgs& args) {
+  Env* env = Env::Default();
+  VerlMegatronReshard v;
+  const std::optional<std::string> dist = VerlMegatronDistCkpt(env, args.dir, &v.component);
+  if (!dist) return std::nullopt;
+  if (env->IsDirectory(args.out) && !env->ListDir(args.out).empty()) {
+    Fail(ErrorKind::kInvalidArgument,
+         "reshard of verl's Megatron checkpoint {}: --out {} is not empty (the step or component "
+         "folder is written whole, nothing is replaced)",
+         args.dir, args.out);
+  }
+  if (v.component == args.dir) {
+    v.out_component = args.out;
+  } else {
+    v.step = args.dir;
+    v.out_step = args.out;
+    v.out_component = JoinPath(args.out, std::filesystem::path(v.component).filename().string());
+  }
+  args.dir = *dist;
+  args.out = JoinPath(v.out_component, kVerlDistCkptDir);
+  return v;
+}
+
+void FinishVerlMegatron(const VerlMegatronReshard& v, const Topology& topo) {
+  namespace fs = std::filesystem;
+  // The engine's save lock beside dist_ckpt/ (io/file_lock.h): the save is
+  // over, and verl's folder holds no such file.
+  std::error_code ignored;
+  fs::remove(JoinPath(v.out_component, std::string(kVerlDistCkptDir) + ".lock"), ignored);
+  for (const fs::directory_entry& e : fs::directory_iterator(v.component)) {
+    if (e.path().filename() == kVerlDistCkptDir) continue;
+    fs::copy(e.path(), fs::path(v.out_component) / e.path().filename(),
+             fs::copy_options::recursive);
+  }
+  const std::string tc = JoinPath(v.out_component, kVerlTransformerConfig);
+  if (fs::exists(tc)) {
+    nlohmann::json j = ParseJson(ReadFileToString(Env::Default(), tc), tc);
+    if (j.is_object()) {
+      j["tensor_model_parallel_size"] = topo.tp;
+      j["pipeline_model_parallel_size"] = topo.pp;
+      std::ofstream(tc, std::ios::trunc) << j.dump(2) << "\n";
+    }
+  }
+  if (!v.step.empty()) {
+    for (const fs::directory_entry& e : fs::directory_iterator(v.step)) {
+      const std::string name = e.path().filename().string();
+      if (e.path() == fs::path(v.component)) continue;
+      if (e.is_directory()) {
+        std::cout << fmt::format("  not carried: verl component {} (reshard carries {})\n", name,
+                                 fs::path(v.component).filename().string());
+        continue;
+      }
+      fs::copy(e.path(), fs::path(v.out_step) / name);
+    }
+  }
+}
+
 // Loads the spec's request from the checkpoint under a topology and saves
 // it there into --out (0 done, 2 failed).
 int ReshardCommand(const ReshardArgs& given) {
   ReshardArgs args = given;
   std::optional<RootReshard> root = ResolveRoot(args);
+  std::optional<VerlMegatronReshard> verl = ResolveVerlMegatron(args);
   if (args.format.empty()) {
     // The source's own format: Megatron resumes what it wrote (common.pt or not).
     Env* env = Env::Default();
@@ -84,13 +155,24 @@ int ReshardCommand(const ReshardArgs& given) {
     std::unique_ptr<CheckpointReader> reader =
         DetectFormat(env, args.dir).OpenReader(env, args.dir);
     std::vector<ObjectFate> fates =
-        ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology));
+        ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology), verl.has_value());
     int changed = PrintObjectFates(fates);
     // Stored tensors the request does not hold (Megatron 0.20's dp_reshardable
     // optimizer buckets under --spec gpt, keys a spec file leaves out).
     VerifyOptions metadata_only;
     metadata_only.strict = StrictHandling::kReturnAll;
     VerifyResult plan = VerifyLoad(spec, args.dir, args.topology, metadata_only);
+    if (verl) {  // carried regridded (fates above)
+      for (const ObjectFate& f : fates) {
+        if (f.fate != "regridded") continue;
+        std::vector<std::string> keys;
+        std::stringstream in(plan.missing);
+        for (std::string k; std::getline(in, k, ',');) {
+          if (k != f.key) keys.push_back(std::move(k));
+        }
+        plan.missing = fmt::format("{}", fmt::join(keys, ","));
+      }
+    }
     if (!plan.missing.empty()) {
       ++changed;
       std::cout << fmt::format("  not carried: stored tensors the request does not hold: {}\n",
@@ -106,7 +188,8 @@ int ReshardCommand(const ReshardArgs& given) {
   ReshardResult result;
   bool prints = true;
   auto step = [&](Communicator& comm) {
-    return ReshardRank(spec, args.dir, args.topology, args.out, format, strict, comm);
+    return ReshardRank(spec, args.dir, args.topology, args.out, format, strict, comm,
+                       /*objects=*/true, /*regrid_objects=*/verl.has_value());
   };
   if (args.backend == "threads") {
     std::vector<ReshardResult> results(world);
@@ -131,6 +214,7 @@ int ReshardCommand(const ReshardArgs& given) {
     // Megatron's integrity.json stays valid: the output gets its own when the source had one.
     if (Env::Default()->FileExists(JoinPath(args.dir, kMegatronIntegrityFileName)))
       WriteMegatronIntegrity(Env::Default(), args.out);
+    if (verl) FinishVerlMegatron(*verl, Topology::Parse(args.topology));
     if (root) WriteTracker(Env::Default(), root->out_root, root->tracker);
     std::cout << fmt::format(
         "resharded {} to {} under {} ({} format): {} bytes read, {} bytes written, {:.3f} s{}\n",

@@ -10,6 +10,7 @@
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
 #include "format/verl/verl_files.h"
+#include "format/verl/verl_megatron.h"
 
 namespace distckpt {
 namespace {
@@ -17,9 +18,10 @@ namespace {
 bool IsCommitted(Env* env, const std::string& dir) { return !DetectCommitted(env, dir).empty(); }
 
 // A global_step_N directory verl's trainer wrote: its components are the
-// subfolders holding verl FSDP checkpoints (actor, critic, ...); complete
-// when every one is whole (VerlCheckpointGap). data.pt (the dataloader) is
-// optional, as verl's resume treats it.
+// subfolders holding verl FSDP checkpoints (actor, critic, ...), complete
+// when every one is whole (VerlCheckpointGap), or verl Megatron checkpoints
+// (dist_ckpt/ whose metadata.json, Megatron's last file, names a backend).
+// data.pt (the dataloader) is optional, as verl's resume treats it.
 CatalogEntry InspectVerlStep(Env* env, CatalogEntry entry) {
   IterationManifest m;
   m.iteration = entry.iteration;
@@ -30,6 +32,23 @@ CatalogEntry InspectVerlStep(Env* env, CatalogEntry entry) {
   for (const std::string& name : names) {
     const std::string dir = JoinPath(entry.path, name);
     if (!env->IsDirectory(dir)) continue;
+    if (IsVerlMegatronComponent(env, dir)) {
+      if (entry.format.empty()) entry.format = "verl-megatron";
+      if (entry.format != "verl-megatron") {
+        entry.why_incomplete =
+            fmt::format("verl component '{}' is Megatron, another one FSDP", name);
+        return entry;
+      }
+      m.components.push_back(name);
+      continue;
+    }
+    if (env->IsDirectory(JoinPath(dir, kVerlDistCkptDir))) {
+      entry.why_incomplete = fmt::format(
+          "verl component '{}': {}/{} has no {} naming a sharded backend (the save never "
+          "finished)",
+          name, kVerlDistCkptDir, kMegatronConfigFileName, kMegatronConfigFileName);
+      return entry;
+    }
     bool verl = false;
     for (const std::string& f : env->ListDir(dir)) {
       verl = verl || f.starts_with("model_world_size_") || f.starts_with("optim_world_size_");
@@ -41,19 +60,23 @@ CatalogEntry InspectVerlStep(Env* env, CatalogEntry entry) {
       entry.why_incomplete = fmt::format("verl component '{}': {}", name, why);
       return entry;
     }
+    if (entry.format.empty()) entry.format = "verl-fsdp";
+    if (entry.format != "verl-fsdp") {
+      entry.why_incomplete = fmt::format("verl component '{}' is FSDP, another one Megatron", name);
+      return entry;
+    }
     m.components.push_back(name);
     if (m.contents.empty()) m.contents = contents;
     if (topology.empty()) topology = fmt::format("dp={}", world);
   }
   if (m.components.empty()) {
     entry.why_incomplete = fmt::format(
-        "not written by distckpt (no {}) and no verl FSDP component (a folder with "
-        "model_world_size_W_rank_r.pt)",
+        "not written by distckpt (no {}) and no verl component (a folder with "
+        "model_world_size_W_rank_r.pt, or with Megatron's dist_ckpt/)",
         kManifestFile);
     return entry;
   }
   m.topology = topology;
-  entry.format = "verl-fsdp";
   entry.manifest = std::move(m);
   entry.complete = true;
   return entry;
@@ -74,9 +97,12 @@ std::optional<std::string> TrackedIterationDir(Env* env, const std::string& path
   if (!DetectCommitted(env, path).empty()) return std::nullopt;  // a checkpoint, not a root
   const std::optional<Tracker> tracker = ReadTracker(env, path);
   if (!tracker) return std::nullopt;
-  return JoinPath(path, tracker->release
-                            ? std::string(kReleaseDir)
-                            : IterationDirName(CheckpointLayout::kMegatron, tracker->iteration));
+  if (tracker->release) return JoinPath(path, kReleaseDir);
+  const std::string megatron =
+      JoinPath(path, IterationDirName(CheckpointLayout::kMegatron, tracker->iteration));
+  const std::string verl =
+      JoinPath(path, IterationDirName(CheckpointLayout::kVerl, tracker->iteration));
+  return !env->IsDirectory(megatron) && env->IsDirectory(verl) ? verl : megatron;
 }
 
 nlohmann::json IterationManifest::ToJson() const {

@@ -71,8 +71,9 @@ std::string DetectCommitted(Env* env, const std::string& dir);
 // ROOT`): the directory its tracker names (ROOT/iter_N, ROOT/release) when
 // `path` holds a tracker and is not itself a committed checkpoint; nullopt
 // otherwise. An unreadable tracker throws CheckpointError(kCorruption) naming
-// it. Megatron's layout (a verl step directory holds one checkpoint per
-// component: name the component's directory).
+// it. Megatron's layout, or verl's (ROOT/global_step_N, when there is no
+// ROOT/iter_N): a verl step directory holds one checkpoint per component
+// (name the component's directory, or see VerlMegatronDistCkpt).
 std::optional<std::string> TrackedIterationDir(Env* env, const std::string& path);
 // Every iteration directory under `root` (missing root: empty catalog).
 Catalog ScanRoot(Env* env, const std::string& root, CheckpointLayout layout);

@@ -252,7 +252,18 @@ Node BuildLoadRequest(const Scenario& s, const PairSpec* pair, const Topology& s
   for (ObjectParam& o : state.objects) {
     if (!options.objects || dropped(o.object.key)) continue;
     auto it = grids.find(o.object.key);
-    if (it != grids.end() && it->second != o.object.global_shape) continue;  // not reshardable
+    if (it != grids.end() && it->second != o.object.global_shape) {
+      const Shape& stored = it->second;
+      if (!options.regrid_objects || stored.size() != o.object.global_shape.size() ||
+          stored.size() != o.object.global_offset.size()) {
+        continue;  // not reshardable
+      }
+      if (options.regridded)
+        (*options.regridded)[o.path] = {o.object.global_shape, o.object.global_offset};
+      for (size_t i = 0; i < stored.size(); ++i)
+        o.object.global_offset[i] = stored[i] > 0 ? o.object.global_offset[i] % stored[i] : 0;
+      o.object.global_shape = stored;
+    }
     // A real checkpoint: only what it stores (a model saved without
     // TransformerEngine has no _extra_state; Megatron's resave after a TP/PP
     // change has no rng_state, whose grid changed).

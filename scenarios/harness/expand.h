@@ -43,6 +43,13 @@ struct RequestOptions {
   const std::map<std::string, Shape>* stored_objects = nullptr;
   bool zero_fill = true;
   bool objects = true;  // false: request tensors only (e.g. a checkpoint converted from HF)
+  // An object stored on another grid of the same rank (verl's rng_state after
+  // a TP/PP change, which verl's load requires): requested at its stored
+  // coordinate (each offset modulo the stored grid) instead of left out;
+  // `regridded` gets request path -> (grid, offset) under `topology`, for the
+  // save to put back.
+  bool regrid_objects = false;
+  std::map<std::string, std::pair<Shape, Shape>>* regridded = nullptr;
 };
 
 // Rank `rank`'s load request: destination buffers allocated, load_extra

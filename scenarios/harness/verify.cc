@@ -30,9 +30,10 @@ std::string Joined(const std::set<std::string>& keys) {
 // Rank `rank`'s request for a real checkpoint: objects only where the
 // stored grid matches (objects cannot be resharded), no zero fill.
 Node RequestFor(const Scenario& spec, const CheckpointMetadata& md, const Topology& saved,
-                const Topology& topo, int rank, bool zero_fill, bool objects = true) {
+                const Topology& topo, int rank, bool zero_fill, bool objects = true,
+                std::map<std::string, std::pair<Shape, Shape>>* regridded = nullptr) {
   std::map<std::string, Shape> grids = StoredObjectGrids(md);
-  RequestOptions options{&grids, zero_fill, objects};
+  RequestOptions options{&grids, zero_fill, objects, regridded != nullptr, regridded};
   Node request = BuildLoadRequest(spec, nullptr, saved, topo, rank, options);
   // No object of the spec is stored on this grid (Megatron's resave after a
   // TP/PP change has no rng_state): no "objects" dict at all, or a reshard
@@ -58,7 +59,7 @@ std::string GridString(const Shape& shape) { return ShapeToString(shape); }
 }  // namespace
 
 std::vector<ObjectFate> ObjectFates(const Scenario& spec, const CheckpointMetadata& md,
-                                    const Topology& topo) {
+                                    const Topology& topo, bool regrid_objects) {
   std::map<std::string, Shape> stored = StoredObjectGrids(md);
   std::map<std::string, Shape> requested;
   const int ranks = std::min(topo.world_size(), 4096);
@@ -74,6 +75,14 @@ std::vector<ObjectFate> ObjectFates(const Scenario& spec, const CheckpointMetada
                        fmt::format("stored on grid {}; the request spec does not ask for it, so a "
                                    "load leaves it and a reshard does not carry it",
                                    GridString(grid))});
+    } else if (it->second != grid && regrid_objects && it->second.size() == grid.size()) {
+      fates.push_back(
+          {key, "regridded",
+           fmt::format("stored on grid {}, topology {} places it on {}: carried regridded, each "
+                       "coordinate of the new grid holds the stored one at that coordinate "
+                       "modulo {} (ranks beyond the stored grid repeat its RNG streams)",
+                       GridString(grid), topo.ToString(), GridString(it->second),
+                       GridString(grid))});
     } else if (it->second != grid) {
       fates.push_back(
           {key, "regridded",
@@ -189,7 +198,8 @@ DataCheck VerifyData(const std::string& dir, Env* env) {
 }
 
 StoredLoad LoadStored(const Scenario& spec, const std::string& dir, const std::string& topology,
-                      StrictHandling strict, Communicator& comm, bool objects) {
+                      StrictHandling strict, Communicator& comm, bool objects,
+                      bool regrid_objects) {
   Env* env = Env::Default();
   StoredLoad out;
   AgreeOnOutcome(comm, [&] {
@@ -203,26 +213,34 @@ StoredLoad LoadStored(const Scenario& spec, const std::string& dir, const std::s
     if (spec.optimizer || spec.check_stored_optimizer)
       CheckStoredOptimizerResumable(md.common, out.topology);
     Topology saved = md.topology.empty() ? out.topology : Topology::Parse(md.topology);
-    out.request =
-        RequestFor(spec, md, saved, out.topology, comm.rank(), /*zero_fill=*/true, objects);
+    out.request = RequestFor(spec, md, saved, out.topology, comm.rank(), /*zero_fill=*/true,
+                             objects, regrid_objects ? &out.regridded : nullptr);
   });
   LoadOptions load;
   load.strict = strict;
+  // A regridded object is read at its stored coordinate by the ranks that
+  // need it, so the request no longer tiles its stored grid: no access check
+  // (the tensors' requests come from the spec's expansion; the save checks
+  // the written grid).
+  if (comm.AllReduceOne(out.regridded.empty() ? 0 : 1, ReduceOp::kMax) > 0)
+    load.validate_access_integrity = false;
   out.loaded = Load(out.request, dir, comm, load);
   return out;
 }
 
 ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
                           const std::string& topology, const std::string& out, const Format& format,
-                          StrictHandling strict, Communicator& comm, bool objects) {
+                          StrictHandling strict, Communicator& comm, bool objects,
+                          bool regrid_objects) {
   Scenario spec = request_spec;  // stored dtypes: a resharded checkpoint keeps them
   for (TensorSpec& t : spec.tensors) t.load_dtype.reset();
   auto start = std::chrono::steady_clock::now();
-  StoredLoad stored = LoadStored(spec, dir, topology, strict, comm, objects);
+  StoredLoad stored = LoadStored(spec, dir, topology, strict, comm, objects, regrid_objects);
   const Topology& topo = stored.topology;
   std::unique_ptr<CheckpointReader>& reader = stored.reader;
   Node& request = stored.request;
   LoadResult& loaded = stored.loaded;
+  const std::map<std::string, std::pair<Shape, Shape>>& regridded = stored.regridded;
   SaveOptions save;
   save.format = &format;
   save.topology = topo.ToString();
@@ -232,6 +250,16 @@ ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
   save.common_record = reader->CommonRecord();
   AgreeOnOutcome(comm, [&] {
     KeepStoredRecords(resave, *reader);
+    // Regridded objects (as stored, records kept) go to their new coordinate.
+    auto objs = resave.as<Dict>().find("objects");
+    if (objs != resave.as<Dict>().end() && objs->second.is<Dict>()) {
+      for (const auto& [path, where] : regridded) {
+        auto it = objs->second.as<Dict>().find(path);
+        if (it == objs->second.as<Dict>().end() || !it->second.is<ShardedObject>()) continue;
+        it->second.as<ShardedObject>().global_shape = where.first;
+        it->second.as<ShardedObject>().global_offset = where.second;
+      }
+    }
     // A reshard changes no common state: the tree's common part is the
     // checkpoint's as stored, not the request spec's generated values (the
     // optimizer section's param_groups and step would replace Megatron's, a

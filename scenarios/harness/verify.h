@@ -32,6 +32,7 @@
 #define DISTCKPT_SCENARIO_VERIFY_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -61,8 +62,9 @@ struct ObjectFate {
 };
 // Every stored object key, in key order (ranks of `topology` expanded up to
 // 4096 of them to find what the spec requests).
+// `regrid_objects`: as ReshardRank's (the fate says what is carried).
 std::vector<ObjectFate> ObjectFates(const Scenario& spec, const CheckpointMetadata& metadata,
-                                    const Topology& topology);
+                                    const Topology& topology, bool regrid_objects = false);
 
 struct VerifyResult {
   bool ok = false;
@@ -111,9 +113,12 @@ struct StoredLoad {
   Topology topology;
   Node request;
   LoadResult loaded;
+  // regrid_objects: object path -> its new (global shape, offset) (ReshardRank).
+  std::map<std::string, std::pair<Shape, Shape>> regridded;
 };
 StoredLoad LoadStored(const Scenario& spec, const std::string& dir, const std::string& topology,
-                      StrictHandling strict, Communicator& comm, bool objects = true);
+                      StrictHandling strict, Communicator& comm, bool objects = true,
+                      bool regrid_objects = false);
 
 struct ReshardResult {
   uint64_t bytes_read = 0, bytes_written = 0;
@@ -123,9 +128,13 @@ struct ReshardResult {
 // Throws CheckpointError (agreed by every rank) when the load or the save
 // fails; `out` then holds no committed checkpoint. `objects` false requests
 // the spec's tensors only (a checkpoint that stores none of its objects).
+// `regrid_objects`: an object stored on another grid (rng_state after a TP/PP
+// change) is carried regridded: coordinate c of the new grid holds what the
+// stored grid holds at c modulo its extent (verl's load needs every
+// coordinate; Megatron's skips rng_state instead).
 ReshardResult ReshardRank(const Scenario& spec, const std::string& dir, const std::string& topology,
                           const std::string& out, const Format& format, StrictHandling strict,
-                          Communicator& comm, bool objects = true);
+                          Communicator& comm, bool objects = true, bool regrid_objects = false);
 
 }  // namespace distckpt
 
