@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,13 @@ class ScratchDir {
 // Drops every file under `path` (a file or a directory tree) from the page
 // cache with posix_fadvise(DONTNEED); files must be clean (fsync'd).
 void EvictFromPageCache(const std::string& path);
+// The fraction of the pages of the files under `path` that are in the page
+// cache (mincore of a mapping of each file): about 0 after an eviction on a
+// disk, 1 on a memory file system (tmpfs), where a "cold" read is a warm one.
+double ResidentFraction(const std::string& path);
+// Evicts `path` and checks that it left the cache; false where it did not
+// (a cold benchmark then skips itself rather than time warm reads as cold).
+bool EvictAndCheck(const std::string& path);
 
 // The raw baselines: the fastest plain I/O of the same bytes, in large calls
 // (pwritev / preadv of up to 64 MiB and IOV_MAX buffers per call, whatever
@@ -48,14 +56,22 @@ void RawWriteFsync(const std::string& path, const std::vector<std::vector<std::b
 // writes); false where the file system refuses O_DIRECT (tmpfs).
 bool RawWriteDirectFsync(const std::string& path,
                          const std::vector<std::vector<std::byte>>& buffers);
-// Reads the file back into `buffers` (sizes must match the file). The
-// fastest raw reader differs: a file in the page cache reads fastest with one
-// thread per hardware thread (8 MiB pieces in turn, as a load's readers); an
-// evicted file on this machine's virtual disk with one thread in 64 MiB calls
-// (256 MiB cold: 0.08 s against 0.09-0.15 s with two threads on halves and
-// 0.14-0.25 s on 8 MiB pieces in turn), so `cold` reads that way.
-void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers,
-             bool cold = false);
+// Reads the file back into `buffers` (sizes must match the file) with
+// `readers` threads (distckpt's helper pool: no thread start), in one of two
+// patterns: kPiecesInTurn, 8 MiB pieces taken in turn (as a load's readers
+// take chunks), or kContiguous, the file cut into `readers` contiguous
+// ranges, each read in 64 MiB calls (the fastest way to read an evicted file
+// on some disks). readers <= 0: one per hardware thread.
+enum class RawReadPattern { kPiecesInTurn, kContiguous };
+void RawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers, int readers = 0,
+             RawReadPattern pattern = RawReadPattern::kPiecesInTurn);
+void RawRead(const std::string& path, const std::vector<std::span<std::byte>>& buffers,
+             int readers = 0, RawReadPattern pattern = RawReadPattern::kPiecesInTurn);
+// The physical limit of a load's read: the fastest of both patterns with
+// `readers` threads (the load's own parallelism), each timed alone (evicted
+// before, when `cold`); seconds of the faster one.
+double BestRawRead(const std::string& path, std::vector<std::vector<std::byte>>& buffers,
+                   int readers, bool cold);
 
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point start);
@@ -85,6 +101,12 @@ void SaveOnOneRank(const Node& state, const std::string& dir);
 // sides of one ratio instead of one side of a ratio of separate runs.
 void RunPaired(benchmark::State& state, const std::string& name,
                const std::function<double()>& ours, const std::function<double()>& reference);
+
+// A planted regression, to show that the gate catches one
+// (bench/README.md): DISTCKPT_BENCH_PLANT names a side ("load" or "save");
+// the benchmarks of that side run distckpt's operation this many times per
+// timed iteration (2: twice the reads or writes), else once.
+int PlantedRepeats(const std::string& side);
 
 // Bytes in a human unit: "64KiB", "256MiB".
 std::string SizeName(uint64_t bytes);

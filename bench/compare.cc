@@ -3,7 +3,17 @@
 // tolerance. Ratios, not absolute times, so the gate holds across machines.
 //
 //   compare --results R.json [--results R2.json ...] --baseline bench/baseline.json
-//           [--update | --report-only]
+//           [--update | --report-only] [--suspects FILE] [--best]
+//
+// Every benchmark run (a repetition, or a median aggregate) of a name in the
+// results is a sample. By default an entry's value is from the median
+// samples (a repetition where no median was written); --best takes the
+// lowest of all samples (the gate's re-measurement of a suspect: a
+// regression slows every sample, a burst of load only some) and prints the
+// spread of the samples. --suspects writes the numerators of the regressed
+// entries, one a line, for ci/bench to re-measure. A benchmark that skipped
+// itself (a cold benchmark where eviction is impossible) is reported as
+// skipped with its reason, neither failed nor missing.
 //
 // A tracked entry is {"name", "numerator", "denominator", "baseline",
 // "tolerance", "target"}: numerator and denominator name benchmarks (prefix
@@ -16,6 +26,7 @@
 // --update rewrites every baseline with this run's value (limits stay).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -33,6 +44,13 @@ using nlohmann::json;
 struct Run {
   double real_seconds = 0;
   json counters;
+  bool median = false;  // a median aggregate
+};
+
+// Every sample of one benchmark name.
+struct Samples {
+  std::vector<Run> runs;
+  std::string skipped;  // the error message of a benchmark that skipped itself
 };
 
 double ToSeconds(double value, const std::string& unit) {
@@ -42,9 +60,9 @@ double ToSeconds(double value, const std::string& unit) {
   return value;
 }
 
-// name prefix (without /iterations:... /manual_time and aggregates) -> median run
-std::map<std::string, Run> ReadRuns(const std::vector<std::string>& files) {
-  std::map<std::string, Run> runs;
+// run name (without /iterations:... /manual_time and aggregates) -> samples
+std::map<std::string, Samples> ReadRuns(const std::vector<std::string>& files) {
+  std::map<std::string, Samples> runs;
   for (const std::string& file : files) {
     std::ifstream in(file);
     if (!in) throw std::runtime_error("cannot read " + file);
@@ -55,23 +73,79 @@ std::map<std::string, Run> ReadRuns(const std::vector<std::string>& files) {
     json j = json::parse(text);
     for (const json& b : j.at("benchmarks")) {
       std::string name = b.at("run_name").get<std::string>();
+      if (b.value("error_occurred", false)) {
+        runs[name].skipped = b.value("error_message", "skipped");
+        continue;
+      }
       if (b.contains("aggregate_name") && b.at("aggregate_name") != "median") continue;
       Run run;
+      run.median = b.contains("aggregate_name");
       run.real_seconds = ToSeconds(b.at("real_time").get<double>(), b.value("time_unit", "ns"));
       for (auto it = b.begin(); it != b.end(); ++it) {
         if (it.value().is_number()) run.counters[it.key()] = it.value();
       }
-      runs[name] = run;
+      runs[name].runs.push_back(run);
     }
   }
   return runs;
 }
 
-const Run* Find(const std::map<std::string, Run>& runs, const std::string& prefix) {
-  for (const auto& [name, run] : runs) {
-    if (name == prefix || name.rfind(prefix + "/", 0) == 0) return &run;
+const Samples* Find(const std::map<std::string, Samples>& runs, const std::string& prefix) {
+  for (const auto& [name, samples] : runs) {
+    if (name == prefix || name.rfind(prefix + "/", 0) == 0) return &samples;
   }
   return nullptr;
+}
+
+// An entry's value from one sample (NaN where it has no such figure).
+double Value(const json& entry, const Run& num, const Samples* den) {
+  if (entry.contains("denominator")) {
+    if (!den || den->runs.empty()) return NAN;
+    // The denominator's sample of the same kind (median, or the first).
+    const Run* d = &den->runs.front();
+    for (const Run& r : den->runs) {
+      if (r.median == num.median) d = &r;
+    }
+    return d->real_seconds > 0 ? num.real_seconds / d->real_seconds : NAN;
+  }
+  if (entry.contains("counter")) {
+    const std::string counter = entry.at("counter");
+    return num.counters.contains(counter) ? num.counters.at(counter).get<double>() : NAN;
+  }
+  if (entry.value("seconds", false)) return num.real_seconds;
+  return NAN;
+}
+
+// The values of every sample of the numerator.
+std::vector<double> Values(const json& entry, const std::map<std::string, Samples>& runs) {
+  std::vector<double> values;
+  const Samples* num = Find(runs, entry.at("numerator"));
+  if (!num) return values;
+  const Samples* den =
+      entry.contains("denominator") ? Find(runs, entry.at("denominator")) : nullptr;
+  for (const Run& run : num->runs) {
+    const double v = Value(entry, run, den);
+    if (!std::isnan(v)) values.push_back(v);
+  }
+  return values;
+}
+
+// The value the gate judges: the median samples' (their median, if several
+// files hold one), or the lowest sample with `best`.
+double Judged(const json& entry, const std::map<std::string, Samples>& runs, bool best) {
+  std::vector<double> values = Values(entry, runs);
+  if (values.empty()) return NAN;
+  if (best) return *std::min_element(values.begin(), values.end());
+  const Samples* num = Find(runs, entry.at("numerator"));
+  const Samples* den =
+      entry.contains("denominator") ? Find(runs, entry.at("denominator")) : nullptr;
+  std::vector<double> medians;
+  for (const Run& run : num->runs) {
+    if (run.median) medians.push_back(Value(entry, run, den));
+  }
+  if (medians.empty()) medians = values;
+  std::sort(medians.begin(), medians.end());
+  return medians[medians.size() / 2];
 }
 
 }  // namespace
@@ -79,7 +153,8 @@ const Run* Find(const std::map<std::string, Run>& runs, const std::string& prefi
 int main(int argc, char** argv) {
   std::vector<std::string> results;
   std::string baseline_path;
-  bool update = false, report_only = false;
+  std::string suspects_path;
+  bool update = false, report_only = false, best = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--results" && i + 1 < argc)
@@ -90,9 +165,13 @@ int main(int argc, char** argv) {
       update = true;
     else if (a == "--report-only")
       report_only = true;
+    else if (a == "--best")
+      best = true;
+    else if (a == "--suspects" && i + 1 < argc)
+      suspects_path = argv[++i];
     else {
       std::cerr << "usage: compare --results R.json [--results ...] --baseline B.json [--update | "
-                   "--report-only]\n";
+                   "--report-only] [--suspects FILE] [--best]\n";
       return 2;
     }
   }
@@ -101,28 +180,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    std::map<std::string, Run> runs = ReadRuns(results);
+    std::map<std::string, Samples> runs = ReadRuns(results);
     std::ifstream in(baseline_path);
     if (!in) throw std::runtime_error("cannot read " + baseline_path);
     json baseline = json::parse(in);
-    int failed = 0, missing = 0;
+    int failed = 0, missing = 0, skipped = 0;
+    std::vector<std::string> suspects;
     std::cout << fmt::format("{:<50} {:>9} {:>9} {:>7} {:>8}  {}\n", "tracked ratio", "now",
                              "baseline", "limit", "target", "verdict");
     for (json& entry : baseline.at("ratios")) {
       std::string name = entry.at("name");
-      const Run* num = Find(runs, entry.at("numerator"));
-      double value = NAN;
-      if (num && entry.contains("denominator")) {
-        const Run* den = Find(runs, entry.at("denominator"));
-        if (den && den->real_seconds > 0) value = num->real_seconds / den->real_seconds;
-      } else if (num && entry.contains("counter")) {
-        const json& c = num->counters;
-        if (c.contains(entry.at("counter")))
-          value = c.at(entry.at("counter").get<std::string>()).get<double>();
-      } else if (num && entry.value("seconds", false)) {
-        value = num->real_seconds;
-      }
+      const double value = Judged(entry, runs, best);
       if (std::isnan(value)) {
+        const Samples* num = Find(runs, entry.at("numerator"));
+        if (num && !num->skipped.empty()) {
+          std::cout << fmt::format("{:<50} {:>9} {:>9} {:>7} {:>8}  skipped: {}\n", name, "-", "-",
+                                   "-", "-", num->skipped);
+          ++skipped;
+          continue;
+        }
         if (report_only) continue;  // a partial run (e.g. ci/bench's disk run)
         std::cout << fmt::format("{:<50} {:>9} {:>9} {:>7} {:>8}  MISSING\n", name, "-", "-", "-",
                                  "-");
@@ -135,12 +211,20 @@ int main(int argc, char** argv) {
       bool ok = value <= limit;
       std::string target =
           entry.contains("target") ? fmt::format("{:.3f}", entry.at("target").get<double>()) : "-";
-      std::cout << fmt::format("{:<50} {:>9.3f} {:>9.3f} {:>7.3f} {:>8}  {}\n", name, value, base,
+      std::string spread;
+      if (best) {
+        std::vector<double> values = Values(entry, runs);
+        auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+        spread = fmt::format(" (best of {}: {:.3f}..{:.3f})", values.size(), *lo, *hi);
+      }
+      std::cout << fmt::format("{:<50} {:>9.3f} {:>9.3f} {:>7.3f} {:>8}  {}{}\n", name, value, base,
                                limit, target,
                                report_only ? (ok ? "-" : "above limit")
                                : ok        ? "ok"
-                                           : "REGRESSED");
+                                           : "REGRESSED",
+                               spread);
       failed += !ok;
+      if (!ok) suspects.push_back(entry.at("numerator"));
       if (update) entry["baseline"] = std::round(value * 1000) / 1000;
     }
     if (update) {
@@ -153,8 +237,12 @@ int main(int argc, char** argv) {
       std::cout << "report only: not gated\n";
       return 0;
     }
-    std::cout << fmt::format("{} tracked, {} regressed, {} missing\n", baseline.at("ratios").size(),
-                             failed, missing);
+    if (!suspects_path.empty()) {
+      std::ofstream out(suspects_path);
+      for (const std::string& s : suspects) out << s << "\n";
+    }
+    std::cout << fmt::format("{} tracked, {} regressed, {} missing, {} skipped\n",
+                             baseline.at("ratios").size(), failed, missing, skipped);
     return !report_only && (failed || missing) ? 1 : 0;
   } catch (const std::exception& e) {
     std::cerr << "compare: " << e.what() << "\n";

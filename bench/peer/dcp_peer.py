@@ -91,8 +91,8 @@ def distckpt_times(path):
              "BM_DcpSave": "dcp_save", "BM_DcpLoadWarm": "dcp_load_warm"}
     out = {}
     for b in json.load(open(path))["benchmarks"]:
-        if b.get("aggregate_name", "median") != "median":
-            continue
+        if b.get("aggregate_name", "median") != "median" or b.get("error_occurred"):
+            continue  # other aggregates; a cold benchmark skipped where eviction is impossible
         parts = b["run_name"].split("/")
         if parts[0] in names:
             key = (int(parts[1]), int(parts[2]))
