@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "format/block_checksums.h"
 #include "format/block_reads.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
-#include "format/native/block_checksums.h"
 
 namespace distckpt {
 namespace {
