@@ -8,8 +8,8 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "format/block_checksums.h"
 #include "format/format.h"
-#include "format/native/block_checksums.h"
 #include "format/native/metadata_json.h"
 
 namespace distckpt {

@@ -80,6 +80,7 @@
 #include "interop/convert.h"
 #include "interop/hf/export.h"
 #include "interop/hf/import.h"
+#include "interop/hf/plan.h"
 
 // Model-state helpers: optimizer state, FSDP layouts, FP8 quantization.
 #include "fp8/quantize.h"

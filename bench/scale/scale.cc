@@ -48,9 +48,9 @@
 #include <string>
 
 #include "engine/read_state.h"
+#include "format/block_checksums.h"
 #include "format/checkpoint_metadata.h"
 #include "format/format.h"
-#include "format/native/block_checksums.h"
 #include "format/native/metadata_json.h"
 #include "harness/expand.h"
 #include "harness/rank_state.h"

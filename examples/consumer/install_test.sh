@@ -11,11 +11,7 @@ build=$(cd "${1:?usage: install_test.sh BUILD_DIR}" && pwd)
 src=$(cd "$(dirname "$0")/../.." && pwd)
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 # docs/api.md shows this program: the listing must be its source.
-if ! diff <(sed -n '/<!-- consumer:begin -->/,/<!-- consumer:end -->/p' "$src/docs/api.md" \
-              | sed '1,2d;$d' | sed '$d') "$src/examples/consumer/main.cc" >/dev/null; then
-  echo "install_test: the listing in docs/api.md differs from examples/consumer/main.cc"
-  exit 1
-fi
+"$src/examples/listing_test.sh" "$src/docs/api.md" consumer "$src/examples/consumer/main.cc"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

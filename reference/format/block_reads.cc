@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "format/native/block_checksums.h"
+#include "format/block_checksums.h"
 
 namespace distckpt {
 

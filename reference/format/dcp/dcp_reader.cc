@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "format/block_checksums.h"
 #include "format/block_reads.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
-#include "format/native/block_checksums.h"
 
 namespace distckpt {
 namespace {
@@ -461,6 +461,38 @@ void DcpReader::CheckStored(const StoredTensor& tensor, const StoredChunk& chunk
   files_.Open(chunk.file, chunk.offset, chunk.length, [&] { return ChunkName(tensor, chunk); });
 }
 
+// One ReadChunk call: what its read paths share, and the paths, one each
+// (ReadChunk says when each applies).
+class DcpReader::RecordRead {
+ public:
+  DcpReader& reader;
+  const StoredTensor& tensor;
+  const StoredChunk& chunk;
+  const std::span<const ReadRun> runs;
+  const VerifyPolicy policy;
+  const Describe& what;
+  const TensorItem& item;
+  const RandomAccessFile& file;
+  const uint64_t start;  // the tensor's first byte in its storage record
+
+  // kAlways on an indexed item: its zip headers and block CRC32s agree with the index.
+  void CheckItemAgainstIndex();
+  // Exactly the runs (a whole record, verified, or any runs unverified).
+  void ReadRunsExactly();
+  // The touched tiles (index version 3) or blocks of an indexed item, each checked.
+  void ReadIndexedTiles(const BlockLayout& tiles);
+  void ReadIndexedBlocks();
+  // A partial read of a contiguous record without finer checksums: all of it, hashed.
+  void ReadWholeRecordToVerify();
+  // A strided tensor: the whole record, gathered into row-major order.
+  void ReadStrided();
+
+ private:
+  // Bytes [offset, offset + dst.size()) of the storage record: from memory
+  // for a small item (counted when it was read), else from the data file.
+  void ReadRecord(uint64_t offset, std::span<std::byte> dst);
+};
+
 void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                           std::span<const ReadRun> runs, VerifyPolicy policy) {
   const Describe what = [&] { return ChunkName(tensor, chunk); };
@@ -469,74 +501,14 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const TensorItem& item = Item(tensor, chunk, what);
   const RandomAccessFile& file =
       files_.Open(chunk.file, item.record_offset, item.record_size, what);
-  if (item.index && policy == VerifyPolicy::kAlways) {
-    // Everything PyTorch would read too: the item's zip headers and data.pkl
-    // must say what the index says (the record's CRC32 is checked below).
-    const TensorItem zip = ZipItem(tensor, chunk, what);
-    if (zip.record_offset != item.record_offset || zip.record_size != item.record_size ||
-        zip.crc != item.crc || !zip.tensor.IsContiguous() || zip.tensor.storage_offset != 0) {
-      Fail(ErrorKind::kCorruption,
-           "{}: {} disagrees with its item index (storage record of {} bytes at byte {}, CRC32 "
-           "{:08x}; the index records {} bytes at byte {}, CRC32 {:08x})",
-           file.path(), what(), zip.record_size, zip.record_offset, zip.crc, item.record_size,
-           item.record_offset, item.crc);
-    }
-    // And the block CRC32s, which verify partial reads, must make up the record's.
-    if (item.index->block_size > 0 && item.index->tiles == 0 &&
-        CombineBlockCrcs(BlockCrcs(*item.index, file), item.index->block_size, item.record_size) !=
-            item.crc) {
-      Fail(ErrorKind::kCorruption,
-           "{}: the block CRC32s of {} in its item index do not combine to the record's CRC32 "
-           "{:08x}",
-           file.path(), what(), item.crc);
-    }
-  }
-  // Bytes [offset, offset + dst.size()) of the storage record: from memory
-  // for a small item (counted when it was read), else from the data file.
-  auto read_record = [&](uint64_t offset, std::span<std::byte> dst) {
-    if (item.bytes) {
-      std::memcpy(dst.data(), item.bytes->data() + (item.record_offset - chunk.offset) + offset,
-                  dst.size());
-    } else {
-      file.Read(item.record_offset + offset, dst);
-      stats_.bytes_read += dst.size();
-    }
-  };
   const TorchTensor& t = item.tensor;
   const uint64_t start = static_cast<uint64_t>(t.storage_offset) * DTypeSize(t.dtype);
+  RecordRead read{*this, tensor, chunk, runs, policy, what, item, file, start};
+  if (item.index && policy == VerifyPolicy::kAlways) read.CheckItemAgainstIndex();
   // The runs tile the chunk, and the chunk is the whole record: its CRC applies.
   const bool whole =
       covered == chunk.length && t.IsContiguous() && start == 0 && item.record_size == chunk.length;
-  const bool verify = policy != VerifyPolicy::kNever;
-
-  if (t.IsContiguous() && (whole || !verify)) {
-    // Exactly the runs; a verified whole record in pieces, each hashed while
-    // it is still in the cache.
-    RecordCheck check(item.index, item.crc, policy);
-    const uint64_t piece_bytes = verify ? kPieceBytes : ~uint64_t{0};
-    for (size_t i = 0; i < runs.size();) {
-      size_t j = i;  // merge runs adjacent both in the record and in memory
-      uint64_t length = runs[i].length;
-      while (j + 1 < runs.size() &&
-             runs[j + 1].offset_in_chunk == runs[j].offset_in_chunk + runs[j].length &&
-             runs[j + 1].dst == runs[j].dst + runs[j].length) {
-        length += runs[++j].length;
-      }
-      for (uint64_t done = 0; done < length; done += piece_bytes) {
-        std::span<std::byte> piece(runs[i].dst + done, std::min(piece_bytes, length - done));
-        read_record(start + runs[i].offset_in_chunk + done, piece);
-        if (verify) check.Update(piece);
-      }
-      i = j + 1;
-    }
-    if (verify) {
-      check.Check(file.path(), what);
-      ++stats_.chunks_verified;
-    } else {
-      ++stats_.chunks_unverified;
-    }
-    return;
-  }
+  if (t.IsContiguous() && (whole || policy == VerifyPolicy::kNever)) return read.ReadRunsExactly();
   // Index version 3: tiles laid along the reshard cuts (format/block_layout.h);
   // a record whose box does not cut into the recorded tiles is read whole.
   const BlockLayout tiles =
@@ -546,107 +518,181 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
           : BlockLayout();
   if (item.index && item.index->tiles != 0 && tiles.tiles() == item.index->tiles &&
       policy == VerifyPolicy::kWhenWhole && start == 0 && item.record_size == chunk.length) {
-    const std::vector<uint32_t>& crcs = BlockCrcs(*item.index, file);
-    stats_.bytes_read += ReadCheckedTiles(
-        file, item.record_offset, tiles, runs, false,
-        [&](std::span<const uint64_t> batch, const WindowBytes& at) {
-          for (uint64_t b : batch) {
-            uint32_t actual = 0;
-            uint64_t from = item.record_size, to = 0;
-            tiles.ForEachPart(b, [&](uint64_t offset, uint64_t bytes) {
-              actual = Crc32(std::span(at(offset), bytes), actual);
-              from = std::min(from, offset);
-              to = std::max(to, offset + bytes);
-            });
-            if (actual != crcs[b]) {
-              Fail(ErrorKind::kCorruption,
-                   "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
-                   "offset {}): the item index records {:08x}, the data hashes to {:08x}",
-                   file.path(), what(), b, from, to, item.record_offset + from, crcs[b], actual);
-            }
-          }
-        });
-    ++stats_.chunks_verified;
-    return;
+    return read.ReadIndexedTiles(tiles);
   }
   if (item.index && item.index->block_size > 0 && item.index->tiles == 0 &&
       policy == VerifyPolicy::kWhenWhole) {
-    // A partial read of an item distckpt wrote: the touched blocks of the
-    // record, each checked against its CRC32 in the item index.
-    const std::vector<uint32_t>& crcs = BlockCrcs(*item.index, file);
-    stats_.bytes_read += ReadCheckedBlocks(
-        file, item.record_offset, item.record_size, item.index->block_size, runs, false,
-        [&](uint64_t first, std::span<const std::byte> bytes) {
-          const uint64_t block_size = item.index->block_size;
-          for (uint64_t at = 0, b = first; at < bytes.size(); at += block_size, ++b) {
-            const std::span<const std::byte> block =
-                bytes.subspan(at, std::min(block_size, bytes.size() - at));
-            const uint32_t actual = Crc32(block);
-            if (actual != crcs[b]) {
-              const uint64_t from = b * block_size;
-              Fail(ErrorKind::kCorruption,
-                   "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
-                   "offset {}): the item index records {:08x}, the data hashes to {:08x}",
-                   file.path(), what(), b, from, from + block.size(), item.record_offset + from,
-                   crcs[b], actual);
-            }
-          }
-        });
-    ++stats_.chunks_verified;
-    return;
+    return read.ReadIndexedBlocks();
   }
-  if (t.IsContiguous()) {
-    // A partial read to verify: torch's items carry one CRC32 for the whole
-    // record and no finer checksum, so the whole record is read, in windows
-    // hashed while in the cache (straight into the destination where one run
-    // covers a window); the runs are copied out of the others. Returning
-    // unverified bytes let a flipped data byte reach a resharded load as a
-    // wrong value (issue 15).
-    RecordCheck check(item.index, item.crc, policy);
-    std::vector<std::byte> scratch;
-    size_t r = 0;  // first run that may reach into the current window
-    for (uint64_t from = 0; from < item.record_size; from += kPieceBytes) {
-      const uint64_t to = std::min(item.record_size, from + kPieceBytes);
-      // The window in chunk coordinates: [lo, hi), clipped to the chunk.
-      const uint64_t lo = std::clamp(from, start, start + chunk.length) - start;
-      const uint64_t hi = std::clamp(to, start, start + chunk.length) - start;
-      while (r < runs.size() && runs[r].offset_in_chunk + runs[r].length <= lo) ++r;
-      const bool direct = from >= start && to <= start + chunk.length && r < runs.size() &&
-                          runs[r].offset_in_chunk <= lo &&
-                          runs[r].offset_in_chunk + runs[r].length >= hi;
-      std::span<std::byte> window;
-      if (direct) {
-        window = std::span(runs[r].dst + (lo - runs[r].offset_in_chunk), to - from);
-      } else {
-        scratch.resize(to - from);
-        window = scratch;
-      }
-      read_record(from, window);
-      check.Update(window);
-      if (direct) continue;
-      for (size_t k = r; k < runs.size() && runs[k].offset_in_chunk < hi; ++k) {
-        const uint64_t a = std::max(lo, runs[k].offset_in_chunk);
-        const uint64_t b = std::min(hi, runs[k].offset_in_chunk + runs[k].length);
-        if (a < b) {
-          std::memcpy(runs[k].dst + (a - runs[k].offset_in_chunk),
-                      window.data() + (start + a - from), b - a);
+  if (t.IsContiguous()) return read.ReadWholeRecordToVerify();
+  read.ReadStrided();
+}
+
+void DcpReader::RecordRead::CheckItemAgainstIndex() {
+  // Everything PyTorch would read too: the item's zip headers and data.pkl
+  // must say what the index says (the record's CRC32 is checked below).
+  const TensorItem zip = reader.ZipItem(tensor, chunk, what);
+  if (zip.record_offset != item.record_offset || zip.record_size != item.record_size ||
+      zip.crc != item.crc || !zip.tensor.IsContiguous() || zip.tensor.storage_offset != 0) {
+    Fail(ErrorKind::kCorruption,
+         "{}: {} disagrees with its item index (storage record of {} bytes at byte {}, CRC32 "
+         "{:08x}; the index records {} bytes at byte {}, CRC32 {:08x})",
+         file.path(), what(), zip.record_size, zip.record_offset, zip.crc, item.record_size,
+         item.record_offset, item.crc);
+  }
+  // And the block CRC32s, which verify partial reads, must make up the record's.
+  if (item.index->block_size > 0 && item.index->tiles == 0 &&
+      CombineBlockCrcs(reader.BlockCrcs(*item.index, file), item.index->block_size,
+                       item.record_size) != item.crc) {
+    Fail(ErrorKind::kCorruption,
+         "{}: the block CRC32s of {} in its item index do not combine to the record's CRC32 "
+         "{:08x}",
+         file.path(), what(), item.crc);
+  }
+}
+
+void DcpReader::RecordRead::ReadRecord(uint64_t offset, std::span<std::byte> dst) {
+  if (item.bytes) {
+    std::memcpy(dst.data(), item.bytes->data() + (item.record_offset - chunk.offset) + offset,
+                dst.size());
+  } else {
+    file.Read(item.record_offset + offset, dst);
+    reader.stats_.bytes_read += dst.size();
+  }
+}
+
+void DcpReader::RecordRead::ReadRunsExactly() {
+  const bool verify = policy != VerifyPolicy::kNever;
+  // Exactly the runs; a verified whole record in pieces, each hashed while
+  // it is still in the cache.
+  RecordCheck check(item.index, item.crc, policy);
+  const uint64_t piece_bytes = verify ? kPieceBytes : ~uint64_t{0};
+  for (size_t i = 0; i < runs.size();) {
+    size_t j = i;  // merge runs adjacent both in the record and in memory
+    uint64_t length = runs[i].length;
+    while (j + 1 < runs.size() &&
+           runs[j + 1].offset_in_chunk == runs[j].offset_in_chunk + runs[j].length &&
+           runs[j + 1].dst == runs[j].dst + runs[j].length) {
+      length += runs[++j].length;
+    }
+    for (uint64_t done = 0; done < length; done += piece_bytes) {
+      std::span<std::byte> piece(runs[i].dst + done, std::min(piece_bytes, length - done));
+      ReadRecord(start + runs[i].offset_in_chunk + done, piece);
+      if (verify) check.Update(piece);
+    }
+    i = j + 1;
+  }
+  if (verify) {
+    check.Check(file.path(), what);
+    ++reader.stats_.chunks_verified;
+  } else {
+    ++reader.stats_.chunks_unverified;
+  }
+}
+
+void DcpReader::RecordRead::ReadIndexedTiles(const BlockLayout& tiles) {
+  const std::vector<uint32_t>& crcs = reader.BlockCrcs(*item.index, file);
+  reader.stats_.bytes_read += ReadCheckedTiles(
+      file, item.record_offset, tiles, runs, false,
+      [&](std::span<const uint64_t> batch, const WindowBytes& at) {
+        for (uint64_t b : batch) {
+          uint32_t actual = 0;
+          uint64_t from = item.record_size, to = 0;
+          tiles.ForEachPart(b, [&](uint64_t offset, uint64_t bytes) {
+            actual = Crc32(std::span(at(offset), bytes), actual);
+            from = std::min(from, offset);
+            to = std::max(to, offset + bytes);
+          });
+          if (actual != crcs[b]) {
+            Fail(ErrorKind::kCorruption,
+                 "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
+                 "offset {}): the item index records {:08x}, the data hashes to {:08x}",
+                 file.path(), what(), b, from, to, item.record_offset + from, crcs[b], actual);
+          }
         }
+      });
+  ++reader.stats_.chunks_verified;
+}
+
+void DcpReader::RecordRead::ReadIndexedBlocks() {
+  // A partial read of an item distckpt wrote: the touched blocks of the
+  // record, each checked against its CRC32 in the item index.
+  const std::vector<uint32_t>& crcs = reader.BlockCrcs(*item.index, file);
+  reader.stats_.bytes_read += ReadCheckedBlocks(
+      file, item.record_offset, item.record_size, item.index->block_size, runs, false,
+      [&](uint64_t first, std::span<const std::byte> bytes) {
+        const uint64_t block_size = item.index->block_size;
+        for (uint64_t at = 0, b = first; at < bytes.size(); at += block_size, ++b) {
+          const std::span<const std::byte> block =
+              bytes.subspan(at, std::min(block_size, bytes.size() - at));
+          const uint32_t actual = Crc32(block);
+          if (actual != crcs[b]) {
+            const uint64_t from = b * block_size;
+            Fail(ErrorKind::kCorruption,
+                 "CRC32 mismatch in {} for {}: block {} (bytes [{}, {}) of the record, file "
+                 "offset {}): the item index records {:08x}, the data hashes to {:08x}",
+                 file.path(), what(), b, from, from + block.size(), item.record_offset + from,
+                 crcs[b], actual);
+          }
+        }
+      });
+  ++reader.stats_.chunks_verified;
+}
+
+void DcpReader::RecordRead::ReadWholeRecordToVerify() {
+  // A partial read to verify: torch's items carry one CRC32 for the whole
+  // record and no finer checksum, so the whole record is read, in windows
+  // hashed while in the cache (straight into the destination where one run
+  // covers a window); the runs are copied out of the others. Returning
+  // unverified bytes let a flipped data byte reach a resharded load as a
+  // wrong value (issue 15).
+  RecordCheck check(item.index, item.crc, policy);
+  std::vector<std::byte> scratch;
+  size_t r = 0;  // first run that may reach into the current window
+  for (uint64_t from = 0; from < item.record_size; from += kPieceBytes) {
+    const uint64_t to = std::min(item.record_size, from + kPieceBytes);
+    // The window in chunk coordinates: [lo, hi), clipped to the chunk.
+    const uint64_t lo = std::clamp(from, start, start + chunk.length) - start;
+    const uint64_t hi = std::clamp(to, start, start + chunk.length) - start;
+    while (r < runs.size() && runs[r].offset_in_chunk + runs[r].length <= lo) ++r;
+    const bool direct = from >= start && to <= start + chunk.length && r < runs.size() &&
+                        runs[r].offset_in_chunk <= lo &&
+                        runs[r].offset_in_chunk + runs[r].length >= hi;
+    std::span<std::byte> window;
+    if (direct) {
+      window = std::span(runs[r].dst + (lo - runs[r].offset_in_chunk), to - from);
+    } else {
+      scratch.resize(to - from);
+      window = scratch;
+    }
+    ReadRecord(from, window);
+    check.Update(window);
+    if (direct) continue;
+    for (size_t k = r; k < runs.size() && runs[k].offset_in_chunk < hi; ++k) {
+      const uint64_t a = std::max(lo, runs[k].offset_in_chunk);
+      const uint64_t b = std::min(hi, runs[k].offset_in_chunk + runs[k].length);
+      if (a < b) {
+        std::memcpy(runs[k].dst + (a - runs[k].offset_in_chunk), window.data() + (start + a - from),
+                    b - a);
       }
     }
-    check.Check(file.path(), what);
-    ++stats_.chunks_verified;
-    return;
   }
-  // A strided tensor: read the whole record and gather it into row-major order.
+  check.Check(file.path(), what);
+  ++reader.stats_.chunks_verified;
+}
+
+void DcpReader::RecordRead::ReadStrided() {
+  const TorchTensor& t = item.tensor;
+  const bool verify = policy != VerifyPolicy::kNever;
   std::vector<std::byte> record(item.record_size);
-  read_record(0, record);
+  ReadRecord(0, record);
   if (verify) {
     RecordCheck check(item.index, item.crc, policy);
     check.Update(record);
     check.Check(file.path(), what);
-    ++stats_.chunks_verified;
+    ++reader.stats_.chunks_verified;
   } else {
-    ++stats_.chunks_unverified;
+    ++reader.stats_.chunks_unverified;
   }
   std::vector<std::byte> rows(chunk.length);
   GatherRowMajor(t, record, rows.data());

@@ -117,6 +117,9 @@ class DcpReader : public CheckpointReader {
   // list the item. A file's index is read once, on first use.
   const DcpIndexEntry* IndexEntry(const std::string& file, uint64_t item_offset,
                                   const std::function<std::string()>& what);
+  // One ReadChunk call: its storage record and read paths, one function each
+  // (dcp_reader.cc).
+  class RecordRead;
   // The block CRC32s of an indexed item, read once.
   const std::vector<uint32_t>& BlockCrcs(const DcpIndexEntry& entry, const RandomAccessFile& file);
   nlohmann::json ReadValue(const std::string& file, uint64_t offset, uint64_t length,

@@ -2,10 +2,10 @@
 
 #include "core/error.h"
 #include "core/json_parse.h"
+#include "format/block_checksums.h"
 #include "format/dcp/torch_save.h"
 #include "format/dcp/torch_zip.h"
 #include "format/hashed_writes.h"
-#include "format/native/block_checksums.h"
 
 namespace distckpt {
 

@@ -8,9 +8,9 @@
 
 #include "core/error.h"
 #include "core/little_endian.h"
+#include "format/block_checksums.h"
 #include "format/dcp/torch_zip.h"
 #include "format/hashed_writes.h"
-#include "format/native/block_checksums.h"
 #include "io/checksum.h"
 
 namespace distckpt {

@@ -13,7 +13,7 @@
 //                the table (u64 each), magic "DCPINDX3"
 //
 // All integers little-endian, offsets from the start of the file. `binding`
-// is ChunkBindingSeed (native/block_checksums.h) of the item's key, dtype
+// is ChunkBindingSeed (format/block_checksums.h) of the item's key, dtype
 // and box, so an entry found through a damaged .metadata offset does not
 // match; `crc` is the storage record's zip CRC32; `hash` the record's
 // DcpRecordHasher digest (xxHash3, which a whole read verifies at 2.5 times

@@ -9,10 +9,10 @@
 #include <random>
 
 #include "core/error_testing.h"
+#include "format/block_checksums.h"
 #include "format/dcp/dcp_writer.h"
 #include "format/dcp/torch_zip.h"
 #include "format/hashed_writes.h"
-#include "format/native/block_checksums.h"
 #include "io/checksum.h"
 #include "io/testing.h"
 

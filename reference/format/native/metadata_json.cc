@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_parse.h"
-#include "format/native/block_checksums.h"
+#include "format/block_checksums.h"
 #include "format/native/json_text.h"
 #include "io/checksum.h"
 

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <tuple>
 
+#include "format/block_checksums.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
-#include "format/native/block_checksums.h"
 #include "format/native/example_checkpoint.h"
 #include "format/native/metadata_json.h"
 #include "format/native/native_writer.h"

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "format/block_checksums.h"
 #include "format/block_reads.h"
-#include "format/native/block_checksums.h"
 #include "format/native/metadata_json.h"
 #include "io/checksum.h"
 

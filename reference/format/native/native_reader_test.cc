@@ -9,7 +9,7 @@
 #include <thread>
 #include <tuple>
 
-#include "format/native/block_checksums.h"
+#include "format/block_checksums.h"
 #include "format/native/example_checkpoint.h"
 #include "format/native/metadata_json.h"
 #include "io/fault_env.h"

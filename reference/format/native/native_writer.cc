@@ -4,8 +4,8 @@
 #include <functional>
 
 #include "core/error.h"
+#include "format/block_checksums.h"
 #include "format/hashed_writes.h"
-#include "format/native/block_checksums.h"
 #include "format/native/metadata_json.h"
 #include "io/checksum.h"
 

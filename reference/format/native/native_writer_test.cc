@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "core/helper_pool.h"
+#include "format/block_checksums.h"
 #include "format/hashed_writes.h"
-#include "format/native/block_checksums.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
 

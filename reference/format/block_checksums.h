@@ -1,4 +1,4 @@
-// Per-block checksums of native format versions 2 and 3 (FORMAT.md,
+// Per-block checksums of native format versions 2 and 3 (native/FORMAT.md,
 // "Verification"): a chunk's payload is cut into blocks of `block_size` bytes
 // (the last one shorter) and each block has its own xxHash3-64, seeded with a
 // binding of the chunk's identity (tensor key, dtype, global offset and
@@ -10,9 +10,13 @@
 // one checksum of the sums per chunk. Objects carry one checksum bound to
 // their unique key.
 //
+// Shared by the formats: native's chunks and objects, and DCP's item index
+// (dcp/item_index.h: block sizes, binding seeds, the sums' checksum) and
+// block reads (block_reads.h).
+//
 // Thread-safety: pure functions.
-#ifndef DISTCKPT_FORMAT_NATIVE_BLOCK_CHECKSUMS_H_
-#define DISTCKPT_FORMAT_NATIVE_BLOCK_CHECKSUMS_H_
+#ifndef DISTCKPT_FORMAT_BLOCK_CHECKSUMS_H_
+#define DISTCKPT_FORMAT_BLOCK_CHECKSUMS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -74,4 +78,4 @@ std::vector<uint64_t> BlockChecksumsFromHex(const std::string& hex);
 
 }  // namespace distckpt
 
-#endif  // DISTCKPT_FORMAT_NATIVE_BLOCK_CHECKSUMS_H_
+#endif  // DISTCKPT_FORMAT_BLOCK_CHECKSUMS_H_

@@ -1,4 +1,4 @@
-#include "format/native/block_checksums.h"
+#include "format/block_checksums.h"
 
 #include <bit>
 #include <iterator>
