@@ -31,7 +31,7 @@ struct StoredChunk {
   std::optional<uint64_t> checksum;  // xxHash3-64 of the `length` bytes (native v1, DCP)
   int writer_rank = 0;
   // Native format versions 2 and 3: one bound checksum per `block_size`
-  // bytes (format/native/block_checksums.h); block_size 0 when the format
+  // bytes (format/block_checksums.h); block_size 0 when the format
   // has none. Version 2 keeps them here, in metadata.json; version 3 stores
   // them in the data file right after the payload (8 bytes each) and keeps
   // only their own checksum here, in `sums_checksum`.
