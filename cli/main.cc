@@ -208,8 +208,9 @@ std::optional<int> RelaunchUnderMpirun(int argc, char** argv, const std::string&
 #endif  // DISTCKPT_HAVE_MPI
 
 // Every checkpoint path of every command takes a URI too (io/storage_path.h):
-// file:///p is the path /p; a storage this build cannot reach (s3://) or an
-// unknown scheme is refused naming it (exit 2) before anything runs.
+// file:///p is the path /p; s3://bucket/key stays a URI, reached through
+// UriEnv() (a build without libcurl refuses it); an unknown scheme is refused
+// naming it (exit 2) before anything runs.
 void StoragePaths(CLI::App& app) {
   static const char* kPathOptions[] = {"--dir", "dir",      "--local",      "a",
                                        "b",     "--out",    "src",          "checkpoint",
@@ -223,9 +224,8 @@ void StoragePaths(CLI::App& app) {
         [](std::string& text) -> std::string {
           try {
             distckpt::StoragePath where = distckpt::EnvForPath(text);
-            if (where.env != distckpt::Env::Default())
-              return fmt::format("{}: {} storage is not reachable from the command line", text,
-                                 where.env->name());
+            // s3://: every command's Env::Default() routes by path from here on.
+            if (where.env != distckpt::PosixStorage()) distckpt::SetDefaultEnv(distckpt::UriEnv());
             text = where.path;
             return "";
           } catch (const distckpt::CheckpointError& e) {
@@ -496,6 +496,12 @@ int main(int argc, char** argv) {
         std::cerr << distckpt::DescribeUnknownGlobal(note) << "\n";
     }
   } warn_unknown_globals;
+  // What reached object storage (requests, bytes), on stderr, once the command ran.
+  struct StorageTraffic {
+    ~StorageTraffic() {
+      if (std::string s = distckpt::StorageTrafficSummary(); !s.empty()) std::cerr << s << "\n";
+    }
+  } storage_traffic;
 
   bool mpi = (save->parsed() && save_args.backend == "mpi") ||
              (load->parsed() && load_args.backend == "mpi") ||
