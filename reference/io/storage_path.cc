@@ -69,7 +69,8 @@ class UriEnvImpl : public Env {
 
 std::string StorageTrafficSummary() {
 #ifdef DISTCKPT_WITH_S3
-  if (s3_in_use) {
+  // (An mpirun launcher that only relaunched itself sent nothing: says nothing.)
+  if (s3_in_use && DefaultS3Env()->counters().requests > 0) {
     const S3Counters& c = DefaultS3Env()->counters();
     return fmt::format(
         "s3 traffic: {} requests ({} object reads, {} retries), {} bytes read, {} bytes written",

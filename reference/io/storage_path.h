@@ -37,7 +37,7 @@ Env* PosixStorage();
 Env* UriEnv();
 
 // "s3 traffic: N requests (G object reads, R retries), B bytes read, W bytes
-// written" of this process's S3 Env; empty when no s3:// path was used.
+// written" of this process's S3 Env; empty when it sent no request.
 std::string StorageTrafficSummary();
 
 // Makes Env::Default() return `env` (the CLI: UriEnv(), once a path on the
