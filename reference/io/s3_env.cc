@@ -669,6 +669,48 @@ class S3RandomAccessFile : public RandomAccessFile {
            path_, dst.size(), offset, size_);
     }
     const uint64_t piece = client_.config().part_bytes;
+    if (dst.size() < piece) {
+      // Read-ahead, for sequential reads only: a read that starts where the
+      // previous one ended fetches a window (1 MiB, doubling up to two parts, in parallel GETs)
+      // and the reads after it come from memory. A read elsewhere (a
+      // resharded load's runs) is a GET of exactly its bytes.
+      std::lock_guard lock(mu_);
+      if (offset >= ahead_offset_ && offset + dst.size() <= ahead_offset_ + ahead_.size()) {
+        std::memcpy(dst.data(), ahead_.data() + (offset - ahead_offset_), dst.size());
+        next_ = offset + dst.size();
+        return;
+      }
+      if (offset == next_) {
+        window_ = std::clamp<uint64_t>(window_ * 2, 1 << 20, 2 * piece);
+        const uint64_t want = std::min(std::max<uint64_t>(window_, dst.size()), size_ - offset);
+        ahead_.resize(want);
+        ahead_offset_ = offset;
+        try {
+          // in `parallel` GETs at once, of at least 1 MiB each
+          const uint64_t n = std::clamp<uint64_t>(want >> 20, 1, client_.config().parallel);
+          const uint64_t each = (want + n - 1) / n;
+          ParallelFor(n, client_.config().parallel, [&](size_t i) {
+            const uint64_t begin = i * each;
+            if (begin >= want) return;
+            client_.GetRange(path_, object_, offset + begin,
+                             std::span(ahead_).subspan(begin, std::min(each, want - begin)));
+          });
+        } catch (...) {
+          ahead_.clear();
+          throw;
+        }
+        std::memcpy(dst.data(), ahead_.data(), dst.size());
+        next_ = offset + dst.size();
+        return;
+      }
+      window_ = 0;
+      next_ = offset + dst.size();
+    }
+    ReadParts(offset, dst);
+  }
+
+  void ReadParts(uint64_t offset, std::span<std::byte> dst) const {
+    const uint64_t piece = client_.config().part_bytes;
     if (dst.size() <= 2 * piece) return client_.GetRange(path_, object_, offset, dst);
     const size_t n = (dst.size() + piece - 1) / piece;
     ParallelFor(n, client_.config().parallel, [&](size_t i) {
@@ -702,6 +744,11 @@ class S3RandomAccessFile : public RandomAccessFile {
   std::string path_;
   ObjectName object_;
   uint64_t size_;
+  mutable std::mutex mu_;  // the read-ahead window
+  mutable std::vector<std::byte> ahead_;
+  mutable uint64_t ahead_offset_ = 0;
+  mutable uint64_t next_ = UINT64_MAX;  // where the last small read ended
+  mutable uint64_t window_ = 0;
 };
 
 }  // namespace

@@ -17,8 +17,12 @@
 //     object last; overwriting a committed checkpoint is refused.
 //   - Directories are key prefixes; CreateDirs writes an empty "dir/" marker
 //     object so that an empty directory exists; SyncDir does nothing.
-//   - Reads are ranged GETs of exactly the bytes asked for; a large read or
-//     write is split into parts sent in parallel (S3Config::parallel).
+//   - Reads are ranged GETs of exactly the bytes asked for, but for
+//     sequential reads: a read starting where the previous one of its file
+//     ended fetches a window ahead (1 MiB, doubling up to 2 part_bytes,
+//     in `parallel` GETs at once). A
+//     large read or write is split into parts sent in parallel
+//     (S3Config::parallel).
 //   - Every request is retried with exponential backoff (S3Config::retries)
 //     on a connection failure or reset, a timeout, a 5xx answer or SlowDown.
 //
