@@ -3,7 +3,8 @@
 # bytes (curl, same parallelism as the S3 Env), in one run. Run under
 # ci/with-s3-gateway (ci/bench does), or with the AWS_* environment of any store.
 #   bench/s3_throughput.sh DISTCKPT [OUT.json]
-# Prints one line per figure and writes them as JSON to OUT.json.
+# Prints one line per figure and writes them as JSON to OUT.json; with
+# DISTCKPT_S3_GATE=1, exits 1 when save < 0.4x raw PUT or load < 0.12x raw GET.
 set -euo pipefail
 d=$1 out=${2:-}
 : "${AWS_ENDPOINT_URL:?run under ci/with-s3-gateway}" "${DISTCKPT_S3_BUCKET:?}"
@@ -69,4 +70,10 @@ print(f"  same commands on local disk: save {mb / r['local_save_s']:.1f} MB/s, l
 print(f"  save: {r['save_traffic']}; load: {r['load_traffic']}")
 if sys.argv[8]:
     json.dump(r, open(sys.argv[8], "w"), indent=1)
+import os
+if os.environ.get("DISTCKPT_S3_GATE"):
+    ok = r["save_vs_raw_put"] >= 0.4 and r["load_vs_raw_get"] >= 0.12
+    print(f"  gate: save/raw PUT {r['save_vs_raw_put']:.2f} (>= 0.4), load/raw GET "
+          f"{r['load_vs_raw_get']:.2f} (>= 0.12): {'ok' if ok else 'FAILED'}")
+    sys.exit(0 if ok else 1)
 EOF
