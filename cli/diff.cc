@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <iostream>
+#include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "engine/checkpoint_diff.h"
 
 namespace distckpt {
@@ -51,8 +53,6 @@ Report DiffReport(const std::string& a, const std::string& b, const CheckpointDi
   return report;
 }
 
-}  // namespace
-
 int DiffCommand(const std::string& a, const std::string& b, const DiffOptions& options, bool json,
                 const ReportPaths& reports) {
   CheckpointDiff diff = DiffCheckpoints(a, b, options);
@@ -74,6 +74,38 @@ int DiffCommand(const std::string& a, const std::string& b, const DiffOptions& o
           ? fmt::format(", {} keys left out (--only / --exclude)", diff.keys_skipped)
           : "");
   return diff.identical() ? kExitOk : kExitVerdictFailed;
+}
+
+struct DiffArgs {
+  std::string a, b;
+  DiffOptions options;
+  bool json = false;
+  ReportPaths reports;
+};
+
+}  // namespace
+
+Command AddDiffCommand(CLI::App& app) {
+  auto args = std::make_shared<DiffArgs>();
+  CLI::App* diff =
+      app.add_subcommand("diff", "compare two checkpoints in global space (any layouts, formats)");
+  diff->add_option("a", args->a, "first checkpoint directory")->required();
+  diff->add_option("b", args->b, "second checkpoint directory")->required();
+  diff->add_option("--atol", args->options.atol, "absolute tolerance (default: bitwise equality)");
+  diff->add_option("--rtol", args->options.rtol, "relative tolerance");
+  diff->add_option("--only", args->options.only,
+                   "compare only keys matching this glob (repeatable; objects match by key or "
+                   "unique key, the common state is 'common')");
+  diff->add_option("--exclude", args->options.exclude,
+                   "leave out keys matching this glob (repeatable)");
+  diff->add_flag("--json", args->json,
+                 "print a JSON verdict per key (elements, differing, max abs / rel error)");
+  AddReportOptions(diff, args->reports, "key");
+  return {diff, [args](CommandLine&) {
+            ResolveRunRoot(args->a);
+            ResolveRunRoot(args->b);
+            return DiffCommand(args->a, args->b, args->options, args->json, args->reports);
+          }};
 }
 
 }  // namespace distckpt

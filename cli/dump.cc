@@ -8,8 +8,10 @@
 
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "engine/metadata_api.h"
 #include "engine/read_state.h"
@@ -40,8 +42,6 @@ std::optional<std::string> StoredObjectBytes(CheckpointReader& reader,
   return record->bytes;
 }
 
-}  // namespace
-
 int DumpCommand(const std::string& dir, const std::string& key, const std::string& out) {
   Env* env = Env::Default();
   std::unique_ptr<CheckpointReader> reader = DetectFormat(env, dir).OpenReader(env, dir);
@@ -71,6 +71,27 @@ int DumpCommand(const std::string& dir, const std::string& key, const std::strin
                            DTypeName(tensor.dtype()), ShapeToString(tensor.shape()),
                            tensor.nbytes(), out);
   return kExitOk;
+}
+
+struct DumpArgs {
+  std::string dir, key, out;
+};
+
+}  // namespace
+
+Command AddDumpCommand(CLI::App& app) {
+  auto args = std::make_shared<DumpArgs>();
+  CLI::App* dump =
+      app.add_subcommand("dump",
+                         "write one global tensor (little-endian, stored dtype), or one object "
+                         "as stored, to a file");
+  dump->add_option("dir", args->dir, "checkpoint directory (native or DCP)")->required();
+  dump->add_option("key", args->key, "tensor key, or an object's unique key")->required();
+  dump->add_option("--out,-o", args->out, "output file")->required();
+  return {dump, [args](CommandLine&) {
+            ResolveRunRoot(args->dir);
+            return DumpCommand(args->dir, args->key, args->out);
+          }};
 }
 
 }  // namespace distckpt

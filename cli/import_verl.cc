@@ -4,13 +4,18 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <memory>
 
 #include "cli/commands.h"
 #include "engine/verl_convert.h"
 #include "format/format.h"
-#include "format/verl/verl_reshard.h"
 
 namespace distckpt {
+namespace {
+
+struct ImportVerlArgs {
+  std::string src, dir, format = "native";
+};
 
 int ImportVerlCommand(const std::string& src, const std::string& dst, const std::string& format) {
   SaveOptions options;
@@ -21,15 +26,20 @@ int ImportVerlCommand(const std::string& src, const std::string& dst, const std:
   return kExitOk;
 }
 
-int ReshardVerlCommand(const ReshardArgs& args) {
-  VerlReshardOptions options;
-  options.world_size = args.world_size;
-  options.fsdp_version = args.fsdp_version;
-  const VerlReshardReport report = ReshardVerl(args.dir, args.out, options);
-  for (const std::string& line : report.lines) std::cout << line << "\n";
-  std::cout << fmt::format("{}: verl checkpoint for {} ranks written to {}\n", args.dir,
-                           args.world_size, args.out);
-  return kExitOk;
+}  // namespace
+
+Command AddImportVerlCommand(CLI::App& app) {
+  auto args = std::make_shared<ImportVerlArgs>();
+  CLI::App* import_verl = app.add_subcommand(
+      "import-verl",
+      "convert verl's per-rank FSDP files into a checkpoint (any world size on load)");
+  import_verl
+      ->add_option("src", args->src, "verl checkpoint directory (model_world_size_W_rank_r.pt)")
+      ->required();
+  import_verl->add_option("--dir", args->dir, "destination checkpoint directory")->required();
+  import_verl->add_option("--format", args->format, "native (default) or a DCP format name");
+  return {import_verl,
+          [args](CommandLine&) { return ImportVerlCommand(args->src, args->dir, args->format); }};
 }
 
 }  // namespace distckpt

@@ -3,8 +3,10 @@
 
 #include <iostream>
 #include <map>
+#include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "format/format.h"
 #include "format/native/block_checksums.h"
@@ -60,8 +62,6 @@ void CheckDataFiles(Env* env, const std::string& dir, const CheckpointMetadata& 
                            files.size());
 }
 
-}  // namespace
-
 int InspectCommand(const std::string& dir, bool json, bool check) {
   Env* env = Env::Default();
   const Format& format = DetectFormat(env, dir);
@@ -97,6 +97,27 @@ int InspectCommand(const std::string& dir, bool json, bool check) {
     std::cout << fmt::format("common state: {}\n", keys);
   }
   return kExitOk;
+}
+
+struct InspectArgs {
+  std::string dir;
+  bool json = false;
+  bool check = false;
+};
+
+}  // namespace
+
+Command AddInspectCommand(CLI::App& app) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* inspect = app.add_subcommand("inspect", "list what a checkpoint holds");
+  inspect->add_option("dir", args->dir, "checkpoint directory")->required();
+  inspect->add_flag("--json", args->json, "print the metadata as JSON");
+  inspect->add_flag("--check", args->check,
+                    "also check every data file is present with the sizes the metadata implies");
+  return {inspect, [args](CommandLine&) {
+            ResolveRunRoot(args->dir);
+            return InspectCommand(args->dir, args->json, args->check);
+          }};
 }
 
 }  // namespace distckpt

@@ -1,5 +1,4 @@
-// distckpt train / distckpt manage: the simulated training loop over the
-// checkpoint manager, and offline views of a run's checkpoint root.
+// distckpt train: the simulated training loop over the checkpoint manager.
 #include "harness/train.h"
 
 #include <fmt/format.h>
@@ -11,10 +10,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "format/format.h"
 #include "io/file_lock.h"
@@ -23,6 +24,29 @@
 
 namespace distckpt {
 namespace {
+
+struct TrainArgs {
+  std::string scenario;
+  std::string dir;
+  std::string layout = "megatron";
+  std::string topology = "tp=1";
+  std::string backend = "threads";
+  std::string format = "native";
+  std::string resume;                // "" = start from scratch
+  std::string components = "actor";  // verl
+  std::string save_contents = "model,optimizer,extra";
+  std::string load_contents = "model,optimizer,extra";
+  int64_t steps = 0;
+  int64_t save_interval = 1;
+  int keep = 0;
+  int64_t retain_interval = 0;
+  bool async = false;
+  int writers = 1;
+  int step_ms = 0;
+  bool verbose = false;
+  int64_t non_persistent_save_interval = 0;  // 0 = none (ROOT/non_persistent/)
+  std::string save_on_signal;                // "SIGTERM,SIGUSR1": save, finalize, exit 0
+};
 
 std::vector<std::string> SplitList(const std::string& text) {
   std::vector<std::string> out;
@@ -95,10 +119,6 @@ std::vector<int> InstallStopHandlers(const std::string& list) {
   return signals;
 }
 
-}  // namespace
-
-namespace {
-
 // A second run on a root another run is writing is refused before anything
 // else, naming the holder of the root's writer lock (manager/manager.h).
 void RefuseRootHeld(const std::string& root) {
@@ -134,8 +154,7 @@ void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayo
        root, fmt::join(held, ", "));
 }
 
-}  // namespace
-
+// The simulated training loop over the checkpoint manager (harness/train.h).
 int TrainCommand(const TrainArgs& args) {
   // First: a signal from here on is a request to save and stop (before it,
   // during process start and argument parsing, it has its default action).
@@ -200,6 +219,11 @@ int TrainCommand(const TrainArgs& args) {
     std::cerr << "distckpt train: " << report.error << "\n";
     return report.value_mismatch ? kExitVerdictFailed : kExitInputError;
   }
+  if (report.resumed_foreign) {
+    std::cout << fmt::format("resumed iteration {} under {} (loaded as above); nothing to train\n",
+                             report.resumed_iteration, m.topology);
+    return kExitOk;
+  }
   std::cout << fmt::format(
       "trained {} to step {} under {} ({} layout){}; committed: {}{}\n", s.name, report.last_step,
       m.topology, args.layout,
@@ -218,86 +242,44 @@ int TrainCommand(const TrainArgs& args) {
   return kExitOk;
 }
 
-int ManageCommand(const ManageArgs& args) {
-  Env* env = Env::Default();
-  CheckpointLayout layout = ParseCheckpointLayout(args.layout);
-  Catalog catalog = ScanRoot(env, args.dir, layout);
-  if (args.action == "prune") {
-    if (!catalog.tracker || catalog.tracker->release) {
-      Fail(ErrorKind::kInvalidArgument, "{}: no tracker iteration: nothing is superseded",
-           args.dir);
-    }
-    const int64_t committed = catalog.tracker->iteration;
-    const CatalogEntry* current = catalog.Find(committed);
-    if (!current || !current->complete) {
-      Fail(ErrorKind::kIncomplete, "{}: the tracker names iteration {}, which is not complete",
-           args.dir, committed);
-    }
-    std::vector<int64_t> candidates;
-    for (const CatalogEntry& e : catalog.entries) {
-      if (e.complete && (!e.foreign || args.include_foreign)) candidates.push_back(e.iteration);
-    }
-    for (int64_t it :
-         SupersededIterations({args.keep, args.retain_interval}, candidates, committed)) {
-      if (it == committed) continue;
-      DeleteIterationDir(env, catalog.Find(it)->path);
-      std::cout << "deleted " << catalog.Find(it)->path << "\n";
-    }
-    for (const CatalogEntry& e : catalog.entries) {
-      if (e.complete && e.foreign && !args.include_foreign && e.iteration != committed)
-        std::cout << "kept " << e.path << " (not written by distckpt; --include-foreign deletes "
-                  << "it when superseded)\n";
-    }
-    return kExitOk;
-  }
-  if (args.action != "list")
-    Fail(ErrorKind::kInvalidArgument, "manage: unknown action '{}'", args.action);
-  if (args.json) {
-    nlohmann::json j;
-    j["tracker"] = catalog.tracker ? nlohmann::json(catalog.tracker->ToString()) : nullptr;
-    if (!catalog.tracker_error.empty()) j["tracker_error"] = catalog.tracker_error;
-    j["checkpoints"] = nlohmann::json::array();
-    for (const CatalogEntry& e : catalog.entries) {
-      nlohmann::json c = {{"iteration", e.iteration},
-                          {"path", e.path},
-                          {"complete", e.complete},
-                          {"writer", e.foreign ? "other" : "distckpt"}};
-      if (!e.format.empty()) c["format"] = e.format;
-      if (!e.complete) c["why"] = e.why_incomplete;
-      if (e.manifest) c["manifest"] = e.manifest->ToJson();
-      j["checkpoints"].push_back(c);
-    }
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << fmt::format("tracker: {}\n", catalog.tracker ? catalog.tracker->ToString()
-                                              : catalog.tracker_error.empty()
-                                                  ? "none"
-                                                  : "UNREADABLE: " + catalog.tracker_error);
-    for (const CatalogEntry& e : catalog.entries) {
-      std::cout << fmt::format(
-          "  {:>10}  {}  {}\n", e.iteration, e.complete ? "complete  " : "INCOMPLETE",
-          !e.complete ? e.path + ": " + e.why_incomplete
-          : e.foreign ? fmt::format("{} ({} checkpoint not written by distckpt)", e.path, e.format)
-                      : fmt::format("{} [{}] under {}", e.path,
-                                    fmt::join(e.manifest->contents, ","), e.manifest->topology));
-    }
-  }
-  if (!catalog.tracker_error.empty()) return kExitInputError;
-  if (catalog.tracker && !catalog.tracker->release) {
-    const CatalogEntry* current = catalog.Find(catalog.tracker->iteration);
-    if (!current || !current->complete) {
-      std::cerr << "distckpt manage: the tracker names iteration " << catalog.tracker->iteration
-                << ", which is not a complete checkpoint\n";
-      return kExitVerdictFailed;
-    }
-  }
-  if (catalog.tracker && catalog.tracker->release &&
-      !env->IsDirectory(JoinPath(args.dir, kReleaseDir))) {  // as resume refuses it
-    std::cerr << "distckpt manage: the tracker says 'release' but "
-              << JoinPath(args.dir, kReleaseDir) << " is missing\n";
-    return kExitVerdictFailed;
-  }
-  return kExitOk;
+}  // namespace
+
+Command AddTrainCommand(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* train = app.add_subcommand(
+      "train", "a simulated training loop checkpointed through the checkpoint manager");
+  train->add_option("scenario", args->scenario, "scenario file (default: embedded)");
+  train->add_option("--dir,-d", args->dir, "checkpoint root of the run")->required();
+  train->add_option("--layout", args->layout, "megatron (iter_0000100/) or verl (global_step_100/)")
+      ->check(CLI::IsMember({"megatron", "verl"}));
+  train->add_option("--topology,-t", args->topology, "topology of this run");
+  train->add_option("--steps", args->steps, "train up to this step")->required();
+  train->add_option("--save-interval", args->save_interval, "save every K steps");
+  train->add_option("--keep", args->keep, "keep the last K checkpoints (0 = all)");
+  train->add_option("--retain-interval", args->retain_interval,
+                    "also keep every multiple of R (Megatron's --save-retain-interval)");
+  train->add_flag("--async", args->async, "asynchronous saves (tracker in the finalize)");
+  train->add_option("--writers", args->writers, "async writer threads per rank");
+  train->add_option("--resume", args->resume,
+                    "auto (the tracker), a checkpoint path, or an iteration");
+  train->add_option("--backend", args->backend, "threads or mpi")
+      ->check(CLI::IsMember({"threads", "mpi"}));
+  train->add_option("--format", args->format, "native or dcp");
+  train->add_option("--components", args->components, "verl: component folders, e.g. actor,critic");
+  train->add_option("--save-contents", args->save_contents, "model,optimizer,extra (any subset)");
+  train->add_option("--load-contents", args->load_contents,
+                    "contents loaded and checked on resume");
+  train->add_option("--step-ms", args->step_ms, "simulated compute per step (ms)");
+  train->add_option("--non-persistent-save-interval", args->non_persistent_save_interval,
+                    "also save every K steps into DIR/non_persistent/ (only the newest kept)");
+  train->add_option("--save-on-signal", args->save_on_signal,
+                    "on these signals (SIGTERM,SIGUSR1,...): save the step reached, finalize, "
+                    "exit 0");
+  train->add_flag("--verbose", args->verbose, "print every manager phase");
+  return {train, [args](CommandLine& line) {
+            // No relaunch: `train --backend mpi` runs inside mpirun.
+            return OnBackend(line, args->backend, nullptr, [&] { return TrainCommand(*args); });
+          }};
 }
 
 }  // namespace distckpt

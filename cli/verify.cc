@@ -1,51 +1,36 @@
-// distckpt verify / reshard: a request spec checked against, or loaded from,
-// an existing checkpoint (harness/verify.h).
+// distckpt verify: would a checkpoint load under a topology? A request spec
+// checked against an existing checkpoint (harness/verify.h): metadata only,
+// or with --data every stored byte.
 #include "harness/verify.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "cli/commands.h"
-#include "comm/thread_world.h"
-#include "core/error.h"
-#include "format/dcp/megatron_files.h"
-#include "format/format.h"
-#include "harness/request_spec.h"
-#include "manager/catalog.h"
-#include "manager/layout.h"
-#include "manager/tracker.h"
-#ifdef DISTCKPT_HAVE_MPI
-#include "comm/mpi_communicator.h"
-#endif
+#include "cli/options.h"
+#include "cli/report.h"
+#include "topology/topology.h"
 
 namespace distckpt {
 namespace {
 
-Scenario SpecOf(const std::string& dir, const std::string& spec,
-                const std::vector<std::string>& sets) {
-  Env* env = Env::Default();
-  std::unique_ptr<CheckpointReader> reader = DetectFormat(env, dir).OpenReader(env, dir);
-  return LoadRequestSpec(spec, reader->metadata(), ParseSpecOverrides(sets));
-}
-
-StrictHandling StrictOf(const std::string& flag, const Scenario& spec) {
-  return flag.empty() ? spec.strict : ParseStrictHandling(flag);
-}
-
-// "  object rng_state: regridded: ..." for each stored object a topology does
-// not keep; the number of them.
-int PrintObjectFates(const std::vector<ObjectFate>& fates) {
-  int changed = 0;
-  for (const ObjectFate& f : fates) {
-    if (f.fate == "kept") continue;
-    ++changed;
-    std::cout << fmt::format("  object {}: {}: {}\n", f.key, f.fate, f.detail);
-  }
-  return changed;
-}
+struct VerifyArgs {
+  std::string dir;
+  std::vector<std::string> topologies;  // one verdict (report case) each
+  std::string spec;                     // a spec / scenario file, or "gpt"
+  std::vector<std::string> sets;        // --set field=value (--spec gpt)
+  std::string strict;                   // default: the spec's
+  std::string saved_topology;
+  bool data = false;  // also read every byte and check every checksum
+  // With data: a chunk, object or metadata.json that carries no checksum
+  // fails the data verdict (exit 1) instead of being reported as unverified.
+  bool require_checksums = false;
+  bool strict_objects = false;  // an object the topology drops or re-grids fails the verdict
+  ReportPaths reports;
+};
 
 nlohmann::json FatesJson(const std::vector<ObjectFate>& fates) {
   nlohmann::json out = nlohmann::json::array();
@@ -54,8 +39,8 @@ nlohmann::json FatesJson(const std::vector<ObjectFate>& fates) {
   return out;
 }
 
-}  // namespace
-
+// Metadata-only verdict per topology: 0 every topology loads, 1 some would
+// not, 2 bad input or (--data) a damaged byte.
 int VerifyCommand(const VerifyArgs& args) {
   Scenario spec = SpecOf(args.dir, args.spec, args.sets);
   if (args.spec == "gpt") {
@@ -150,110 +135,32 @@ int VerifyCommand(const VerifyArgs& args) {
   return report.failures() == 0 ? kExitOk : kExitVerdictFailed;
 }
 
-namespace {
-
-// A run root (Megatron's ROOT with latest_checkpointed_iteration.txt) given
-// to reshard: the tracker's iteration is resharded into OUT/<its directory>
-// and OUT gets a tracker naming it, so Megatron's --load OUT resumes there.
-struct RootReshard {
-  std::string out_root;
-  Tracker tracker;
-};
-
-std::optional<RootReshard> ResolveRoot(ReshardArgs& args) {
-  Env* env = Env::Default();
-  const std::optional<std::string> tracked = TrackedIterationDir(env, args.dir);
-  if (!tracked) return std::nullopt;
-  const std::string name = std::filesystem::path(*tracked).filename().string();
-  if (env->IsDirectory(args.out) && !env->ListDir(args.out).empty()) {
-    Fail(ErrorKind::kInvalidArgument,
-         "reshard of the run root {}: --out {} is not empty; a root-level reshard writes {} and a "
-         "tracker into a new root",
-         args.dir, args.out, name);
-  }
-  RootReshard root{args.out, *ReadTracker(env, args.dir)};
-  args.dir = *tracked;
-  args.out = JoinPath(args.out, name);
-  return root;
-}
-
 }  // namespace
 
-int ReshardCommand(const ReshardArgs& given) {
-  ReshardArgs args = given;
-  std::optional<RootReshard> root = ResolveRoot(args);
-  if (args.format.empty()) {
-    // The source's own format: Megatron resumes what it wrote (common.pt or not).
-    Env* env = Env::Default();
-    args.format = std::string(DetectFormat(env, args.dir).name());
-    if (args.format == "dcp" && env->FileExists(JoinPath(args.dir, "common.pt")))
-      args.format = "dcp-common-pt";
-  }
-  Scenario spec = SpecOf(args.dir, args.spec, args.sets);
-  StrictHandling strict = StrictOf(args.strict, spec);
-  const Format& format = FormatByName(args.format);
-  const int world = Topology::Parse(args.topology).world_size();
-  {
-    Env* env = Env::Default();
-    std::unique_ptr<CheckpointReader> reader =
-        DetectFormat(env, args.dir).OpenReader(env, args.dir);
-    std::vector<ObjectFate> fates =
-        ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology));
-    int changed = PrintObjectFates(fates);
-    // Stored tensors the request does not hold (Megatron 0.20's dp_reshardable
-    // optimizer buckets under --spec gpt, keys a spec file leaves out).
-    VerifyOptions metadata_only;
-    metadata_only.strict = StrictHandling::kReturnAll;
-    VerifyResult plan = VerifyLoad(spec, args.dir, args.topology, metadata_only);
-    if (!plan.missing.empty()) {
-      ++changed;
-      std::cout << fmt::format("  not carried: stored tensors the request does not hold: {}\n",
-                               plan.missing);
-    }
-    if (changed > 0 && args.strict_objects) {
-      Fail(ErrorKind::kInvalidArgument,
-           "reshard {} under {}: {} stored object(s) would not be carried (listed above); "
-           "--strict-objects refuses",
-           args.dir, args.topology, changed);
-    }
-  }
-  ReshardResult result;
-  bool prints = true;
-  auto step = [&](Communicator& comm) {
-    return ReshardRank(spec, args.dir, args.topology, args.out, format, strict, comm);
-  };
-  if (args.backend == "threads") {
-    std::vector<ReshardResult> results(world);
-    RunRanks(world, [&](Communicator& comm) { results[comm.rank()] = step(comm); });
-    result = results[0];
-  } else if (args.backend == "mpi") {
-#ifdef DISTCKPT_HAVE_MPI
-    std::unique_ptr<Communicator> comm = MpiWorld();
-    if (comm->size() != world) {
-      Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
-           comm->size());
-    }
-    result = step(*comm);
-    prints = comm->rank() == 0;
-#else
-    Fail(ErrorKind::kUnsupported, "this distckpt was built without MPI");
-#endif
-  } else {
-    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", args.backend);
-  }
-  if (prints) {
-    // Megatron's integrity.json stays valid: the output gets its own when the source had one.
-    if (Env::Default()->FileExists(JoinPath(args.dir, kMegatronIntegrityFileName)))
-      WriteMegatronIntegrity(Env::Default(), args.out);
-    if (root) WriteTracker(Env::Default(), root->out_root, root->tracker);
-    std::cout << fmt::format(
-        "resharded {} to {} under {} ({} format): {} bytes read, {} bytes written, {:.3f} s{}\n",
-        args.dir, args.out, args.topology, args.format, result.bytes_read, result.bytes_written,
-        result.seconds,
-        root ? fmt::format("; tracker {} written in {}", root->tracker.ToString(), root->out_root)
-             : "");
-  }
-  return kExitOk;
+Command AddVerifyCommand(CLI::App& app) {
+  auto args = std::make_shared<VerifyArgs>();
+  CLI::App* verify = app.add_subcommand(
+      "verify", "would a checkpoint load under a topology? (metadata only; --data: every byte)");
+  verify->add_option("dir", args->dir, "checkpoint directory (native or DCP)")->required();
+  verify->add_option("--topology,-t", args->topologies, "topology (repeatable)")->required();
+  AddSpecOptions(verify, args->spec, args->sets);
+  verify->add_option("--strict", args->strict, "strict handling mode (default: the spec's)");
+  verify->add_option("--saved-topology", args->saved_topology,
+                     "topology the checkpoint was saved under (default: recorded in it)");
+  verify->add_flag("--data", args->data,
+                   "also read every stored byte once and check every checksum");
+  verify
+      ->add_flag("--require-checksums", args->require_checksums,
+                 "with --data: fail (exit 1) when anything carries no checksum to check")
+      ->needs("--data");
+  verify->add_flag("--strict-objects", args->strict_objects,
+                   "fail a topology under which a stored object (rng_state, rerun or "
+                   "dataloader state) would be dropped or re-gridded");
+  AddReportOptions(verify, args->reports, "topology");
+  return {verify, [args](CommandLine&) {
+            ResolveRunRoot(args->dir);
+            return VerifyCommand(*args);
+          }};
 }
 
 }  // namespace distckpt

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "core/error.h"
@@ -262,6 +263,47 @@ void CheckOptimizerResumable(const nlohmann::json& saved, const Topology& topo) 
         "type dp_reshardable (the expert parameters' buffers depend on EP)",
         ep, topo.ep);
   }
+}
+
+namespace {
+
+// Every param group of `optimizer` (a torch optimizer state {"param_groups":
+// [...]}, Megatron's {"optimizer": {...}} wrapper, or a chain of them).
+void ForEachParamGroup(const nlohmann::json& optimizer,
+                       const std::function<void(const nlohmann::json&)>& fn, int depth = 0) {
+  if (!optimizer.is_object() || depth > 4) return;
+  if (auto it = optimizer.find("param_groups"); it != optimizer.end() && it->is_array()) {
+    for (const nlohmann::json& group : *it) fn(group);
+    return;
+  }
+  for (const auto& [key, value] : optimizer.items()) {
+    const bool member = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
+    if (member || key == "optimizer") ForEachParamGroup(value, fn, depth + 1);
+  }
+}
+
+}  // namespace
+
+void CheckExpertParamGroupsResumable(const nlohmann::json& saved, bool model_has_experts,
+                                     const Topology& topo) {
+  bool said = false, saved_expert = false;
+  ForEachParamGroup(saved, [&](const nlohmann::json& group) {
+    if (!group.is_object()) return;
+    auto it = group.find("is_expert_parallel");
+    if (it == group.end() || !it->is_boolean()) return;
+    said = true;
+    saved_expert = saved_expert || it->get<bool>();
+  });
+  if (!said) return;
+  const bool built_expert = (model_has_experts || saved_expert) && topo.ep > 1;
+  if (saved_expert == built_expert) return;
+  Fail(ErrorKind::kUnsupported,
+       "the optimizer's param groups do not fit ep={}: the checkpoint {} expert-parallel param "
+       "groups (saved with {}), and under ep={} Megatron builds {}; its load fails "
+       "('Could not find parameter group with key ... in loaded checkpoint', "
+       "_filter_and_reorder_param_groups)",
+       topo.ep, saved_expert ? "has" : "has no", saved_expert ? "EP > 1" : "EP = 1", topo.ep,
+       built_expert ? "them" : "none (experts use the dense process groups at EP = 1)");
 }
 
 }  // namespace distckpt

@@ -98,6 +98,19 @@ std::string OptimStateKey(std::string_view state, std::string_view model_key);
 // recorded another EP (models with experts). Other formats and sections pass.
 void CheckOptimizerResumable(const nlohmann::json& saved_optimizer, const Topology& topology);
 
+// Megatron gives expert parameters their own optimizer (a ChainedOptimizer
+// member whose param groups say is_expert_parallel) exactly when they use the
+// expert process groups: EP > 1 (tensor_parallel/layers.py `use_expert_pgs`).
+// A checkpoint saved with such groups does not load where none are built, nor
+// the reverse: Megatron fails in _filter_and_reorder_param_groups ("Could not
+// find parameter group with key ... in loaded checkpoint"). Refuses that
+// (CheckpointError(kUnsupported)) given the common "optimizer" section (one
+// optimizer's state or a chain {"0": ..., "1": ...}) and whether the model
+// has experts (`num_experts` > 0 in its args); param groups that do not say
+// is_expert_parallel (other writers, older Megatron) pass.
+void CheckExpertParamGroupsResumable(const nlohmann::json& saved_optimizer, bool model_has_experts,
+                                     const Topology& topology);
+
 }  // namespace distckpt
 
 #endif  // DISTCKPT_OPTIM_OPTIMIZER_STATE_H_

@@ -157,6 +157,29 @@ TEST(OptimizerStateTest, ExpertParametersHaveTheirOwnInstanceOverTheExpertDpGrou
   }
 }
 
+// Megatron's chained optimizer (moe-ep2 of fixtures/megatron-runs): the
+// experts' member exists at EP > 1 only.
+TEST(OptimizerStateTest, ExpertParamGroupsNeedExpertParallelism) {
+  auto group = [](bool expert) {
+    return nlohmann::json{{"wd_mult", 1.0}, {"is_expert_parallel", expert}};
+  };
+  nlohmann::json chained = {{"0", {{"optimizer", {{"param_groups", {group(false)}}}}}},
+                            {"1", {{"optimizer", {{"param_groups", {group(true)}}}}}}};
+  EXPECT_NO_THROW(CheckExpertParamGroupsResumable(chained, true, Topology::Parse("ep=2,dp=2")));
+  EXPECT_NO_THROW(CheckExpertParamGroupsResumable(chained, true, Topology::Parse("ep=4,dp=4")));
+  EXPECT_THAT([&] { CheckExpertParamGroupsResumable(chained, true, Topology::Parse("dp=2")); },
+              ThrowsError(ErrorKind::kUnsupported, "param groups do not fit ep=1"));
+  // Saved at EP=1 (one optimizer, no expert groups): EP > 1 builds them.
+  nlohmann::json dense = {{"optimizer", {{"param_groups", {group(false), group(false)}}}}};
+  EXPECT_NO_THROW(CheckExpertParamGroupsResumable(dense, true, Topology::Parse("dp=2")));
+  EXPECT_THAT([&] { CheckExpertParamGroupsResumable(dense, true, Topology::Parse("ep=2,dp=2")); },
+              ThrowsError(ErrorKind::kUnsupported, "has no expert-parallel param groups"));
+  // A dense model under ep > 1 builds none; groups that do not say pass.
+  EXPECT_NO_THROW(CheckExpertParamGroupsResumable(dense, false, Topology::Parse("ep=2,dp=2")));
+  nlohmann::json silent = {{"param_groups", {{{"lr", 1.0}}}}};
+  EXPECT_NO_THROW(CheckExpertParamGroupsResumable(silent, true, Topology::Parse("dp=2")));
+}
+
 TEST(OptimizerStateTest, StepMustBeSharedAcrossParameters) {
   EXPECT_EQ(CommonStep({7, 7, 7}), 7);
   EXPECT_THAT(

@@ -294,6 +294,10 @@ void CheckStoredOptimizerResumable(const nlohmann::json& common, const Topology&
   from_args("pp", "pipeline_model_parallel_size");
   from_args("ep", "expert_model_parallel_size");
   CheckOptimizerResumable(saved, topo);
+  const bool experts = args && args->is_object() && args->contains("num_experts") &&
+                       (*args)["num_experts"].is_number_integer() &&
+                       (*args)["num_experts"].get<int64_t>() > 0;
+  CheckExpertParamGroupsResumable(common["optimizer"], experts, topo);
 }
 
 std::optional<std::string> CheckLoaded(const Scenario& s, const PairSpec* pair,

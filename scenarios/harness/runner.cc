@@ -129,7 +129,7 @@ StepReport OnMpi(const RunOptions& options, int world, std::vector<std::string> 
   return StepReport::FromJson(nlohmann::json::parse(in));
 }
 
-// The distckpt flags (cli/main.cc) that give an MPI job's save or load
+// The distckpt flags (cli/step.cc) that give an MPI job's save or load
 // step `strategy`: the CLI parses them back into a StepStrategy.
 std::vector<std::string> StrategyFlags(const StepStrategy& strategy, bool load) {
   std::vector<std::string> flags{"--device", strategy.device};

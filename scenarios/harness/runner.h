@@ -51,7 +51,7 @@ struct StepReport {
 };
 
 // The strategies of a step (strategy/strategy.h) and what the harness does
-// around them. The CLI parses its step flags straight into it (cli/main.cc:
+// around them. The CLI parses its step flags straight into it (cli/step.cc:
 // --fully-parallel, --two-stage, --exchange, --async, --writers, --local,
 // --replication, --resave-dir, --device, --comm).
 struct StepStrategy {

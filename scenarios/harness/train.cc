@@ -1,13 +1,18 @@
 #include "harness/train.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
 #include "engine/common_state.h"
 #include "harness/expand.h"
+#include "harness/request_spec.h"
+#include "harness/verify.h"
 #include "manager/layout.h"
 #include "manager/tracker.h"
 #include "mapping/dict_utils.h"
@@ -110,6 +115,97 @@ nlohmann::json ExtraStateAt(const Scenario& s, int64_t step, const std::string& 
           {"rng", {{"seed", StepSeed(s.seed, step, component)}}}};
 }
 
+namespace {
+
+// A resume point another tool wrote (Megatron's training loop): its model is
+// the checkpoint's, not the scenario's, so it is loaded whole under this
+// run's topology as Megatron's load_checkpoint would (the request inferred
+// from the checkpoint, its refusals first), and the loop stops there: its
+// steps would save the scenario's model into another framework's run, which
+// Megatron could not resume. `--steps` at the iteration checks the resume
+// alone (exit 0); past it, report.error says why nothing was trained.
+void ResumeForeign(const ResumePoint& point, const TrainOptions& options, Communicator& comm,
+                   TrainReport& report, const std::function<void(const std::string&)>& log) {
+  report.resumed_dir = point.dir;
+  report.resumed_foreign = true;
+  report.resumed_iteration = report.last_step = point.iteration;
+  std::string error;
+  try {
+    if (options.manager.layout != CheckpointLayout::kMegatron) {
+      Fail(ErrorKind::kUnsupported,
+           "{} was written by another tool (verl): train resumes only Megatron-written "
+           "iterations; `distckpt reshard {} --world-size N` reshards verl's FSDP files",
+           point.dir, point.dir);
+    }
+    Scenario spec;
+    AgreeOnOutcome(comm, [&] {
+      Env* env = Env::Default();
+      std::unique_ptr<CheckpointReader> reader =
+          DetectFormat(env, point.dir).OpenReader(env, point.dir);
+      spec = LoadRequestSpec("gpt", reader->metadata(), {});
+    });
+    StoredLoad stored = LoadStored(spec, point.dir, options.manager.topology,
+                                   StrictHandling::kAssumeOkUnexpected, comm);
+    uint64_t elements = 0;
+    ForEachLeaf(stored.loaded.state_dict, [&](const NodePath&, const Node& leaf) {
+      if (const Tensor* t = leaf.get_if<Tensor>()) elements += static_cast<uint64_t>(t->numel());
+    });
+    report.elements_checked =
+        static_cast<uint64_t>(comm.AllReduceOne(static_cast<int64_t>(elements), ReduceOp::kSum));
+    const uint64_t bytes = static_cast<uint64_t>(
+        comm.AllReduceOne(static_cast<int64_t>(stored.loaded.summary.bytes_read), ReduceOp::kSum));
+    // What the inferred request leaves out (Megatron's dp_reshardable
+    // optimizer buckets, which --spec gpt does not model) is said, not hidden.
+    std::set<std::string> stored_keys;
+    for (const auto& [key, t] : stored.reader->metadata().tensors) stored_keys.insert(key);
+    const size_t stored_count = stored_keys.size();
+    ForEachLeaf(stored.request, [&](const NodePath&, const Node& leaf) {
+      if (const ShardedTensor* t = leaf.get_if<ShardedTensor>()) stored_keys.erase(t->key);
+      if (const ShardedTensorFactory* f = leaf.get_if<ShardedTensorFactory>()) {
+        ForEachLeaf(f->Build(), [&](const NodePath&, const Node& built) {
+          if (const ShardedTensor* t = built.get_if<ShardedTensor>()) stored_keys.erase(t->key);
+        });
+      }
+    });
+    // Each rank requests its own pieces: a key is left out when every rank leaves it out.
+    const std::vector<std::string> left =
+        comm.AllGather(fmt::format("{}", fmt::join(stored_keys, "\n")));
+    std::erase_if(stored_keys, [&](const std::string& key) {
+      return std::any_of(left.begin(), left.end(), [&](const std::string& mine) {
+        return ("\n" + mine + "\n").find("\n" + key + "\n") == std::string::npos;
+      });
+    });
+    report.resumed = true;
+    log(fmt::format(
+        "resumed iteration {} from {} (written by another tool: Megatron's training loop) under "
+        "{}: {} elements, {} bytes read, {}",
+        point.iteration, point.dir, options.manager.topology, report.elements_checked, bytes,
+        stored_keys.empty() ? "every stored tensor placed"
+                            : fmt::format("{} of {} stored tensors placed",
+                                          stored_count - stored_keys.size(), stored_count)));
+    if (!stored_keys.empty()) {
+      log(
+          fmt::format("warning: not loaded (the request inferred from the checkpoint does not hold "
+                      "them): {}",
+                      fmt::join(stored_keys, ", ")));
+    }
+    if (options.steps > point.iteration) {
+      Fail(ErrorKind::kUnsupported,
+           "iteration {} of {} is another framework's model: this simulated loop would save its "
+           "own scenario into that run, which Megatron could not resume; nothing was trained or "
+           "written (--steps {} checks the resume alone; `distckpt reshard {} --topology {} "
+           "--out NEW` gives Megatron the run under this topology)",
+           point.iteration, options.manager.root, point.iteration, options.manager.root,
+           options.manager.topology);
+    }
+  } catch (const CheckpointError& e) {
+    error = e.what();
+  }
+  report.error = AgreeOnError(comm, error);
+}
+
+}  // namespace
+
 TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicator& comm) {
   TrainReport report;
   auto log = [&](const std::string& line) {
@@ -166,6 +262,10 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
     }
     report.ignored = point.ignored;
     for (const std::string& w : point.warnings) log("warning: " + w);
+    if (point.found && point.foreign) {
+      ResumeForeign(point, options, comm, report, log);
+      return report;
+    }
     if (point.found) {
       report.resumed = true;
       report.resumed_iteration = start = point.iteration;

@@ -71,6 +71,7 @@ struct TrainReport {
   std::vector<int64_t> committed;    // iterations committed by this run
   std::vector<int64_t> committed_non_persistent;
   bool resumed_non_persistent = false;  // the resumed checkpoint is ROOT/non_persistent's
+  bool resumed_foreign = false;         // another tool wrote it: loaded whole, nothing trained
   int64_t last_step = 0;
   int stop_signal = 0;  // the (agreed) request that stopped the run, 0 = none
   std::string error;    // empty = ok (agreed by every rank)

@@ -188,32 +188,41 @@ DataCheck VerifyData(const std::string& dir, Env* env) {
   return check;
 }
 
+StoredLoad LoadStored(const Scenario& spec, const std::string& dir, const std::string& topology,
+                      StrictHandling strict, Communicator& comm, bool objects) {
+  Env* env = Env::Default();
+  StoredLoad out;
+  AgreeOnOutcome(comm, [&] {
+    out.topology = Topology::Parse(topology);
+    if (out.topology.world_size() != comm.size()) {
+      Fail(ErrorKind::kInvalidArgument, "topology {} needs {} ranks, but {} are running", topology,
+           out.topology.world_size(), comm.size());
+    }
+    out.reader = DetectFormat(env, dir).OpenReader(env, dir);
+    const CheckpointMetadata& md = out.reader->metadata();
+    if (spec.optimizer || spec.check_stored_optimizer)
+      CheckStoredOptimizerResumable(md.common, out.topology);
+    Topology saved = md.topology.empty() ? out.topology : Topology::Parse(md.topology);
+    out.request =
+        RequestFor(spec, md, saved, out.topology, comm.rank(), /*zero_fill=*/true, objects);
+  });
+  LoadOptions load;
+  load.strict = strict;
+  out.loaded = Load(out.request, dir, comm, load);
+  return out;
+}
+
 ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
                           const std::string& topology, const std::string& out, const Format& format,
                           StrictHandling strict, Communicator& comm, bool objects) {
   Scenario spec = request_spec;  // stored dtypes: a resharded checkpoint keeps them
   for (TensorSpec& t : spec.tensors) t.load_dtype.reset();
   auto start = std::chrono::steady_clock::now();
-  Env* env = Env::Default();
-  Topology topo;
-  std::unique_ptr<CheckpointReader> reader;
-  Node request;
-  AgreeOnOutcome(comm, [&] {
-    topo = Topology::Parse(topology);
-    if (topo.world_size() != comm.size()) {
-      Fail(ErrorKind::kInvalidArgument, "topology {} needs {} ranks, but {} are running", topology,
-           topo.world_size(), comm.size());
-    }
-    reader = DetectFormat(env, dir).OpenReader(env, dir);
-    const CheckpointMetadata& md = reader->metadata();
-    if (spec.optimizer || spec.check_stored_optimizer)
-      CheckStoredOptimizerResumable(md.common, topo);
-    Topology saved = md.topology.empty() ? topo : Topology::Parse(md.topology);
-    request = RequestFor(spec, md, saved, topo, comm.rank(), /*zero_fill=*/true, objects);
-  });
-  LoadOptions load;
-  load.strict = strict;
-  LoadResult loaded = Load(request, dir, comm, load);
+  StoredLoad stored = LoadStored(spec, dir, topology, strict, comm, objects);
+  const Topology& topo = stored.topology;
+  std::unique_ptr<CheckpointReader>& reader = stored.reader;
+  Node& request = stored.request;
+  LoadResult& loaded = stored.loaded;
   SaveOptions save;
   save.format = &format;
   save.topology = topo.ToString();

@@ -32,9 +32,11 @@
 #define DISTCKPT_SCENARIO_VERIFY_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "comm/communicator.h"
+#include "engine/load.h"
 #include "format/format.h"
 #include "harness/spec.h"
 #include "io/env.h"
@@ -98,6 +100,20 @@ struct DataCheck {
   uint64_t integrity_files = 0;
 };
 DataCheck VerifyData(const std::string& dir, Env* env = nullptr);
+
+// What a checkpoint stores, loaded whole under `topology` by rank
+// comm.rank(): the request `spec` builds from the stored metadata (tensors,
+// and objects unless `objects` is false), Megatron's optimizer refusals
+// first (dp_reshardable under another TP/PP, expert param groups across
+// EP = 1). Collective; a CheckpointError is agreed by every rank.
+struct StoredLoad {
+  std::unique_ptr<CheckpointReader> reader;
+  Topology topology;
+  Node request;
+  LoadResult loaded;
+};
+StoredLoad LoadStored(const Scenario& spec, const std::string& dir, const std::string& topology,
+                      StrictHandling strict, Communicator& comm, bool objects = true);
 
 struct ReshardResult {
   uint64_t bytes_read = 0, bytes_written = 0;

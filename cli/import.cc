@@ -1,18 +1,21 @@
-// distckpt import --from hf (cli/hf.h): the library's WriteHfUnsharded
+// distckpt import --from hf: the library's WriteHfUnsharded
 // (interop/hf/import.h), then every rank of the topology loads its request
 // of the spec from the unsharded checkpoint and saves under the topology
-// (harness ReshardRank); and export's --spec gpt, which needs the harness's
-// inference.
+// (harness ReshardRank). Vocab padding rows, which HF does not store, load
+// as zeros. The temporary checkpoint (`<out>.hf-import`) is removed
+// afterwards, also on failure.
+#include "interop/hf/import.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/hf.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
 #include "core/json_parse.h"
@@ -23,11 +26,22 @@
 #include "harness/spec.h"
 #include "harness/verify.h"
 #include "interop/hf/accounting.h"
-#include "interop/hf/import.h"
 #include "interop/hf/plan.h"
 #include "topology/topology.h"
 
 namespace distckpt {
+namespace {
+
+struct ImportArgs {
+  std::string out, from = "hf", dir, spec, topology, format = "native";
+  std::vector<std::string> drops;  // --drop GLOB: HF tensors left out on purpose
+};
+
+struct ImportSummary {
+  size_t tensors = 0;
+  uint64_t bytes_written = 0;
+  std::vector<std::string> dropped;  // HF tensors no Megatron key maps from, left out by --drop
+};
 
 ImportSummary ImportFromHf(const ImportArgs& args) {
   Env* env = Env::Default();
@@ -90,30 +104,6 @@ ImportSummary ImportFromHf(const ImportArgs& args) {
   return summary;
 }
 
-nlohmann::json InferExportModel(const ExportArgs& args) {
-  Env* env = Env::Default();
-  std::unique_ptr<CheckpointReader> reader =
-      DetectFormat(env, args.checkpoint).OpenReader(env, args.checkpoint);
-  const SpecOverrides overrides = ParseSpecOverrides(args.sets);
-  nlohmann::json model = InferGptModel(reader->metadata(), overrides);
-  // Every stored vocab row is exported unless --set vocab says how many are
-  // the tokenizer's: the args' vocab_size need not count the tokenizer's
-  // special tokens (NullTokenizer adds one), so only the user can say which
-  // rows are padding.
-  if (!overrides.count("vocab")) {
-    const std::string prefix = model.value("prefix", "");
-    for (const char* name : {"embedding.word_embeddings.weight", "output_layer.weight"}) {
-      auto it = reader->metadata().tensors.find(prefix + name);
-      if (it != reader->metadata().tensors.end() && it->second.global_shape.size() == 2) {
-        model["vocab"] = it->second.global_shape[0];
-        break;
-      }
-    }
-  }
-  std::cout << "spec gpt inferred: " << model.dump() << "\n";
-  return model;
-}
-
 int ImportCommand(const ImportArgs& args) {
   ImportSummary s = ImportFromHf(args);
   for (const std::string& name : s.dropped) {
@@ -124,6 +114,27 @@ int ImportCommand(const ImportArgs& args) {
       "written\n",
       s.tensors, args.dir, args.out, args.topology, args.format, s.bytes_written);
   return kExitOk;
+}
+
+}  // namespace
+
+Command AddImportCommand(CLI::App& app) {
+  auto args = std::make_shared<ImportArgs>();
+  CLI::App* imp = app.add_subcommand(
+      "import", "a Hugging Face model (safetensors shards) into a checkpoint under a topology");
+  imp->add_option("out", args->out, "output checkpoint directory")->required();
+  imp->add_option("--from", args->from, "hf")->check(CLI::IsMember({"hf"}));
+  imp->add_option("dir", args->dir, "HF model directory")->required();
+  imp->add_option("--spec", args->spec,
+                  "the GPT model: a JSON spec or scenario file (as export's --spec)")
+      ->required();
+  imp->add_option("--topology", args->topology, "topology to save under")->required();
+  imp->add_option("--drop", args->drops,
+                  "leave HF tensors matching GLOB out on purpose (repeatable); any other HF "
+                  "tensor the model has no place for refuses the import");
+  imp->add_option("--format", args->format, "native (default), dcp or dcp-1.13")
+      ->check(CLI::IsMember({"native", "dcp", "dcp-1.13"}));
+  return {imp, [args](CommandLine&) { return ImportCommand(*args); }};
 }
 
 }  // namespace distckpt

@@ -1,0 +1,22 @@
+// distckpt devices: how many CUDA devices this build and machine have.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/device.h"
+
+namespace distckpt {
+
+Command AddDevicesCommand(CLI::App& app) {
+  CLI::App* devices = app.add_subcommand(
+      "devices", "print how many CUDA devices this build and machine have (0: none)");
+  return {devices, [](CommandLine&) {
+            std::cout << CudaDeviceCount() << " CUDA device(s)"
+                      << (CudaSimulated() ? " (simulated: DISTCKPT_SIMULATE_CUDA)"
+                          : CudaBuilt()   ? ""
+                                          : " (this build has no CUDA support)")
+                      << "\n";
+            return kExitOk;
+          }};
+}
+
+}  // namespace distckpt

@@ -1,0 +1,204 @@
+// distckpt reshard: a spec's request loaded from a checkpoint under a
+// topology and saved there (harness/verify.h: ReshardRank); or verl's
+// per-rank FSDP files for another world size (format/verl/verl_reshard.h).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "comm/thread_world.h"
+#include "core/error.h"
+#include "format/dcp/megatron_files.h"
+#include "format/format.h"
+#include "format/verl/verl_reshard.h"
+#include "harness/verify.h"
+#include "manager/catalog.h"
+#include "manager/layout.h"
+#include "manager/tracker.h"
+#include "topology/topology.h"
+#ifdef DISTCKPT_HAVE_MPI
+#include "comm/mpi_communicator.h"
+#endif
+
+namespace distckpt {
+namespace {
+
+struct ReshardArgs {
+  std::string dir, topology, spec, out;
+  std::vector<std::string> sets;
+  std::string format;  // "" = the source's format (dcp-common-pt when it has common.pt)
+  std::string backend = "threads";
+  std::string strict;
+  bool strict_objects = false;  // refuse when a stored object would not be carried
+  int world_size = 0;           // > 0: a verl FSDP checkpoint to N ranks (ReshardVerlCommand)
+  int fsdp_version = 0;         // with world_size: 1 or 2, 0 = the source's
+};
+
+// A run root (Megatron's ROOT with latest_checkpointed_iteration.txt) given
+// to reshard: the tracker's iteration is resharded into OUT/<its directory>
+// and OUT gets a tracker naming it, so Megatron's --load OUT resumes there.
+struct RootReshard {
+  std::string out_root;
+  Tracker tracker;
+};
+
+std::optional<RootReshard> ResolveRoot(ReshardArgs& args) {
+  Env* env = Env::Default();
+  const std::optional<std::string> tracked = TrackedIterationDir(env, args.dir);
+  if (!tracked) return std::nullopt;
+  const std::string name = std::filesystem::path(*tracked).filename().string();
+  if (env->IsDirectory(args.out) && !env->ListDir(args.out).empty()) {
+    Fail(ErrorKind::kInvalidArgument,
+         "reshard of the run root {}: --out {} is not empty; a root-level reshard writes {} and a "
+         "tracker into a new root",
+         args.dir, args.out, name);
+  }
+  RootReshard root{args.out, *ReadTracker(env, args.dir)};
+  args.dir = *tracked;
+  args.out = JoinPath(args.out, name);
+  return root;
+}
+
+// Loads the spec's request from the checkpoint under a topology and saves
+// it there into --out (0 done, 2 failed).
+int ReshardCommand(const ReshardArgs& given) {
+  ReshardArgs args = given;
+  std::optional<RootReshard> root = ResolveRoot(args);
+  if (args.format.empty()) {
+    // The source's own format: Megatron resumes what it wrote (common.pt or not).
+    Env* env = Env::Default();
+    args.format = std::string(DetectFormat(env, args.dir).name());
+    if (args.format == "dcp" && env->FileExists(JoinPath(args.dir, "common.pt")))
+      args.format = "dcp-common-pt";
+  }
+  Scenario spec = SpecOf(args.dir, args.spec, args.sets);
+  StrictHandling strict = StrictOf(args.strict, spec);
+  const Format& format = FormatByName(args.format);
+  const int world = Topology::Parse(args.topology).world_size();
+  {
+    Env* env = Env::Default();
+    std::unique_ptr<CheckpointReader> reader =
+        DetectFormat(env, args.dir).OpenReader(env, args.dir);
+    std::vector<ObjectFate> fates =
+        ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology));
+    int changed = PrintObjectFates(fates);
+    // Stored tensors the request does not hold (Megatron 0.20's dp_reshardable
+    // optimizer buckets under --spec gpt, keys a spec file leaves out).
+    VerifyOptions metadata_only;
+    metadata_only.strict = StrictHandling::kReturnAll;
+    VerifyResult plan = VerifyLoad(spec, args.dir, args.topology, metadata_only);
+    if (!plan.missing.empty()) {
+      ++changed;
+      std::cout << fmt::format("  not carried: stored tensors the request does not hold: {}\n",
+                               plan.missing);
+    }
+    if (changed > 0 && args.strict_objects) {
+      Fail(ErrorKind::kInvalidArgument,
+           "reshard {} under {}: {} stored object(s) would not be carried (listed above); "
+           "--strict-objects refuses",
+           args.dir, args.topology, changed);
+    }
+  }
+  ReshardResult result;
+  bool prints = true;
+  auto step = [&](Communicator& comm) {
+    return ReshardRank(spec, args.dir, args.topology, args.out, format, strict, comm);
+  };
+  if (args.backend == "threads") {
+    std::vector<ReshardResult> results(world);
+    RunRanks(world, [&](Communicator& comm) { results[comm.rank()] = step(comm); });
+    result = results[0];
+  } else if (args.backend == "mpi") {
+#ifdef DISTCKPT_HAVE_MPI
+    std::unique_ptr<Communicator> comm = MpiWorld();
+    if (comm->size() != world) {
+      Fail(ErrorKind::kInvalidArgument, "the topology needs {} ranks but mpirun started {}", world,
+           comm->size());
+    }
+    result = step(*comm);
+    prints = comm->rank() == 0;
+#else
+    Fail(ErrorKind::kUnsupported, "this distckpt was built without MPI");
+#endif
+  } else {
+    Fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (threads or mpi)", args.backend);
+  }
+  if (prints) {
+    // Megatron's integrity.json stays valid: the output gets its own when the source had one.
+    if (Env::Default()->FileExists(JoinPath(args.dir, kMegatronIntegrityFileName)))
+      WriteMegatronIntegrity(Env::Default(), args.out);
+    if (root) WriteTracker(Env::Default(), root->out_root, root->tracker);
+    std::cout << fmt::format(
+        "resharded {} to {} under {} ({} format): {} bytes read, {} bytes written, {:.3f} s{}\n",
+        args.dir, args.out, args.topology, args.format, result.bytes_read, result.bytes_written,
+        result.seconds,
+        root ? fmt::format("; tracker {} written in {}", root->tracker.ToString(), root->out_root)
+             : "");
+  }
+  return kExitOk;
+}
+
+// distckpt reshard DIR --world-size N [--fsdp 1|2] --out OUT: verl's per-rank
+// files for N ranks (format/verl/verl_reshard.h).
+int ReshardVerlCommand(const ReshardArgs& args) {
+  VerlReshardOptions options;
+  options.world_size = args.world_size;
+  options.fsdp_version = args.fsdp_version;
+  const VerlReshardReport report = ReshardVerl(args.dir, args.out, options);
+  for (const std::string& line : report.lines) std::cout << line << "\n";
+  std::cout << fmt::format("{}: verl checkpoint for {} ranks written to {}\n", args.dir,
+                           args.world_size, args.out);
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddReshardCommand(CLI::App& app) {
+  auto args = std::make_shared<ReshardArgs>();
+  CLI::App* reshard = app.add_subcommand(
+      "reshard", "load a spec's request from a checkpoint under a topology and save it there");
+  reshard
+      ->add_option("dir", args->dir,
+                   "checkpoint directory (native or DCP), or a run root with Megatron's "
+                   "tracker: its tracker's iteration into --out/iter_N plus a tracker")
+      ->required();
+  reshard->add_option("--topology,-t", args->topology,
+                      "topology to reshard to (required unless --world-size)");
+  reshard->add_option("--world-size", args->world_size,
+                      "verl FSDP checkpoint (a step folder or its actor/): the world size to "
+                      "write verl's per-rank files for");
+  reshard
+      ->add_option("--fsdp", args->fsdp_version,
+                   "with --world-size: FSDP 1 or 2 "
+                   "(default: the source's)")
+      ->check(CLI::IsMember({1, 2}));
+  AddSpecOptions(reshard, args->spec, args->sets);
+  reshard->get_option("--spec")->required(false);  // not for --world-size (verl)
+  reshard->add_option("--out,-o", args->out, "directory of the new checkpoint")->required();
+  reshard->add_option("--format", args->format,
+                      "native, dcp, dcp-common-pt, dcp-1.13 or fsdp-dtensor (default: the "
+                      "source's format)");
+  reshard->add_option("--backend", args->backend, "threads or mpi (run under mpirun)")
+      ->check(CLI::IsMember({"threads", "mpi"}));
+  reshard->add_option("--strict", args->strict, "strict handling mode (default: the spec's)");
+  reshard->add_flag("--strict-objects", args->strict_objects,
+                    "refuse when a stored object (rng_state, rerun or dataloader state) would not "
+                    "be carried into the output");
+  return {reshard, [args](CommandLine& line) {
+            return OnBackend(line, args->backend, &args->topology, [&] {
+              if (args->world_size > 0) return ReshardVerlCommand(*args);
+              if (args->topology.empty() || args->spec.empty()) {
+                std::cerr << "distckpt reshard: --topology and --spec are required (or "
+                             "--world-size for a verl checkpoint)\n";
+                return kExitInputError;
+              }
+              return ReshardCommand(*args);
+            });
+          }};
+}
+
+}  // namespace distckpt
