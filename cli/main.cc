@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "format/dcp/unknown_globals.h"
+#include "io/storage_path.h"
 
 int main(int argc, char** argv) {
   using namespace distckpt;
@@ -44,6 +45,12 @@ int main(int argc, char** argv) {
         std::cerr << DescribeUnknownGlobal(note) << "\n";
     }
   } warn_unknown_globals;
+  // What reached object storage (requests, bytes), on stderr, once the command ran.
+  struct StorageTraffic {
+    ~StorageTraffic() {
+      if (std::string s = StorageTrafficSummary(); !s.empty()) std::cerr << s << "\n";
+    }
+  } storage_traffic;
 
   CommandLine line{argc, argv};
   try {

@@ -139,8 +139,9 @@ void ResolveRunRoot(std::string& path) {
 }
 
 // Every checkpoint path of every command takes a URI too (io/storage_path.h):
-// file:///p is the path /p; a storage this build cannot reach (s3://) or an
-// unknown scheme is refused naming it (exit 2) before anything runs.
+// file:///p is the path /p; s3://bucket/key stays a URI, reached through
+// UriEnv() (a build without libcurl refuses it); an unknown scheme is refused
+// naming it (exit 2) before anything runs.
 void StoragePaths(CLI::App& app) {
   static const char* kPathOptions[] = {"--dir", "dir",      "--local",      "a",
                                        "b",     "--out",    "src",          "checkpoint",
@@ -154,9 +155,8 @@ void StoragePaths(CLI::App& app) {
         [](std::string& text) -> std::string {
           try {
             StoragePath where = EnvForPath(text);
-            if (where.env != Env::Default())
-              return fmt::format("{}: {} storage is not reachable from the command line", text,
-                                 where.env->name());
+            // s3://: every command's Env::Default() routes by path from here on.
+            if (where.env != PosixStorage()) SetDefaultEnv(UriEnv());
             text = where.path;
             return "";
           } catch (const CheckpointError& e) {

@@ -63,6 +63,10 @@ std::string PrepareStagedDirectory(Env* env, const std::string& dir, bool overwr
            "when told to (distckpt save --overwrite, SaveOptions::overwrite)",
            dir, committed);
     }
+    // The swap is two renames: a store without atomic rename (an object
+    // store) would copy, and a reader could see the mix.
+    RequireCapability(env, EnvCapability::kAtomicRename,
+                      fmt::format("overwrite the committed checkpoint in {}", dir));
     if (env->FileExists(old)) {
       Fail(ErrorKind::kInvalidArgument,
            "cannot overwrite {}: {} exists (an interrupted overwrite leaves the previous "

@@ -54,6 +54,13 @@ void FailIo(std::string_view op, const std::string& path, int error_number) {
 }
 
 void WriteFileAtomic(Env* env, const std::string& path, std::span<const std::byte> contents) {
+  const EnvCapabilities have = env->capabilities();
+  if (!have.atomic_rename && have.whole_file_writes) {
+    std::unique_ptr<WritableFile> file = env->NewWritableFile(path);
+    file->Append(contents);
+    file->Close();  // the file appears here, whole
+    return;
+  }
   RequireCapability(env, EnvCapability::kAtomicRename, fmt::format("replace {} atomically", path));
   const std::string tmp = path + ".tmp";
   try {

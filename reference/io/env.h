@@ -67,6 +67,10 @@ struct EnvCapabilities {
   bool atomic_rename = true;  // RenameFile replaces its target in one step
   bool write_at = true;       // WritableFile::WriteAt
   bool locks = true;          // LockFile / LockHolder
+  // A file appears whole at Close or not at all, and replaces any file of
+  // its name in one step (an object store's PUT): WriteFileAtomic writes in
+  // place without atomic rename.
+  bool whole_file_writes = false;
 };
 
 class Env {
@@ -115,8 +119,9 @@ std::string DirName(const std::string& path);
 
 // Writes `contents` to `path` atomically: `path`.tmp, fsync, rename over
 // `path`, fsync the directory. On failure the temp file is removed and any
-// previous `path` is untouched. An Env without atomic rename: kUnsupported,
-// nothing written.
+// previous `path` is untouched. An Env with whole_file_writes instead (an
+// object store): one write of `path` in place. An Env with neither:
+// kUnsupported, nothing written.
 void WriteFileAtomic(Env* env, const std::string& path, std::span<const std::byte> contents);
 void WriteFileAtomic(Env* env, const std::string& path, const std::string& contents);
 std::string ReadFileToString(Env* env, const std::string& path);

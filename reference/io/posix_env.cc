@@ -1,3 +1,4 @@
+#include <atomic>
 // Env::Default(): POSIX files. Appends use write(), reads use pread(); both
 // loop over EINTR and short transfers.
 #include <fcntl.h>
@@ -6,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "core/error.h"
 #include "io/env.h"
 #include "io/file_lock.h"
+#include "io/storage_path.h"
 
 namespace distckpt {
 namespace {
@@ -292,9 +295,20 @@ class PosixEnv : public Env {
 
 }  // namespace
 
-Env* Env::Default() {
+namespace {
+std::atomic<Env*>& DefaultSlot() {
+  static std::atomic<Env*> slot{PosixStorage()};
+  return slot;
+}
+}  // namespace
+
+Env* PosixStorage() {
   static PosixEnv* env = new PosixEnv;
   return env;
 }
+
+Env* Env::Default() { return DefaultSlot().load(std::memory_order_acquire); }
+
+void SetDefaultEnv(Env* env) { DefaultSlot().store(env, std::memory_order_release); }
 
 }  // namespace distckpt
