@@ -558,7 +558,15 @@ int main(int argc, char** argv) {
               << "\n";
     return distckpt::kExitInputError;
   } catch (const std::exception& e) {
-    std::cerr << "distckpt: error: " << e.what() << "\n";
+    // Not a CheckpointError, so its message need not name a file: name the
+    // command's inputs (its arguments that are paths).
+    std::string inputs;
+    for (int i = 1; i < argc; ++i) {
+      std::error_code ec;
+      if (argv[i][0] != '-' && std::filesystem::exists(argv[i], ec))
+        inputs += (inputs.empty() ? " (reading " : ", ") + std::string(argv[i]);
+    }
+    std::cerr << "distckpt: error: " << e.what() << (inputs.empty() ? "" : inputs + ")") << "\n";
     return distckpt::kExitInputError;
   }
   return distckpt::kExitInputError;
