@@ -26,6 +26,55 @@ set -e
 [ $rc = 2 ] && grep -q "badspec.json: 'prefix' must be a string" "$w/err" || {
   cat "$w/err"; echo "FAIL: spec prefix 5: exit $rc"; exit 1; }
 
+# Claims larger than the files (the load memory bound, issue 39): a 16 GiB
+# chunk claimed by a zarr .zarray over a 32-byte chunk file, a 2^33-element
+# array of 16-element chunks, and (with torch) a DCP .metadata whose tensor
+# claims 16 GiB in a small data file. Each is refused from the files' sizes
+# before any buffer of that size: under the 4 GiB address-space limit an
+# allocation would fail.
+claim() {  # claim DIR NAME-IN-MESSAGE: every reader exits 2 naming it
+  local c
+  for c in "inspect $1 --check" "export $1 --to native $w/claim-out" "dump $1 $2 -o $w/claim.bin"; do
+    rm -rf "$w/claim-out"
+    set +e
+    # shellcheck disable=SC2086
+    (ulimit -v 4194304; timeout -s KILL 20 "$d" $c) >"$w/claim.log" 2>&1
+    rc=$?
+    set -e
+    [ $rc = 2 ] && grep -qF "$3" "$w/claim.log" || { cat "$w/claim.log"; echo "FAIL: $c: exit $rc"; exit 1; }
+  done
+}
+layernorm=decoder.final_layernorm.weight
+for grid in chunk array; do
+  cp -r "$fixtures/megatron-zarr/gpt-tp2-pp2" "$w/zarr-$grid"
+  python3 - "$w/zarr-$grid/$layernorm/.zarray" $grid <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["shape"] = [8 << 30]
+j["chunks"] = [8 << 30] if sys.argv[2] == "chunk" else [16]
+json.dump(j, open(sys.argv[1], "w"))
+PY
+done
+claim "$w/zarr-chunk" $layernorm "$layernorm/0 of '$layernorm' holds 32 bytes"
+claim "$w/zarr-array" $layernorm "$layernorm/.zarray: shape (8589934592,) in chunks of (16,)"
+if [ -n "${DISTCKPT_TORCH2_PYTHON:-}" ]; then
+  "$d" save "$scenarios/tensors.json" --topology tp=2 --dir "$w/dcp-huge" --format dcp >/dev/null
+  cat >"$w/huge.py" <<'PY'
+import pickle, sys, torch
+p = sys.argv[1] + "/.metadata"
+m = pickle.load(open(p, "rb"))
+md = m.state_dict_metadata["layer.bias"]
+md.size = torch.Size([8 << 30])
+md.chunks = md.chunks[:1]
+md.chunks[0].sizes, md.chunks[0].offsets = torch.Size([8 << 30]), torch.Size([0])
+pickle.dump(m, open(p, "wb"))
+PY
+  $DISTCKPT_TORCH2_PYTHON "$w/huge.py" "$w/dcp-huge"
+  claim "$w/dcp-huge" layer.bias "__0_0.distcp is truncated"
+else
+  echo "damaged_files_test: DISTCKPT_TORCH2_PYTHON unset: the DCP claim is not made"
+fi
+
 python3 - "$d" "$w" "$spec" \
   native="$w/native" hf="$w/hf" \
   dcp="$fixtures/dcp/torch-2.6/r2_sharded" dcp="$fixtures/dcp/torch-1.13/r1_file_per_item" \
@@ -56,7 +105,7 @@ for kind, src in sources:
             shutil.rmtree(ck, ignore_errors=True)
             shutil.copytree(src, ck, symlinks=True)
             damage(os.path.join(ck, rel), how)
-            out = os.path.join(w, "out")
+            out = os.path.join(w, "exported")
             cmds = {"native": [["inspect", ck], ["inspect", ck, "--check"],
                                ["verify", ck, "--data", "--spec", spec, "-t", "tp=1"],
                                ["export", ck, "--to", "dcp", out]],
