@@ -27,16 +27,15 @@
 #include "io/memory_env.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const distckpt::GptExportSpec spec = distckpt::GptExportSpecFromJson(
-      {{"layers", 1},
-       {"hidden", 8},
-       {"heads", 2},
-       {"query_groups", 2},
-       {"ffn", 16},
-       {"vocab", 16},
-       {"glu", true},
-       {"tied", false}},
-      "fuzz spec");
+  static const distckpt::GptExportSpec spec = distckpt::GptExportSpecFromJson({{"layers", 1},
+                                                                               {"hidden", 8},
+                                                                               {"heads", 2},
+                                                                               {"query_groups", 2},
+                                                                               {"ffn", 16},
+                                                                               {"vocab", 16},
+                                                                               {"glu", true},
+                                                                               {"tied", false}},
+                                                                              "fuzz spec");
   static const bool verbose = getenv("DISTCKPT_FUZZ_VERBOSE") != nullptr;
   const std::vector<std::string_view> parts = distckpt::FuzzParts(data, size, 4);
   distckpt::MemoryEnv env;

@@ -74,12 +74,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!parts[0].empty())
     distckpt::WriteFileAtomic(&env, "/actor/fsdp_config.json", std::string(parts[0]));
   distckpt::WriteFileAtomic(&env, "/actor/" + distckpt::VerlModelFile(kWorld, kRank), f.model);
-  distckpt::WriteFileAtomic(
-      &env, "/actor/" + distckpt::VerlOptimFile(kWorld, kRank),
-      distckpt::ZipToString([&](distckpt::ZipWriter& zip) {
-        zip.AddRecord("data.pkl", parts[1]);
-        for (const auto& [name, bytes] : f.records) zip.AddRecord(name, bytes);
-      }));
+  distckpt::WriteFileAtomic(&env, "/actor/" + distckpt::VerlOptimFile(kWorld, kRank),
+                            distckpt::ZipToString([&](distckpt::ZipWriter& zip) {
+                              zip.AddRecord("data.pkl", parts[1]);
+                              for (const auto& [name, bytes] : f.records)
+                                zip.AddRecord(name, bytes);
+                            }));
   try {
     const int world = distckpt::VerlWorldSize("/actor", &env);
     const distckpt::VerlRankState state = distckpt::ReadVerlRank("/actor", world, kRank, &env);
