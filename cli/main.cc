@@ -2,6 +2,7 @@
 // contract). Each command is in its own file (cli/commands.h); this is the
 // table, the flags every command has, and the exit code of an error.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <iostream>
 #include <vector>
 
@@ -61,7 +62,15 @@ int main(int argc, char** argv) {
     std::cerr << "distckpt: error (" << ErrorKindName(e.kind()) << "): " << e.what() << "\n";
     return kExitInputError;
   } catch (const std::exception& e) {
-    std::cerr << "distckpt: error: " << e.what() << "\n";
+    // Not a CheckpointError, so its message need not name a file: name the
+    // command's inputs (its arguments that are paths).
+    std::string inputs;
+    for (int i = 1; i < argc; ++i) {
+      std::error_code ec;
+      if (argv[i][0] != '-' && std::filesystem::exists(argv[i], ec))
+        inputs += (inputs.empty() ? " (reading " : ", ") + std::string(argv[i]);
+    }
+    std::cerr << "distckpt: error: " << e.what() << (inputs.empty() ? "" : inputs + ")") << "\n";
     return kExitInputError;
   }
   return kExitInputError;

@@ -65,10 +65,10 @@ std::string SerializeLocalState(const Node& state_dict, int64_t iteration, int r
   return blob + text + data;
 }
 
-Node LoadLocalState(const std::string& blob, const Node& request, int64_t iteration, int rank,
-                    LoadSummary* summary) {
-  const std::string what =
-      fmt::format("local checkpoint of rank {} (iteration {})", rank, iteration);
+namespace {
+
+Node LoadLocalStateUnchecked(const std::string& blob, const Node& request, int64_t iteration,
+                             int rank, LoadSummary* summary, const std::string& what) {
   if (blob.size() < kMagicSize + 8 || blob.compare(0, kMagicSize, kMagic) != 0) {
     Fail(ErrorKind::kCorruption, "{} is not a distckpt local checkpoint", what);
   }
@@ -109,7 +109,7 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
       }
       const uint64_t offset = entry->at("offset").get<uint64_t>(),
                      bytes = entry->at("length").get<uint64_t>();
-      if (data_start + offset + bytes > blob.size())
+      if (offset > blob.size() - data_start || bytes > blob.size() - data_start - offset)
         Fail(ErrorKind::kCorruption, "{} is truncated", what);
       std::span<const std::byte> src(
           reinterpret_cast<const std::byte*>(blob.data()) + data_start + offset, bytes);
@@ -118,6 +118,10 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
       }
       const Shape shape = want->DataShape();
       Tensor dst = want->data.defined() ? want->data : Tensor::Empty(want->dtype, shape);
+      if (bytes != static_cast<uint64_t>(dst.numel()) * DTypeSize(stored.dtype)) {
+        Fail(ErrorKind::kCorruption, "{}: {} holds {} bytes, not the {} of its shape", what,
+             want->key, bytes, static_cast<uint64_t>(dst.numel()) * DTypeSize(stored.dtype));
+      }
       ConvertElements(src.data(), stored.dtype, dst.data(), dst.dtype(),
                       static_cast<size_t>(dst.numel()));
       if (summary) {
@@ -138,6 +142,19 @@ Node LoadLocalState(const std::string& blob, const Node& request, int64_t iterat
     summary->chunk_bytes += blob.size();
   }
   return AssembleLoadResult(header.at("common"), pieces, std::move(loaded));
+}
+
+}  // namespace
+
+Node LoadLocalState(const std::string& blob, const Node& request, int64_t iteration, int rank,
+                    LoadSummary* summary) {
+  const std::string what =
+      fmt::format("local checkpoint of rank {} (iteration {})", rank, iteration);
+  try {
+    return LoadLocalStateUnchecked(blob, request, iteration, rank, summary, what);
+  } catch (const nlohmann::json::exception& e) {  // a field missing or of another type
+    Fail(ErrorKind::kCorruption, "{}: damaged header: {}", what, e.what());
+  }
 }
 
 }  // namespace distckpt

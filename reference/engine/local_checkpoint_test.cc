@@ -8,10 +8,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "comm/thread_world.h"
+#include "core/error_testing.h"
+#include "engine/local_blob.h"
+#include "io/checksum.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
 #include "strategy/local_store.h"
@@ -231,6 +236,48 @@ TEST(LocalCheckpointTest, ARequestForAShardThatWasNotSavedNamesKeyAndRank) {
   });
   EXPECT_THAT(errors,
               Each(HasSubstr("extra (global offset (0,)) is not in the local checkpoint of rank")));
+}
+
+// A rank's local file with a damaged header (issue 39): offsets past the
+// end (no wrap-around), a length short of the tensor's bytes, fields of
+// another type; each a CheckpointError naming the file's rank, never a read
+// outside the blob.
+TEST(LocalCheckpointTest, ADamagedHeaderIsRefused) {
+  const std::string blob = SerializeLocalState(State(0, 1), 1, 0);
+  const size_t json_at = blob.find('{');
+  ASSERT_NE(json_at, std::string::npos);
+  uint64_t length = 0;
+  std::memcpy(&length, blob.data() + json_at - 8, 8);  // little-endian hosts
+  const nlohmann::json header = nlohmann::json::parse(blob.substr(json_at, length));
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json h = header;
+    edit(h);
+    const std::string text = h.dump();
+    std::string out = blob.substr(0, json_at - 8);
+    const uint64_t n = text.size();
+    out.append(reinterpret_cast<const char*>(&n), 8);
+    return out + text + blob.substr(json_at + length);
+  };
+  EXPECT_NO_THROW(LoadLocalState(with([](nlohmann::json&) {}), State(0, 1, false), 1, 0, nullptr));
+  const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>> cases = {
+      {"truncated", [](nlohmann::json& h) { h["tensors"][0]["offset"] = ~uint64_t{0} - 7; }},
+      {"truncated", [](nlohmann::json& h) { h["tensors"][0]["length"] = ~uint64_t{0}; }},
+      {"bytes, not the",
+       [&](nlohmann::json& h) {
+         auto& t = h["tensors"][0];
+         t["length"] = 4;  // with the checksum of those 4 bytes
+         const std::string data = blob.substr(json_at + length + t["offset"].get<uint64_t>(), 4);
+         t["checksum"] = ChecksumToHex(Checksum(std::as_bytes(std::span(data.data(), 4))));
+       }},
+      {"damaged header", [](nlohmann::json& h) { h["tensors"][0]["offset"] = "0"; }},
+      {"damaged header", [](nlohmann::json& h) { h.erase("objects"); }},
+      {"damaged header", [](nlohmann::json& h) { h["version"] = "1"; }},
+  };
+  for (const auto& [message, edit] : cases) {
+    EXPECT_THAT([&] { LoadLocalState(with(edit), State(0, 1, false), 1, 0, nullptr); },
+                ThrowsError(ErrorKind::kCorruption, message))
+        << message;
+  }
 }
 
 TEST(LocalCheckpointTest, NothingSavedIsAClearError) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <map>
 
@@ -40,7 +41,11 @@ int TpDim(const std::string& name, size_t rank) {
 int64_t Unit(const std::string& name) {
   const std::string layers = "decoder.layers.";
   if (!name.starts_with(layers)) return -1;
-  return std::stoll(name.substr(layers.size()));
+  // A layer number (not one past int64: a key is the checkpoint's, not ours).
+  int64_t layer = -1;
+  const char* begin = name.data() + layers.size();
+  const auto [end, ec] = std::from_chars(begin, name.data() + name.size(), layer);
+  return ec == std::errc() && end != begin && layer >= 0 ? layer : -1;
 }
 
 // One parameter as Megatron-FSDP shards it: one planned tensor, or the W and

@@ -33,6 +33,7 @@ std::optional<int64_t> ParseIterationDirName(CheckpointLayout layout, std::strin
   int64_t value = 0;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
   if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  if (value < 0) return std::nullopt;  // "iter_-1000006" names no iteration
   // One spelling per iteration: no "+", no extra leading zeros.
   if (IterationDirName(layout, value) != name) return std::nullopt;
   return value;

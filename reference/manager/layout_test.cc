@@ -19,6 +19,10 @@ TEST(Layout, IterationDirNames) {
   EXPECT_EQ(ParseIterationDirName(CheckpointLayout::kMegatron, "iter_100"), std::nullopt);
   EXPECT_EQ(ParseIterationDirName(CheckpointLayout::kMegatron, "iter_00001x0"), std::nullopt);
   EXPECT_EQ(ParseIterationDirName(CheckpointLayout::kVerl, "global_step_007"), std::nullopt);
+  // A minus sign (fuzz/regressions/manager_files/negative-iteration: was a
+  // CheckpointError out of a parse that returns nullopt for what is no iteration).
+  EXPECT_EQ(ParseIterationDirName(CheckpointLayout::kMegatron, "iter_-1000006"), std::nullopt);
+  EXPECT_EQ(ParseIterationDirName(CheckpointLayout::kVerl, "global_step_-7"), std::nullopt);
   EXPECT_EQ(ParseIterationDirName(CheckpointLayout::kVerl, "iter_0000100"), std::nullopt);
   EXPECT_EQ(ParseIterationDirName(CheckpointLayout::kMegatron, "release"), std::nullopt);
   EXPECT_THAT([] { ParseCheckpointLayout("nemo"); },

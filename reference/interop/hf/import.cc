@@ -125,8 +125,13 @@ std::vector<std::string> WriteHfUnsharded(
   if (env->FileExists(config_path))
     config = ParseJson(ReadFileToString(env, config_path), config_path);
   if (with.experts > 0 && with.topk == 0 && config.is_object() &&
-      config.value("num_experts_per_tok", 0) > 0) {
-    with.topk = config["num_experts_per_tok"].get<int64_t>();
+      config.contains("num_experts_per_tok")) {
+    const nlohmann::json& k = config["num_experts_per_tok"];
+    if (!k.is_number_integer() || k.get<int64_t>() <= 0 || k.get<int64_t>() > with.experts) {
+      Fail(ErrorKind::kCorruption, "{}: num_experts_per_tok {} is not a count of 1 to {} experts",
+           config_path, k.dump(), with.experts);
+    }
+    with.topk = k.get<int64_t>();
   }
   HfExportPlan hf_plan = PlanHfExport(with, stored);
   if (config.is_object() && config.contains("model_type") && config["model_type"].is_string() &&

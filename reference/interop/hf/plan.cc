@@ -192,8 +192,26 @@ GptExportSpec GptExportSpecFromFile(const std::string& path) {
 }
 
 GptExportSpec GptExportSpecFromJson(nlohmann::json j, const std::string& path) {
-  if (j.contains("model")) j = j["model"].is_array() ? j["model"][0] : j["model"];
+  if (j.is_object() && j.contains("model")) {
+    nlohmann::json model = j["model"];
+    if (model.is_array() && !model.empty()) model = std::move(model[0]);
+    j = std::move(model);
+  }
+  if (!j.is_object()) {
+    Fail(ErrorKind::kInvalidArgument, "spec {}: holds a {}, not a model object", path,
+         j.type_name());
+  }
+  auto opt_bool = [&](const char* field) {
+    if (!j.contains(field) || j[field].is_null()) return false;
+    if (!j[field].is_boolean()) {
+      Fail(ErrorKind::kInvalidArgument, "spec {}: '{}' must be true or false", path, field);
+    }
+    return j[field].get<bool>();
+  };
   GptExportSpec s;
+  if (j.contains("prefix") && !j["prefix"].is_string()) {
+    Fail(ErrorKind::kInvalidArgument, "spec {}: 'prefix' must be a string", path);
+  }
   s.prefix = j.value("prefix", "");
   s.layers = Get(j, "layers", path);
   s.hidden = Get(j, "hidden", path);
@@ -201,8 +219,8 @@ GptExportSpec GptExportSpecFromJson(nlohmann::json j, const std::string& path) {
   s.ffn = Get(j, "ffn", path);
   s.vocab = Get(j, "vocab", path);
   s.query_groups = j.contains("query_groups") ? Get(j, "query_groups", path) : s.heads;
-  s.glu = j.value("glu", false);
-  s.tied = j.value("tied", false);
+  s.glu = opt_bool("glu");
+  s.tied = opt_bool("tied");
   auto opt_int = [&](const char* field) -> int64_t {
     if (!j.contains(field) || j[field].is_null()) return 0;
     if (!j[field].is_number_integer() || j[field].get<int64_t>() < 0) {

@@ -8,7 +8,10 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/error_testing.h"
 #include "interop/hf/accounting.h"
+#include "interop/hf/import.h"
+#include "io/memory_env.h"
 
 namespace distckpt {
 namespace {
@@ -134,6 +137,50 @@ TEST(HfPlanTest, GlobMatch) {
   EXPECT_FALSE(GlobMatch("a?c", "abbc"));
   EXPECT_FALSE(GlobMatch("*.weight", "x.bias"));
   EXPECT_TRUE(GlobMatch("*", ""));
+}
+
+// A spec's fields of the wrong type are refused naming the field, not a bare
+// nlohmann type_error (issue 39: every error names its source).
+TEST(GptExportSpecFromJson, WrongTypesNameTheField) {
+  const nlohmann::json ok = {
+      {"layers", 1}, {"hidden", 8}, {"heads", 2}, {"ffn", 16}, {"vocab", 16}};
+  EXPECT_EQ(GptExportSpecFromJson(ok, "s.json").layers, 1);
+  auto with = [&](const char* field, nlohmann::json value) {
+    nlohmann::json j = ok;
+    j[field] = std::move(value);
+    return j;
+  };
+  EXPECT_THAT([&] { GptExportSpecFromJson(with("prefix", 5), "s.json"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "spec s.json: 'prefix' must be a string"));
+  EXPECT_THAT([&] { GptExportSpecFromJson(with("glu", "yes"), "s.json"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "spec s.json: 'glu' must be true or false"));
+  EXPECT_THAT([&] { GptExportSpecFromJson(with("tied", 1), "s.json"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "'tied' must be true or false"));
+  EXPECT_THAT(
+      [&] {
+        GptExportSpecFromJson({{"model", "gpt"}}, "s.json");
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "spec s.json: holds a string"));
+  EXPECT_THAT([&] { GptExportSpecFromJson(nlohmann::json::array(), "s.json"); },
+              ThrowsError(ErrorKind::kInvalidArgument, "spec s.json: holds a array"));
+}
+
+// config.json's num_experts_per_tok, read when a MoE spec gives no top-k, is
+// checked, naming the file (it was a bare type_error for a string).
+TEST(WriteHfUnsharded, BadTopKInConfigNamesTheFile) {
+  MemoryEnv env;
+  env.CreateDirs("/hf");
+  const std::string empty_safetensors = std::string("\x02\0\0\0\0\0\0\0{}", 10);
+  WriteFileAtomic(&env, "/hf/model.safetensors", empty_safetensors);
+  GptExportSpec spec = Spec();
+  spec.experts = 2;
+  for (const char* topk : {"\"x\"", "0", "3", "1.5"}) {
+    WriteFileAtomic(&env, "/hf/config.json",
+                    std::string("{\"num_experts_per_tok\": ") + topk + "}");
+    EXPECT_THAT([&] { WriteHfUnsharded(&env, spec, "/hf", "/out"); },
+                ThrowsError(ErrorKind::kCorruption, "/hf/config.json: num_experts_per_tok"))
+        << topk;
+  }
 }
 
 }  // namespace
