@@ -222,39 +222,6 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
                    std::move(source));
 }
 
-namespace {
-
-// The parsed item index tables that live readers hold, by data file path,
-// size and index trailer (which holds the table's xxHash3, so an entry is
-// what the file's table holds): the readers of one load's ranks, open at
-// once, read a file's table once. An entry lives while a reader holds it; a
-// later load reads the table again.
-class IndexTables {
- public:
-  using FileIndex = std::map<uint64_t, DcpIndexEntry>;
-  std::shared_ptr<const FileIndex> Find(const std::string& key) {
-    std::lock_guard lock(mu_);
-    auto it = tables_.find(key);
-    return it == tables_.end() ? nullptr : it->second.lock();
-  }
-  void Put(const std::string& key, const std::shared_ptr<const FileIndex>& index) {
-    std::lock_guard lock(mu_);
-    std::erase_if(tables_, [](const auto& t) { return t.second.expired(); });
-    tables_[key] = index;
-  }
-
- private:
-  std::mutex mu_;
-  std::map<std::string, std::weak_ptr<const FileIndex>> tables_;  // guarded by mu_
-};
-
-IndexTables& SharedIndexes() {
-  static IndexTables tables;
-  return tables;
-}
-
-}  // namespace
-
 const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t item_offset,
                                            const Describe& what) {
   if (!layout_->metadata.writer.starts_with("distckpt")) return nullptr;  // torch wrote it
@@ -278,20 +245,11 @@ const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t ite
         const auto first = layout_->items.lower_bound({file, 0});
         const auto end = layout_->items.lower_bound({file + '\0', 0});
         if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
-          // A table another live reader read (IndexTables) is not read again.
-          const std::string key =
-              f.path() + '\0' + std::to_string(f.size()) + '\0' +
-              std::string(reinterpret_cast<const char*>(last.data()), last.size());
-          if (std::shared_ptr<const FileIndex> shared = SharedIndexes().Find(key)) {
-            loaded = std::const_pointer_cast<FileIndex>(shared);
-          } else {
-            std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
-            f.Read(trailer->table_offset, table);
-            stats_.bytes_read += table.size();
-            for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
-              loaded->emplace(e.item_offset, e);
-            }
-            SharedIndexes().Put(key, loaded);
+          std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
+          f.Read(trailer->table_offset, table);
+          stats_.bytes_read += table.size();
+          for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
+            loaded->emplace(e.item_offset, e);
           }
         }
       }
