@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <list>
 #include <vector>
 
@@ -222,6 +223,55 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
                    std::move(source));
 }
 
+namespace {
+
+// The parsed item index tables that live readers hold, by data file path,
+// size and index trailer (which holds the table's xxHash3, so an entry is
+// what the file's table holds): the readers of one load's ranks, open at
+// once, read a file's table once. An entry lives while a reader holds it; a
+// later load reads the table again.
+class IndexTables {
+ public:
+  using FileIndex = std::map<uint64_t, DcpIndexEntry>;
+  std::shared_ptr<const FileIndex> Find(const std::string& key) {
+    std::lock_guard lock(mu_);
+    auto it = tables_.find(key);
+    return it == tables_.end() ? nullptr : it->second.lock();
+  }
+  void Put(const std::string& key, const std::shared_ptr<const FileIndex>& index) {
+    std::lock_guard lock(mu_);
+    std::erase_if(tables_, [](const auto& t) { return t.second.expired(); });
+    tables_[key] = index;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::weak_ptr<const FileIndex>> tables_;  // guarded by mu_
+};
+
+IndexTables& SharedIndexes() {
+  static IndexTables tables;
+  return tables;
+}
+
+// The key of a file's table in IndexTables: its path, size, modification
+// time and index trailer; empty (not shared) where the file is not a local
+// one (another Env) or has no modification time: a file rewritten since
+// (damaged, resaved) is read again.
+std::string SharedIndexKey(Env* env, const RandomAccessFile& file,
+                           std::span<const std::byte> trailer) {
+  if (env->name() != "posix") return "";
+  std::error_code error;
+  const auto mtime = std::filesystem::last_write_time(file.path(), error);
+  if (error) return "";
+  std::string key =
+      fmt::format("{}|{}|{}|", file.path(), file.size(), mtime.time_since_epoch().count());
+  key.append(reinterpret_cast<const char*>(trailer.data()), trailer.size());
+  return key;
+}
+
+}  // namespace
+
 const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t item_offset,
                                            const Describe& what) {
   if (!layout_->metadata.writer.starts_with("distckpt")) return nullptr;  // torch wrote it
@@ -245,11 +295,19 @@ const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t ite
         const auto first = layout_->items.lower_bound({file, 0});
         const auto end = layout_->items.lower_bound({file + '\0', 0});
         if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
-          std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
-          f.Read(trailer->table_offset, table);
-          stats_.bytes_read += table.size();
-          for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
-            loaded->emplace(e.item_offset, e);
+          // A table another live reader read (IndexTables) is not read again.
+          const std::string key = SharedIndexKey(env_, f, last);
+          if (std::shared_ptr<const FileIndex> shared =
+                  key.empty() ? nullptr : SharedIndexes().Find(key)) {
+            loaded = std::const_pointer_cast<FileIndex>(shared);
+          } else {
+            std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
+            f.Read(trailer->table_offset, table);
+            stats_.bytes_read += table.size();
+            for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
+              loaded->emplace(e.item_offset, e);
+            }
+            if (!key.empty()) SharedIndexes().Put(key, loaded);
           }
         }
       }
