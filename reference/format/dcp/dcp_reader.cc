@@ -225,11 +225,10 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
 
 namespace {
 
-// The parsed item index tables that live readers hold, by data file path,
-// size and index trailer (which holds the table's xxHash3, so an entry is
-// what the file's table holds): the readers of one load's ranks, open at
-// once, read a file's table once. An entry lives while a reader holds it; a
-// later load reads the table again.
+// The parsed item index tables that live readers hold, by SharedIndexKey
+// (the trailer in it holds the table's xxHash3): the readers of one load's
+// ranks, open at once, read a file's table once. An entry lives while a
+// reader holds it; a later load reads the table again.
 class IndexTables {
  public:
   using FileIndex = std::map<uint64_t, DcpIndexEntry>;
