@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "format/dcp/dcp_layout.h"
 #include "format/dcp/dcp_writer.h"
 #include "format/dcp/item_index.h"
@@ -256,6 +259,34 @@ class LargeChunksTest : public testing::Test {
   float got_[4];
   ReadRun run_{(300 * 512 + 7) * 4, sizeof got_, reinterpret_cast<std::byte*>(got_)};
 };
+
+// The readers open at once (a load's ranks) read a data file's index table
+// once; each still reads the 40-byte trailer, and a reader opened after
+// they closed, or after the file was rewritten, reads the table again.
+TEST_F(LargeChunksTest, ReadersOpenAtOnceShareTheIndexTable) {
+  Save(true);
+  auto read_a = [&](CheckpointReader& reader) {
+    const StoredTensor& t = reader.metadata().tensors.at("a");
+    got_[3] = 0;
+    const uint64_t before = reader.stats().bytes_read;
+    reader.ReadChunk(t, t.chunks[0], {&run_, 1}, VerifyPolicy::kNever);
+    EXPECT_EQ(got_[3], 300 * 512 + 10);
+    return reader.stats().bytes_read - before;
+  };
+  EXPECT_EQ(read_a(*reader_), 40 + 2 * 64 + sizeof got_);
+  auto second = DcpFormat().OpenReader(Env::Default(), tmp_.path());
+  EXPECT_EQ(read_a(*second), 40 + sizeof got_);
+  // Rewritten (same bytes, a later modification time) while both are open.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  WriteFileBytes(path_, ReadFileBytes(path_));
+  auto third = DcpFormat().OpenReader(Env::Default(), tmp_.path());
+  EXPECT_EQ(read_a(*third), 40 + 2 * 64 + sizeof got_);
+  reader_.reset();
+  second.reset();
+  third.reset();
+  auto fourth = DcpFormat().OpenReader(Env::Default(), tmp_.path());
+  EXPECT_EQ(read_a(*fourth), 40 + 2 * 64 + sizeof got_);
+}
 
 TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   Save(true);

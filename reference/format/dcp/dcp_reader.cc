@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <list>
 #include <vector>
 
@@ -222,6 +223,54 @@ ZipReader DcpReader::OpenItem(const std::string& file, uint64_t offset, uint64_t
                    std::move(source));
 }
 
+namespace {
+
+// The parsed item index tables that live readers hold, by SharedIndexKey
+// (the trailer in it holds the table's xxHash3): the readers of one load's
+// ranks, open at once, read a file's table once. An entry lives while a
+// reader holds it; a later load reads the table again.
+class IndexTables {
+ public:
+  using FileIndex = std::map<uint64_t, DcpIndexEntry>;
+  std::shared_ptr<const FileIndex> Find(const std::string& key) {
+    std::lock_guard lock(mu_);
+    auto it = tables_.find(key);
+    return it == tables_.end() ? nullptr : it->second.lock();
+  }
+  void Put(const std::string& key, const std::shared_ptr<const FileIndex>& index) {
+    std::lock_guard lock(mu_);
+    std::erase_if(tables_, [](const auto& t) { return t.second.expired(); });
+    tables_[key] = index;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::weak_ptr<const FileIndex>> tables_;  // guarded by mu_
+};
+
+IndexTables& SharedIndexes() {
+  static IndexTables tables;
+  return tables;
+}
+
+// The key of a file's table in IndexTables: its path, size, modification
+// time and index trailer; empty (not shared) where the file is not a local
+// one (another Env) or has no modification time: a file rewritten since
+// (damaged, resaved) is read again.
+std::string SharedIndexKey(Env* env, const RandomAccessFile& file,
+                           std::span<const std::byte> trailer) {
+  if (env->name() != "posix") return "";
+  std::error_code error;
+  const auto mtime = std::filesystem::last_write_time(file.path(), error);
+  if (error) return "";
+  std::string key =
+      fmt::format("{}|{}|{}|", file.path(), file.size(), mtime.time_since_epoch().count());
+  key.append(reinterpret_cast<const char*>(trailer.data()), trailer.size());
+  return key;
+}
+
+}  // namespace
+
 const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t item_offset,
                                            const Describe& what) {
   if (!layout_->metadata.writer.starts_with("distckpt")) return nullptr;  // torch wrote it
@@ -245,11 +294,19 @@ const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t ite
         const auto first = layout_->items.lower_bound({file, 0});
         const auto end = layout_->items.lower_bound({file + '\0', 0});
         if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
-          std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
-          f.Read(trailer->table_offset, table);
-          stats_.bytes_read += table.size();
-          for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
-            loaded->emplace(e.item_offset, e);
+          // A table another live reader read (IndexTables) is not read again.
+          const std::string key = SharedIndexKey(env_, f, last);
+          if (std::shared_ptr<const FileIndex> shared =
+                  key.empty() ? nullptr : SharedIndexes().Find(key)) {
+            loaded = std::const_pointer_cast<FileIndex>(shared);
+          } else {
+            std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
+            f.Read(trailer->table_offset, table);
+            stats_.bytes_read += table.size();
+            for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
+              loaded->emplace(e.item_offset, e);
+            }
+            if (!key.empty()) SharedIndexes().Put(key, loaded);
           }
         }
       }
@@ -308,6 +365,10 @@ namespace {
 constexpr uint64_t kGatheredBytes = 1 << 20;
 constexpr uint64_t kGatheredGap = 4 << 10;
 constexpr size_t kGatheredRecords = 256;  // 511 parts: within IOV_MAX (1024)
+// The gaps read with the records stay within 1/64 of their bytes (a 700-byte
+// gap beside records of 64 KiB or more), so read/needed stays near 1 for
+// the small records of real models (norms, biases: a few hundred bytes each).
+constexpr uint64_t kGatheredGapShare = 64;
 
 }  // namespace
 
@@ -357,7 +418,12 @@ void DcpReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy
           next->record_offset + next->record_size - first->record_offset > kGatheredBytes) {
         break;
       }
-      gap_bytes += next->record_offset - end;
+      // The gaps (zip headers) are read, not needed: at most 1/kGatheredGapShare
+      // of the records gathered, so small records are read one by one instead.
+      const uint64_t gap = next->record_offset - end;
+      const uint64_t payload = end - first->record_offset - gap_bytes + next->record_size;
+      if ((gap_bytes + gap) * kGatheredGapShare > payload) break;
+      gap_bytes += gap;
       end = next->record_offset + next->record_size;
       items.push_back(next);
     }

@@ -4,8 +4,10 @@
 // offset) cached:
 //
 // - from the data file's item index (item_index.h) when distckpt wrote the
-//   checkpoint: the file's index is read once (trailer and table, 56 bytes
-//   per item) and no zip header is read;
+//   checkpoint: the file's index is read once (trailer and table, 64 bytes
+//   per item; the table once for the readers open at the same time, e.g.
+//   the ranks of one load, of a local file of the same path, size,
+//   modification time and trailer) and no zip header is read;
 // - else from the item's zip headers: a head (data.pkl, the storage record's
 //   local header) and a tail (zip directory) sized by what the file's first
 //   item needed; an item of at most 4 KiB is read whole, once, and kept.
@@ -14,7 +16,8 @@
 // (like the native format); a non-contiguous one (a transposed view keeps
 // its strides) is read whole and gathered. ReadChunks reads whole records of
 // up to 256 KiB lying near one another in one gathered read (the zip headers
-// between them into scratch, counted in bytes_read). Verification (VerifyPolicy): runs
+// between them into scratch, counted in bytes_read, while they stay within
+// 1/64 of the records' bytes). Verification (VerifyPolicy): runs
 // that cover the whole record are hashed as they are read (the record hash
 // of a version 2 index, item_index.h; else, and with kAlways, the zip's
 // CRC32);
