@@ -1,6 +1,7 @@
 #include "core/json_parse.h"
 
 #include "core/error.h"
+#include "core/json_integer.h"
 
 namespace distckpt {
 
@@ -87,6 +88,13 @@ nlohmann::json ParseJson(std::string_view text, const std::string& source) {
   } catch (const nlohmann::json::exception& e) {  // parse_error; out_of_range for 1e999
     Fail(ErrorKind::kCorruption, "{}: not valid JSON: {}", source, e.what());
   }
+}
+
+void ThrowNotAnInteger(std::string_view what, const std::string& value, bool is_signed,
+                       size_t bytes) {
+  Fail(ErrorKind::kCorruption, "{}: {} is not an integer of {}{} bits", what,
+       value.size() > 64 ? value.substr(0, 64) + "..." : value, is_signed ? "signed " : "unsigned ",
+       bytes * 8);
 }
 
 }  // namespace distckpt

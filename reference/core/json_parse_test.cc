@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error_testing.h"
+#include "core/json_integer.h"
 
 namespace distckpt {
 namespace {
@@ -65,6 +66,33 @@ TEST(JsonParseTest, ValidatesUtf8) {
     // What nlohmann would have thrown on, naming nothing.
     EXPECT_THROW(nlohmann::json(std::string(bad)).dump(), nlohmann::json::type_error) << bad;
   }
+}
+
+// A literal past 2^64 parses as a float: get<T>() of it was undefined
+// (UBSan, fuzz target manager_files, a manifest's "version").
+TEST(JsonParseTest, IntegersAreCheckedForTypeAndRange) {
+  nlohmann::json j = ParseJson(R"({"big": 222222222222222222221, "half": 1.5, "neg": -1,
+                                   "max": 18446744073709551615, "v": [0, 2e56], "ok": 7})",
+                               "n.json");
+  EXPECT_EQ(JsonInteger<int>(j["ok"], "ok"), 7);
+  EXPECT_EQ(JsonInteger<uint64_t>(j["max"], "max"), UINT64_MAX);
+  EXPECT_EQ(JsonInteger<int64_t>(j["neg"], "neg"), -1);
+  EXPECT_THAT([&] { JsonInteger<int64_t>(j["big"], "n.json: version"); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "n.json: version: 2.2222222222222222e+20 is not "
+                          "an integer of signed 64 bits"));
+  EXPECT_THAT([&] { JsonInteger<int>(j["half"], "half"); },
+              ThrowsError(ErrorKind::kCorruption, "half: 1.5 is not an integer"));
+  EXPECT_THAT([&] { JsonInteger<uint64_t>(j["neg"], "neg"); },
+              ThrowsError(ErrorKind::kCorruption, "unsigned 64 bits"));
+  EXPECT_THAT([&] { JsonInteger<int64_t>(j["max"], "max"); },
+              ThrowsError(ErrorKind::kCorruption, "signed 64 bits"));
+  EXPECT_THAT([&] { JsonInteger<int32_t>(nlohmann::json(int64_t{1} << 40), "w"); },
+              ThrowsError(ErrorKind::kCorruption, "signed 32 bits"));
+  EXPECT_THAT([&] { JsonIntegers<uint64_t>(j["v"], "data_offsets"); },
+              ThrowsError(ErrorKind::kCorruption, "data_offsets: 2e+56 is not"));
+  EXPECT_THAT([&] { JsonIntegers<uint64_t>(j["ok"], "shape"); },
+              ThrowsError(ErrorKind::kCorruption, "shape: 7 is not"));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/json_integer.h"
 #include "core/json_parse.h"
 #include "format/dcp/megatron_files.h"
 #include "format/format.h"
@@ -117,11 +118,11 @@ nlohmann::json IterationManifest::ToJson() const {
 IterationManifest IterationManifest::FromJson(const nlohmann::json& j, const std::string& source) {
   try {
     IterationManifest m;
-    if (j.at("version").get<int>() != 1) {
+    if (JsonInteger<int64_t>(j.at("version"), "version") != 1) {
       Fail(ErrorKind::kCorruption, "manifest {}: unknown version {}", source,
            j.at("version").dump());
     }
-    m.iteration = j.at("iteration").get<int64_t>();
+    m.iteration = JsonInteger<int64_t>(j.at("iteration"), "iteration");
     m.layout = ParseCheckpointLayout(j.at("layout").get<std::string>());
     m.components = j.at("components").get<std::vector<std::string>>();
     m.contents = j.at("contents").get<std::vector<std::string>>();

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_integer.h"
 #include "core/json_parse.h"
 #include "core/little_endian.h"
 
@@ -166,8 +167,9 @@ SafetensorsFile OpenSafetensors(Env* env, const std::string& path) {
       SafetensorsEntry e;
       e.name = name;
       e.dtype = SafetensorsDTypeFromName(value.at("dtype").get<std::string>(), path);
-      e.shape = value.at("shape").get<Shape>();
-      auto offsets = value.at("data_offsets").get<std::vector<uint64_t>>();
+      e.shape = JsonIntegers<int64_t>(value.at("shape"), path + ": tensor '" + name + "' shape");
+      auto offsets = JsonIntegers<uint64_t>(value.at("data_offsets"),
+                                            path + ": tensor '" + name + "' data_offsets");
       if (offsets.size() != 2 || offsets[0] > offsets[1]) {
         Fail(ErrorKind::kCorruption, "{}: tensor '{}' has bad data_offsets", path, name);
       }
