@@ -1,5 +1,5 @@
 // distckpt train: the simulated training loop over the checkpoint manager.
-#include "harness/train.h"
+#include "harness/tools/train.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -84,7 +84,7 @@ std::unique_ptr<CrashPoint> CrashPointFromEnv() {
 }
 
 // --save-on-signal: the handler only records the signal; the training loop
-// reads it at every step and the ranks agree on it (harness/train.h).
+// reads it at every step and the ranks agree on it (harness/tools/train.h).
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void RecordStopSignal(int signo) { g_stop_signal = signo; }
@@ -154,7 +154,7 @@ void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayo
        root, fmt::join(held, ", "));
 }
 
-// The simulated training loop over the checkpoint manager (harness/train.h).
+// The simulated training loop over the checkpoint manager (harness/tools/train.h).
 int TrainCommand(const TrainArgs& args) {
   // First: a signal from here on is a request to save and stop (before it,
   // during process start and argument parsing, it has its default action).
