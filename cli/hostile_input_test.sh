@@ -8,12 +8,12 @@
 # and a message naming the file and field; never a signal, a hang or an OOM.
 # Usage: hostile_input_test.sh DISTCKPT SCENARIO_DIR FIXTURE_DIR
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1
 scenarios=$2
 fixtures=$3
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 # expect CODE cmd...: runs cmd (20 s at most, 4 GiB of address space), checks its exit code.
 expect() {
   local want=$1; shift
