@@ -4,16 +4,18 @@
 // scaled up, saved and loaded by one rank as whole tensors, each operation
 // paired with the raw I/O of the same bytes (counter over_raw, as BM_Save and
 // BM_LoadWarm / BM_LoadCold). Registered only when DISTCKPT_BENCH_SHAPES
-// names shape files (':'-separated; a line per tensor: "key dtype d0 d1 ...",
-// dtype as DTypeName writes it); the benchmark's name is the file's stem:
-// BM_ModelSave/<stem>, BM_ModelLoadWarm/<stem>, BM_ModelLoadCold/<stem>.
+// names shape files (':'-separated; a line per tensor: "key<TAB>dtype d0 d1
+// ..." (keys may hold spaces), dtype as ParseDType reads it); the benchmark's name is the file's
+// stem: BM_ModelSave/<stem>, BM_ModelLoadWarm/<stem>, BM_ModelLoadCold/<stem>.
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "bench_util.h"
@@ -38,16 +40,24 @@ ModelShapes ReadShapes(const std::string& path) {
   if (!in) Fail(ErrorKind::kIo, "DISTCKPT_BENCH_SHAPES: cannot open {}", path);
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
-    std::istringstream fields(line);
-    std::string key, dtype;
-    if (!(fields >> key >> dtype)) continue;  // blank line
+    if (line.empty()) continue;
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos || tab == 0) {
+      Fail(ErrorKind::kInvalidArgument, "{}:{}: expected \"key<TAB>dtype d0 d1 ...\"", path, n);
+    }
+    const std::string key = line.substr(0, tab);
+    std::istringstream fields(line.substr(tab + 1));
+    std::string dtype;
+    if (!(fields >> dtype)) Fail(ErrorKind::kInvalidArgument, "{}:{}: no dtype", path, n);
     Shape shape;
     for (int64_t d; fields >> d;) {
       if (d < 0) Fail(ErrorKind::kInvalidArgument, "{}:{}: negative dimension", path, n);
       shape.push_back(d);
     }
     if (!fields.eof()) Fail(ErrorKind::kInvalidArgument, "{}:{}: bad dimension", path, n);
-    const DType type = DTypeFromName(dtype);
+    const std::optional<DType> parsed = ParseDType(dtype);
+    if (!parsed) Fail(ErrorKind::kInvalidArgument, "{}:{}: unknown dtype '{}'", path, n, dtype);
+    const DType type = *parsed;
     m.bytes += Volume(shape) * static_cast<int64_t>(DTypeSize(type));
     m.tensors.push_back({key, {type, shape}});
   }
@@ -148,7 +158,13 @@ const bool registered = [] {
   std::istringstream files(list);
   for (std::string path; std::getline(files, path, ':');) {
     if (path.empty()) continue;
-    auto m = std::make_shared<const ModelShapes>(ReadShapes(path));
+    std::shared_ptr<const ModelShapes> m;
+    try {
+      m = std::make_shared<const ModelShapes>(ReadShapes(path));
+    } catch (const CheckpointError& e) {  // before main: no crash, a message and exit 2
+      std::fprintf(stderr, "checkpoint_bench: %s\n", e.what());
+      std::exit(2);
+    }
     auto each = [](benchmark::internal::Benchmark* b) {
       b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
     };

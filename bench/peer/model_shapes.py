@@ -6,7 +6,9 @@
       metadata (fixtures/megatron-runs/<run>/iter_0000010), every axis of 16 or
       more multiplied by K (hidden, ffn, vocab, qkv; not layers, experts,
       heads), written as DIR/<run>.shapes, a line per tensor:
-      "key dtype d0 d1 ..." (checkpoint_bench's DISTCKPT_BENCH_SHAPES).
+      "key<TAB>dtype d0 d1 ..." (checkpoint_bench's DISTCKPT_BENCH_SHAPES; Megatron's
+      distributed-optimizer keys hold spaces). A flat optimizer bucket (1-D) is scaled
+      K times like any axis, where the 2-D weights it holds grow K^2 times.
   model_shapes.py time --distckpt-json J [--reps N] DIR/<run>.shapes...
       times torch's dcp.save / dcp.load (cold: evicted; warm) of the same
       tensors, one process, median of N, and prints them next to distckpt's
@@ -43,7 +45,7 @@ def emit(args):
                 continue  # objects (rng state, args, ...): not tensors
             dtype = str(item.properties.dtype).replace("torch.", "")
             shape = [d * args.scale if d >= 16 else d for d in item.size]
-            lines.append(" ".join([key, dtype] + [str(d) for d in shape]))
+            lines.append(key + "\t" + " ".join([dtype] + [str(d) for d in shape]))
         with open(os.path.join(args.out, run + ".shapes"), "w") as f:
             f.write("\n".join(lines) + "\n")
     return 0
@@ -53,9 +55,10 @@ def read_shapes(path):
     import torch
     tensors = []
     for line in open(path):
-        fields = line.split()
-        if fields:
-            tensors.append((fields[0], getattr(torch, fields[1]), [int(d) for d in fields[2:]]))
+        if line.strip():
+            key, rest = line.rstrip("\n").split("\t")
+            fields = rest.split()
+            tensors.append((key, getattr(torch, fields[0]), [int(d) for d in fields[1:]]))
     return tensors
 
 
