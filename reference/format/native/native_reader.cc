@@ -132,14 +132,21 @@ bool GathersWhole(const ChunkRead& read, VerifyPolicy policy) {
 
 void NativeReader::ReadWholeWithSums(const RandomAccessFile& file,
                                      std::span<const ChunkRead> reads) {
-  std::vector<std::vector<uint64_t>> sums(reads.size());
+  // Every chunk's block checksums in one allocation (sums[i]: chunk i's).
+  std::vector<uint64_t> storage;
+  std::vector<std::span<uint64_t>> sums(reads.size());
+  uint64_t words = 0;
+  for (const ChunkRead& read : reads) words += SumsBytes(*read.chunk) / 8;
+  storage.resize(words);
   std::vector<std::span<std::byte>> parts;
   parts.reserve(2 * reads.size());
+  words = 0;
   for (size_t i = 0; i < reads.size(); ++i) {
     const StoredChunk& chunk = *reads[i].chunk;
-    sums[i].resize(SumsBytes(chunk) / 8);
+    sums[i] = std::span(storage).subspan(words, SumsBytes(chunk) / 8);
+    words += sums[i].size();
     parts.push_back(std::span(reads[i].runs[0].dst, chunk.length));
-    parts.push_back(std::as_writable_bytes(std::span(sums[i])));
+    parts.push_back(std::as_writable_bytes(sums[i]));
   }
   file.ReadGathered(reads[0].chunk->offset, parts);
   uint64_t bytes = 0, sums_bytes = 0;
