@@ -270,5 +270,11 @@ gpt=$scenarios/hf-gpt-gqa.json
 edit_metadata "$w/gpt" 'md["common"]["args"] = {"moe_router_topk": 2**64 - 1}'
 expect 2 "$d" export "$w/gpt" --to hf --spec "$gpt" "$w/gpt-hf"
 said "$w/gpt: common args moe_router_topk: 18446744073709551615 is not an integer of signed 64 bits"
+# verl's fsdp_config.json: an FSDP_version of 2^32 + 2 is not 2 (get<int>()
+# truncated it and the reshard went on as FSDP2).
+cp -r "$fixtures/verl-runs/fsdp2-w3/global_step_1" "$w/verl-version"
+printf '{"FSDP_version": 4294967298, "world_size": 3}' >"$w/verl-version/actor/fsdp_config.json"
+expect 2 "$d" reshard "$w/verl-version" --world-size 2 --out "$w/verl-version-out"
+said "fsdp_config.json: FSDP_version: 4294967298 is not an integer of signed 32 bits"
 
 echo "hostile inputs: ok"
