@@ -54,9 +54,8 @@ class Fields {
   }
   int64_t integer(const std::string& k, int64_t dflt) const {
     if (!has(k)) return dflt;
-    const json& v = j_.at(k);
-    if (!v.is_number_integer()) Fail(ErrorKind::kInvalidArgument, "{}: expected an integer", at(k));
-    return v.get<int64_t>();
+    // Not past INT64_MAX: an unsigned one of those wrapped to a negative.
+    return InRange(j_.at(k), INT64_MIN, INT64_MAX, at(k));
   }
   // An integer from `min` to `max`, or `dflt` when absent.
   int64_t integer(const std::string& k, int64_t dflt, int64_t min, int64_t max) const {
@@ -157,7 +156,7 @@ BreakSpec ParseBreak(const json& v, const std::string& path) {
   BreakSpec b;
   b.key = f.str("key");
   b.kind = f.str("kind");
-  b.rank = static_cast<int>(f.integer("rank", 0));
+  b.rank = static_cast<int>(f.integer("rank", 0, INT32_MIN, INT32_MAX));  // 2^32 is not rank 0
   static const std::set<std::string> kKinds{"gap", "overlap", "shift", "dtype"};
   if (!kKinds.count(b.kind)) {
     Fail(ErrorKind::kInvalidArgument,
@@ -170,7 +169,7 @@ BreakSpec ParseBreak(const json& v, const std::string& path) {
   }
   if (f.has("dtype") && !dtype)
     Fail(ErrorKind::kInvalidArgument, "{}: only for kind \"dtype\"", f.at("dtype"));
-  b.axis = static_cast<int>(f.integer("axis", 0));
+  b.axis = static_cast<int>(f.integer("axis", 0, INT32_MIN, INT32_MAX));
   b.by = f.integer("by", 1, -kMaxScenarioSize, kMaxScenarioSize);
   if (b.axis < 0) Fail(ErrorKind::kInvalidArgument, "{}: must be >= 0", f.at("axis"));
   if (dtype) b.dtype = AtPath(f.at("dtype"), [&] { return DTypeFromName(f.str("dtype")); });

@@ -121,6 +121,16 @@ TEST(SpecTest, ParsesDamageVerifyLoadedOrRefusedAndPerRankDrops) {
               ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].damage.value: must be a byte"));
   EXPECT_THAT([&] { Parse(pair(R"("damage": {"file": "a.bin", "at": -1, "value": 0})")); },
               ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].damage.at: must be >= 0"));
+  // Integers past their type: 2^64 - 1 is not -1 (it wrapped, and "at"
+  // passed as the byte before the end), 2^32 + 1 is not rank 1.
+  EXPECT_THAT(
+      [&] {
+        Parse(pair(R"("damage": {"file": "a.bin", "at": 18446744073709551615, "value": 0})"));
+      },
+      ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].damage.at: expected an integer from"));
+  EXPECT_THAT(
+      [&] { Parse(pair(R"("break": {"key": "w", "kind": "gap", "rank": 4294967297})")); },
+      ThrowsError(ErrorKind::kInvalidArgument, "$.pairs[0].break.rank: expected an integer"));
   EXPECT_THAT(
       [&] { Parse(pair(R"("load_drop": [{"key": "w", "ranks": [1]}])")); },
       ThrowsError(

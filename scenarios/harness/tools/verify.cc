@@ -108,6 +108,7 @@ VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std:
 
   VerifyResult result;
   result.ranks = topo.world_size();
+  CheckThreadWorldFits(result.ranks);  // before the per-rank state below
   std::vector<LoadResult> loads(result.ranks);
   std::vector<uint64_t> tensors(result.ranks), objects(result.ranks);
   // A rank that throws aborts the world (the others' collectives throw
