@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Read amplification of resharded loads of the real-run fixtures: for each
+# Read amplification of resharded loads: the gpt-tiny matrix (`run --matrix`,
+# native and DCP; at most 1.05), then for the real-run fixtures: for each
 # checkpoint root Megatron's own training loop wrote (fixtures/megatron-runs)
 # and each verl Megatron run (fixtures/verl-runs/megatron-*), `distckpt
 # reshard --spec gpt` under every topology of a list that `verify` says
@@ -52,6 +53,14 @@ matrix() {
     "print('%.3f' % ($sum_read / $sum_needed))"))"
   check_ratio "$name matrix" "$sum_read" "$sum_needed" "$bound_matrix"
 }
+# The embedded gpt-tiny scenario's matrix (every save x load pair), native and DCP: 1.05.
+for format in native dcp; do
+  "$d" run --matrix --format $format > "$work/m" 2>&1 || { tail "$work/m"; fail "run --matrix --format $format"; }
+  line=$(grep "bytes read / needed over all loads" "$work/m") || fail "run --matrix: no total"
+  echo "gpt-tiny matrix, $format: ${line#*: }"
+  check_ratio "gpt-tiny matrix ($format)" "$(sed -nE 's/.*: ([0-9]+) \/ ([0-9]+) .*/\1/p' <<<"$line")" \
+    "$(sed -nE 's/.*: ([0-9]+) \/ ([0-9]+) .*/\2/p' <<<"$line")" 1.05
+done
 roots=0
 for root in "$fixtures"/megatron-runs/*/ "$fixtures"/verl-runs/megatron-*/; do
   root=${root%/}
@@ -70,6 +79,30 @@ for root in "$fixtures"/megatron-runs/*/ "$fixtures"/verl-runs/megatron-*/; do
   "$d" reshard "$ck" --spec gpt -t "$first" --format dcp --out "$work/resaved" > "$work/r" 2>&1 ||
     { cat "$work/r"; fail "$name: resave under $first"; }
   matrix "$name (resaved by distckpt under $first)" "$work/resaved" 1.07 1.15
+  # Every byte read is still checked: a flipped byte in the middle of the word embeddings,
+  # which each rank under tp=2 reads in part (the tiles of its rows), is refused (exit 2)
+  # naming the file and the key, and nothing is written.
+  if [ "$first" = tp=1 ]; then
+    read -r file at < <("$d" inspect "$work/resaved" --json 2>/dev/null | python3 -c '
+import json, sys
+c = json.load(sys.stdin)["tensors"]["embedding.word_embeddings.weight"]["chunks"][0]
+print(c["file"], c["byte_offset"] + 400 + c["length"] // 2)')
+    it=$(cat "$work/resaved/latest_checkpointed_iteration.txt" 2>/dev/null || true)
+    dir=$work/resaved
+    [ -n "$it" ] && dir=$work/resaved/$(printf "iter_%07d" "$it")
+    python3 -c 'import sys; f, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(f, "rb").read())
+b[at] ^= 1; open(f, "wb").write(b)' "$dir/$file" "$at"
+    rm -rf "$work/out"
+    set +e
+    "$d" reshard "$work/resaved" --spec gpt -t tp=2 --out "$work/out" > "$work/r" 2>&1
+    rc=$?
+    set -e
+    [ $rc = 2 ] || { cat "$work/r"; fail "$name: a flipped byte: exit $rc, not 2"; }
+    grep -q "CRC32 mismatch in $dir/$file for key 'embedding.word_embeddings.weight'" "$work/r" ||
+      { cat "$work/r"; fail "$name: the refusal does not name the file and key"; }
+    [ ! -e "$work/out" ] || fail "$name: a refused reshard wrote $work/out"
+    echo "  $name: a flipped byte in a partly read tile refused, naming $file and the key"
+  fi
   roots=$((roots + 1))
 done
 [ $roots -gt 0 ] || fail "no fixture roots under $fixtures"
