@@ -210,9 +210,19 @@ class LargeChunksTest : public testing::Test {
     path_ = tmp_.path() + "/" + md.tensors.at("a").chunks[0].file;
     if (!index) {
       const std::string file = ReadFileBytes(path_);
-      WriteFileBytes(path_, file.substr(0, file.size() - 40 - 2 * 56));  // trailer, two entries
+      WriteFileBytes(path_, file.substr(0, Trailer(file).items_end));  // the items alone
     }
     reader_ = DcpFormat().OpenReader(env, tmp_.path());
+  }
+  static DcpIndexTrailer Trailer(const std::string& file) {
+    const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
+    return *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), "file");
+  }
+  // The bytes of the data file's item index table (version 4: its one
+  // group of two entries and the directory), which a reader reads once.
+  uint64_t TableBytes() const {
+    const std::string file = ReadFileBytes(path_);
+    return file.size() - kDcpIndexTrailerBytes - Trailer(file).table_offset;
   }
   const StoredTensor& Stored(const char* key) const { return reader_->metadata().tensors.at(key); }
   uint64_t BytesRead() const { return reader_->stats().bytes_read; }
@@ -273,29 +283,29 @@ TEST_F(LargeChunksTest, ReadersOpenAtOnceShareTheIndexTable) {
     EXPECT_EQ(got_[3], 300 * 512 + 10);
     return reader.stats().bytes_read - before;
   };
-  EXPECT_EQ(read_a(*reader_), 40 + 2 * 64 + sizeof got_);
+  EXPECT_EQ(read_a(*reader_), 40 + TableBytes() + sizeof got_);
   auto second = DcpFormat().OpenReader(Env::Default(), tmp_.path());
   EXPECT_EQ(read_a(*second), 40 + sizeof got_);
   // Rewritten (same bytes, a later modification time) while both are open.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   WriteFileBytes(path_, ReadFileBytes(path_));
   auto third = DcpFormat().OpenReader(Env::Default(), tmp_.path());
-  EXPECT_EQ(read_a(*third), 40 + 2 * 64 + sizeof got_);
+  EXPECT_EQ(read_a(*third), 40 + TableBytes() + sizeof got_);
   reader_.reset();
   second.reset();
   third.reset();
   auto fourth = DcpFormat().OpenReader(Env::Default(), tmp_.path());
-  EXPECT_EQ(read_a(*fourth), 40 + 2 * 64 + sizeof got_);
+  EXPECT_EQ(read_a(*fourth), 40 + TableBytes() + sizeof got_);
 }
 
 TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   Save(true);
   ReadElements("a", VerifyPolicy::kNever);
-  // The file's item index once (trailer, two 64-byte entries), then the run:
-  // no zip header is read.
-  EXPECT_EQ(BytesRead(), 40 + 2 * 64 + sizeof got_);
+  // The file's item index once (trailer, directory and the group of the two
+  // entries), then the run: no zip header is read.
+  EXPECT_EQ(BytesRead(), 40 + TableBytes() + sizeof got_);
   ReadElements("b", VerifyPolicy::kNever);
-  EXPECT_EQ(BytesRead(), 40 + 2 * 64 + 2 * sizeof got_);
+  EXPECT_EQ(BytesRead(), 40 + TableBytes() + 2 * sizeof got_);
   EXPECT_EQ(reader_->stats().chunks_unverified, 2u);
 
   // Verified partial reads: the touched tile and, once, the record's tile
@@ -356,10 +366,44 @@ TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   got_[3] = 0;
   EXPECT_NO_THROW(ReadAfterDamage(longer, "a", VerifyPolicy::kWhenWhole));
   EXPECT_EQ(got_[3], 300 * 512 + 10);
-  // A damaged index table is refused, naming the file.
+  // A damaged index group or directory is refused, naming the file.
   EXPECT_THAT(
       [&] { ReadAfterDamage(flipped(good.size() - 40 - 64 + 3), "a", VerifyPolicy::kNever); },
-      ThrowsError(ErrorKind::kCorruption, path_ + " (its item index): the item index table"));
+      ThrowsError(ErrorKind::kCorruption, path_ + " (its item index): item index group 0"));
+  EXPECT_THAT(
+      [&] { ReadAfterDamage(flipped(good.size() - 40 - 32 + 3), "a", VerifyPolicy::kNever); },
+      ThrowsError(ErrorKind::kCorruption, path_ + " (its item index): the item index directory"));
+}
+
+// A data file whose item index is of version 3 (distckpt before
+// 2026-11-28: one table of 64-byte entries) still loads: partial reads read
+// the table whole, then the tiles they touch, each checked.
+TEST_F(LargeChunksTest, Version3ItemIndexesStillLoadTileByTile) {
+  Save(true);
+  const std::string v4 = ReadFileBytes(path_);
+  const auto bytes = std::as_bytes(std::span(v4.data(), v4.size()));
+  const DcpIndexTrailer trailer = Trailer(v4);
+  DcpIndexWriter writer;
+  for (DcpIndexEntry e :
+       ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
+                                        v4.size() - kDcpIndexTrailerBytes - trailer.table_offset),
+                          trailer, path_)) {
+    std::vector<uint32_t> crcs =
+        ParseDcpBlockCrcs(bytes.subspan(e.crcs_offset, DcpBlockCount(e) * 4));
+    writer.Add(e, std::move(crcs));
+  }
+  const std::string v3 = v4.substr(0, trailer.items_end) + writer.Finish(trailer.items_end, 3);
+  ASSERT_EQ(Trailer(v3).version, 3);
+  WriteFileBytes(path_, v3);
+  reader_ = DcpFormat().OpenReader(Env::Default(), tmp_.path());
+  ReadElements("b", VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(BytesRead(), 40 + 2 * 64 + 4096);  // trailer, table, one tile
+  EXPECT_EQ(TableBytes(), 2u * 64);
+  EXPECT_EQ(reader_->stats().chunks_verified, 1u);
+  std::string bad = v3;
+  bad[RecordOffset(v3, "b") + run_.offset_in_chunk + 20] ^= 1;
+  EXPECT_THAT([&] { ReadAfterDamage(bad, "b", VerifyPolicy::kWhenWhole); },
+              ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path_ + " for key 'b'"));
 }
 
 // A data file without an item index (written by torch, or by distckpt
@@ -523,7 +567,7 @@ TEST(DcpFormatTest, Version1ItemIndexesLoadAndVerifyByCrc32) {
   const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
   const DcpIndexTrailer trailer =
       *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), path);
-  ASSERT_EQ(trailer.version, 3);
+  ASSERT_EQ(trailer.version, 4);
   const std::vector<DcpIndexEntry> entries =
       ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
                                        file.size() - kDcpIndexTrailerBytes - trailer.table_offset),

@@ -231,13 +231,13 @@ namespace {
 // reader holds it; a later load reads the table again.
 class IndexTables {
  public:
-  using FileIndex = std::map<uint64_t, DcpIndexEntry>;
-  std::shared_ptr<const FileIndex> Find(const std::string& key) {
+  using FileIndex = DcpFileIndex;
+  std::shared_ptr<FileIndex> Find(const std::string& key) {
     std::lock_guard lock(mu_);
     auto it = tables_.find(key);
     return it == tables_.end() ? nullptr : it->second.lock();
   }
-  void Put(const std::string& key, const std::shared_ptr<const FileIndex>& index) {
+  void Put(const std::string& key, const std::shared_ptr<FileIndex>& index) {
     std::lock_guard lock(mu_);
     std::erase_if(tables_, [](const auto& t) { return t.second.expired(); });
     tables_[key] = index;
@@ -245,7 +245,7 @@ class IndexTables {
 
  private:
   std::mutex mu_;
-  std::map<std::string, std::weak_ptr<const FileIndex>> tables_;  // guarded by mu_
+  std::map<std::string, std::weak_ptr<FileIndex>> tables_;  // guarded by mu_
 };
 
 IndexTables& SharedIndexes() {
@@ -271,51 +271,47 @@ std::string SharedIndexKey(Env* env, const RandomAccessFile& file,
 
 }  // namespace
 
-const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t item_offset,
-                                           const Describe& what) {
+std::shared_ptr<DcpReader::FileIndex> DcpReader::FileIndexOf(const std::string& file,
+                                                             const Describe& what) {
   if (!layout_->metadata.writer.starts_with("distckpt")) return nullptr;  // torch wrote it
-  std::shared_ptr<const FileIndex> index;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = indexes_.find(file); it != indexes_.end()) index = it->second;
+    if (auto it = indexes_.find(file); it != indexes_.end()) return it->second;
   }
-  if (!index) {
-    auto loaded = std::make_shared<FileIndex>();
-    const RandomAccessFile& f = files_.Open(file, 0, 0, what);
-    if (f.size() >= kDcpIndexTrailerBytes) {
-      std::vector<std::byte> last(kDcpIndexTrailerBytes);
-      f.Read(f.size() - last.size(), last);
-      stats_.bytes_read += last.size();
-      const std::string source = fmt::format("{} (its item index)", f.path());
-      if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source)) {
-        // An index lists non-empty tensor items, which .metadata lists too. A
-        // trailer counting more (damaged) is not followed: reading what it
-        // claims could mean the whole file; the zip headers serve instead.
-        const auto first = layout_->items.lower_bound({file, 0});
-        const auto end = layout_->items.lower_bound({file + '\0', 0});
-        if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
-          // A table another live reader read (IndexTables) is not read again.
-          const std::string key = SharedIndexKey(env_, f, last);
-          if (std::shared_ptr<const FileIndex> shared =
-                  key.empty() ? nullptr : SharedIndexes().Find(key)) {
-            loaded = std::const_pointer_cast<FileIndex>(shared);
-          } else {
-            std::vector<std::byte> table(f.size() - last.size() - trailer->table_offset);
-            f.Read(trailer->table_offset, table);
-            stats_.bytes_read += table.size();
-            for (const DcpIndexEntry& e : ParseDcpIndexTable(table, *trailer, source)) {
-              loaded->emplace(e.item_offset, e);
-            }
-            if (!key.empty()) SharedIndexes().Put(key, loaded);
-          }
+  std::shared_ptr<FileIndex> loaded;
+  const RandomAccessFile& f = files_.Open(file, 0, 0, what);
+  if (f.size() >= kDcpIndexTrailerBytes) {
+    std::vector<std::byte> last(kDcpIndexTrailerBytes);
+    f.Read(f.size() - last.size(), last);
+    stats_.bytes_read += last.size();
+    const std::string source = fmt::format("{} (its item index)", f.path());
+    if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source)) {
+      // An index lists non-empty tensor items, which .metadata lists too. A
+      // trailer counting more (damaged) is not followed: reading what it
+      // claims could mean the whole file; the zip headers serve instead.
+      const auto first = layout_->items.lower_bound({file, 0});
+      const auto end = layout_->items.lower_bound({file + '\0', 0});
+      if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
+        // An index another live reader opened (IndexTables) is not read
+        // again, nor are the groups of it that reader read (version 4).
+        const std::string key = SharedIndexKey(env_, f, last);
+        loaded = key.empty() ? nullptr : SharedIndexes().Find(key);
+        if (!loaded) {
+          loaded = std::make_shared<FileIndex>(f, *trailer, source, &stats_.bytes_read);
+          if (!key.empty()) SharedIndexes().Put(key, loaded);
         }
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    index = indexes_.emplace(file, std::move(loaded)).first->second;
   }
-  auto it = index->find(item_offset);
-  return it == index->end() ? nullptr : &it->second;
+  std::lock_guard<std::mutex> lock(mu_);
+  return indexes_.emplace(file, std::move(loaded)).first->second;
+}
+
+const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t item_offset,
+                                           const Describe& what) {
+  const std::shared_ptr<FileIndex> index = FileIndexOf(file, what);
+  if (!index) return nullptr;
+  return index->Find(item_offset, files_.Open(file, 0, 0, what), &stats_.bytes_read);
 }
 
 DcpReader::TensorItem DcpReader::ZipItem(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -391,9 +387,29 @@ const DcpReader::TensorItem* DcpReader::GatheredItem(const ChunkRead& read) {
 
 // The same bytes, checks, messages and stats as ReadChunk of each in turn
 // (but for the bytes read: the gaps between records count too).
+void DcpReader::PrefetchIndexes(std::span<const ChunkRead> reads) {
+  if (!layout_->metadata.writer.starts_with("distckpt")) return;  // torch wrote it
+  std::map<std::string, std::vector<uint64_t>> offsets;           // by file
+  std::map<std::string, const ChunkRead*> firsts;
+  for (const ChunkRead& read : reads) {
+    if (read.runs.empty() || read.chunk->length == 0) continue;
+    offsets[read.chunk->file].push_back(read.chunk->offset);
+    firsts.emplace(read.chunk->file, &read);
+  }
+  for (auto& [file, items] : offsets) {
+    const ChunkRead& first = *firsts.at(file);
+    const Describe what = [&] { return ChunkName(*first.tensor, *first.chunk); };
+    const std::shared_ptr<FileIndex> index = FileIndexOf(file, what);
+    if (!index) continue;
+    std::sort(items.begin(), items.end());
+    index->Prefetch(items, files_.Open(file, 0, 0, what), &stats_.bytes_read);
+  }
+}
+
 void DcpReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy) {
   // kAlways also checks every item's zip headers against its index: one at a time.
   if (policy == VerifyPolicy::kAlways) return CheckpointReader::ReadChunks(reads, policy);
+  PrefetchIndexes(reads);
   std::vector<const TensorItem*> items;
   std::vector<std::span<std::byte>> parts;
   std::vector<std::byte> gaps;
@@ -492,13 +508,6 @@ const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const S
     // describes, under one lock.
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = tensor_items_.find(key); it != tensor_items_.end()) return it->second;
-    if (auto f = listed ? indexes_.find(chunk.file) : indexes_.end(); f != indexes_.end()) {
-      if (auto e = f->second->find(chunk.offset); e != f->second->end()) {
-        return tensor_items_
-            .emplace(key, IndexedItem(tensor, chunk, e->second, length->second.length, what))
-            .first->second;
-      }
-    }
   }
   if (!listed) Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
   const DcpIndexEntry* e = IndexEntry(chunk.file, chunk.offset, what);

@@ -4,10 +4,12 @@
 // offset) cached:
 //
 // - from the data file's item index (item_index.h) when distckpt wrote the
-//   checkpoint: the file's index is read once (trailer and table, 64 bytes
-//   per item; the table once for the readers open at the same time, e.g.
+//   checkpoint: the file's trailer, then (version 4) its group directory
+//   and the groups of 16 entries that hold the items read (about 30 bytes
+//   an entry), each read once, or (versions 1 to 3) the whole table, 48 to
+//   64 bytes an entry; shared by the readers open at the same time, e.g.
 //   the ranks of one load, of a local file of the same path, size,
-//   modification time and trailer) and no zip header is read;
+//   modification time and trailer. No zip header is read;
 // - else from the item's zip headers: a head (data.pkl, the storage record's
 //   local header) and a tail (zip directory) sized by what the file's first
 //   item needed; an item of at most 4 KiB is read whole, once, and kept.
@@ -89,7 +91,7 @@ class DcpReader : public CheckpointReader {
     // Its entry in the file's item index (distckpt wrote it), else null.
     const DcpIndexEntry* index = nullptr;
   };
-  using FileIndex = std::map<uint64_t, DcpIndexEntry>;  // by item offset
+  using FileIndex = DcpFileIndex;
 
   // The torch.save archive of the item at (file, offset), read through a
   // cache; a small item, or any with `read_whole`, is read whole into
@@ -120,6 +122,13 @@ class DcpReader : public CheckpointReader {
   // list the item. A file's index is read once, on first use.
   const DcpIndexEntry* IndexEntry(const std::string& file, uint64_t item_offset,
                                   const std::function<std::string()>& what);
+  // The file's index (opened once: its trailer, and the table or directory),
+  // null when it has none.
+  std::shared_ptr<FileIndex> FileIndexOf(const std::string& file,
+                                         const std::function<std::string()>& what);
+  // The version-4 index groups of the items `reads` read, adjacent groups
+  // of a file in one read.
+  void PrefetchIndexes(std::span<const ChunkRead> reads);
   // One ReadChunk call: its storage record and read paths, one function each
   // (dcp_reader.cc).
   class RecordRead;
@@ -148,8 +157,8 @@ class DcpReader : public CheckpointReader {
     uint64_t head = 512;
     uint64_t tail = 512;
   };
-  std::map<std::string, Edges> edges_;                               // guarded by mu_
-  std::map<std::string, std::shared_ptr<const FileIndex>> indexes_;  // guarded by mu_
+  std::map<std::string, Edges> edges_;                         // guarded by mu_
+  std::map<std::string, std::shared_ptr<FileIndex>> indexes_;  // guarded by mu_
   std::map<const DcpIndexEntry*, std::unique_ptr<const std::vector<uint32_t>>>
       block_crcs_;  // guarded by mu_
   ReadStats stats_;

@@ -18,7 +18,10 @@ namespace {
 
 constexpr char kMagicV1[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '1'};
 constexpr char kMagicV2[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '2'};
-constexpr char kMagic[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '3'};
+constexpr char kMagicV3[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '3'};
+constexpr char kMagic[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '4'};
+// The fewest bytes of a version-4 entry: 5 varints of one byte, binding, hash, crc.
+constexpr uint64_t kMinEntryBytes = 5 + 8 + 8 + 4;
 constexpr uint64_t EntryBytes(int version) { return version == 1 ? 48 : version == 2 ? 56 : 64; }
 constexpr uint32_t kMaxBlock = 4 << 10;
 constexpr uint32_t kMinBlock = 1 << 10;
@@ -27,6 +30,58 @@ constexpr size_t kPieceBytes = 256 << 10;  // a multiple of every block size
 void Put(std::string& out, uint64_t value, int bytes) { AppendLittleEndian(out, value, bytes); }
 
 uint64_t Get(const std::byte* p, int bytes) { return LoadLittleEndian(p, bytes); }
+
+void PutVarint(std::string& out, uint64_t value) {
+  for (; value >= 0x80; value >>= 7) out += static_cast<char>((value & 0x7f) | 0x80);
+  out += static_cast<char>(value);
+}
+
+// Reads a group's bytes in order; any read past its end or an overlong
+// varint sets `bad`.
+struct GroupCursor {
+  std::span<const std::byte> bytes;
+  size_t at = 0;
+  bool bad = false;
+  uint64_t Varint() {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (at >= bytes.size()) break;
+      const uint64_t b = static_cast<uint8_t>(bytes[at++]);
+      if (shift == 63 && b > 1) break;
+      value |= (b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return value;
+    }
+    bad = true;
+    return 0;
+  }
+  uint64_t Fixed(int n) {
+    if (bytes.size() - at < static_cast<size_t>(n)) {
+      bad = true;
+      return 0;
+    }
+    at += n;
+    return Get(bytes.data() + at - n, n);
+  }
+};
+
+// What every entry of any version must satisfy (written by distckpt and
+// checksummed: anything out of place is damage). `previous`: the entry
+// before it in item order, if any.
+bool EntryFits(const DcpIndexEntry& e, const DcpIndexEntry* previous,
+               const DcpIndexTrailer& trailer) {
+  return e.item_offset <= e.data_offset && e.data_offset <= trailer.items_end &&
+         e.data_size <= trailer.items_end - e.data_offset &&
+         (previous == nullptr || previous->item_offset < e.item_offset) &&
+         (e.tiles == 0 || e.block_size > 0) &&
+         (e.block_size == 0 ||
+          (e.crcs_offset >= trailer.items_end && e.crcs_offset <= trailer.table_offset &&
+           DcpBlockCount(e) <= (trailer.table_offset - e.crcs_offset) / 4));
+}
+
+[[noreturn]] void EntryDamaged(const std::string& source, uint64_t i, uint64_t item_offset) {
+  Fail(ErrorKind::kCorruption, "{}: item index entry {} (item at byte {}) is inconsistent", source,
+       i, item_offset);
+}
 
 }  // namespace
 
@@ -143,34 +198,78 @@ void DcpIndexWriter::Add(const DcpIndexEntry& entry, std::vector<uint32_t> block
   block_crcs_.push_back(std::move(block_crcs));
 }
 
-std::string DcpIndexWriter::Finish(uint64_t items_end) {
+std::string DcpIndexWriter::Finish(uint64_t items_end, int version) {
+  // By item offset, the block CRCs in the same order (version 4 derives
+  // each entry's crcs_offset from those before it).
+  std::vector<size_t> order(entries_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return entries_[a].item_offset < entries_[b].item_offset; });
   std::string out;
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    entries_[i].crcs_offset = block_crcs_[i].empty() ? 0 : items_end + out.size();
+  std::vector<DcpIndexEntry> entries;
+  entries.reserve(order.size());
+  for (size_t i : order) {
+    entries.push_back(entries_[i]);
+    entries.back().crcs_offset = block_crcs_[i].empty() ? 0 : items_end + out.size();
     for (uint32_t crc : block_crcs_[i]) Put(out, crc, 4);
   }
-  std::sort(entries_.begin(), entries_.end(), [](const DcpIndexEntry& a, const DcpIndexEntry& b) {
-    return a.item_offset < b.item_offset;
-  });
   const uint64_t table_offset = items_end + out.size();
   std::string table;
-  for (const DcpIndexEntry& e : entries_) {
-    Put(table, e.item_offset, 8);
-    Put(table, e.data_offset, 8);
-    Put(table, e.data_size, 8);
-    Put(table, e.binding, 8);
-    Put(table, e.crcs_offset, 8);
-    Put(table, e.hash.value_or(0), 8);
-    Put(table, e.crc, 4);
-    Put(table, e.block_size, 4);
-    Put(table, e.tiles, 8);
+  if (version == 3) {
+    for (const DcpIndexEntry& e : entries) {
+      Put(table, e.item_offset, 8);
+      Put(table, e.data_offset, 8);
+      Put(table, e.data_size, 8);
+      Put(table, e.binding, 8);
+      Put(table, e.crcs_offset, 8);
+      Put(table, e.hash.value_or(0), 8);
+      Put(table, e.crc, 4);
+      Put(table, e.block_size, 4);
+      Put(table, e.tiles, 8);
+    }
+    out += table;
+  } else {
+    std::string directory;
+    uint64_t crcs = items_end;  // the running offset of the next block CRC
+    for (size_t g = 0; g * kDcpIndexGroupEntries < entries.size(); ++g) {
+      const size_t first = g * kDcpIndexGroupEntries;
+      const size_t last = std::min<size_t>(first + kDcpIndexGroupEntries, entries.size());
+      Put(directory, entries[first].item_offset, 8);
+      Put(directory, table_offset + table.size(), 8);
+      Put(directory, crcs, 8);
+      std::string group;
+      for (size_t i = first; i < last; ++i) {
+        const DcpIndexEntry& e = entries[i];
+        if (e.block_size > 0) {
+          if (e.crcs_offset != crcs) {
+            Fail(ErrorKind::kInvalidArgument,
+                 "item index: the block CRCs of the item at byte {} are "
+                 "not where its entry's order puts them",
+                 e.item_offset);
+          }
+          crcs += 4 * DcpBlockCount(e);
+        }
+        PutVarint(group, e.item_offset - entries[i == first ? i : i - 1].item_offset);
+        PutVarint(group, e.data_offset - e.item_offset);
+        PutVarint(group, e.data_size);
+        Put(group, e.binding, 8);
+        Put(group, e.hash.value_or(0), 8);
+        Put(group, e.crc, 4);
+        PutVarint(group, e.block_size);
+        PutVarint(group, e.tiles);
+      }
+      Put(directory, Checksum(std::as_bytes(std::span(group.data(), group.size()))), 8);
+      table += group;
+    }
+    out += table;
+    out += directory;
+    table = std::move(directory);  // the trailer's checksum is the directory's
   }
-  out += table;
   Put(out, items_end, 8);
   Put(out, table_offset, 8);
-  Put(out, entries_.size(), 8);
+  Put(out, entries.size(), 8);
   Put(out, Checksum(std::as_bytes(std::span(table.data(), table.size()))), 8);
-  out.append(kMagic, sizeof kMagic);
+  out.append(version == 3 ? kMagicV3 : kMagic, sizeof kMagic);
   return out;
 }
 
@@ -179,6 +278,8 @@ std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> l
   if (last.size() != kDcpIndexTrailerBytes) return std::nullopt;
   int version;
   if (std::memcmp(last.data() + 32, kMagic, 8) == 0) {
+    version = 4;
+  } else if (std::memcmp(last.data() + 32, kMagicV3, 8) == 0) {
     version = 3;
   } else if (std::memcmp(last.data() + 32, kMagicV2, 8) == 0) {
     version = 2;
@@ -190,10 +291,21 @@ std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> l
   DcpIndexTrailer t{Get(last.data(), 8), Get(last.data() + 8, 8), Get(last.data() + 16, 8),
                     Get(last.data() + 24, 8), version};
   const uint64_t table_end = file_size - kDcpIndexTrailerBytes;
-  const uint64_t entry_bytes = EntryBytes(version);
-  if (t.items_end > t.table_offset || t.table_offset > table_end ||
-      t.count != (table_end - t.table_offset) / entry_bytes ||
-      (table_end - t.table_offset) % entry_bytes != 0) {
+  bool ok = t.items_end <= t.table_offset && t.table_offset <= table_end;
+  if (ok && version == 4) {
+    t.groups = (t.count + kDcpIndexGroupEntries - 1) / kDcpIndexGroupEntries;
+    ok = t.count <= table_end && t.groups * kDcpIndexDirectoryEntryBytes <= table_end;
+    if (ok) {
+      t.directory_offset = table_end - t.groups * kDcpIndexDirectoryEntryBytes;
+      ok = t.table_offset <= t.directory_offset &&
+           t.count <= (t.directory_offset - t.table_offset) / kMinEntryBytes;
+    }
+  } else if (ok) {
+    const uint64_t entry_bytes = EntryBytes(version);
+    ok = t.count == (table_end - t.table_offset) / entry_bytes &&
+         (table_end - t.table_offset) % entry_bytes == 0;
+  }
+  if (!ok) {
     Fail(ErrorKind::kCorruption,
          "{}: the item index trailer is damaged (items end at {}, a table of {} entries at {}, "
          "in a file of {} bytes)",
@@ -205,6 +317,24 @@ std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> l
 std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
                                               const DcpIndexTrailer& trailer,
                                               const std::string& source) {
+  if (trailer.version == 4) {
+    const uint64_t directory_at = trailer.directory_offset - trailer.table_offset;
+    if (bytes.size() < directory_at) {
+      Fail(ErrorKind::kCorruption, "{}: the item index ({} entries at byte {}) is truncated",
+           source, trailer.count, trailer.table_offset);
+    }
+    std::vector<DcpIndexEntry> entries;
+    entries.reserve(trailer.count);
+    for (const DcpIndexGroup& g :
+         ParseDcpIndexDirectory(bytes.subspan(directory_at), trailer, source)) {
+      for (DcpIndexEntry& e :
+           ParseDcpIndexGroup(bytes.subspan(g.begin - trailer.table_offset, g.end - g.begin), g,
+                              trailer, source)) {
+        entries.push_back(e);
+      }
+    }
+    return entries;
+  }
   const uint64_t entry_bytes = EntryBytes(trailer.version);
   if (bytes.size() != trailer.count * entry_bytes || Checksum(bytes) != trailer.checksum) {
     Fail(ErrorKind::kCorruption,
@@ -227,20 +357,159 @@ std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
     e.crc = static_cast<uint32_t>(Get(p + 40, 4));
     e.block_size = static_cast<uint32_t>(Get(p + 44, 4));
     if (trailer.version >= 3) e.tiles = Get(p + 48, 8);
-    // Written by distckpt and checksummed: anything out of place is damage.
-    const bool ok =
-        e.item_offset <= e.data_offset && e.data_offset <= trailer.items_end &&
-        e.data_size <= trailer.items_end - e.data_offset &&
-        (i == 0 || entries[i - 1].item_offset < e.item_offset) &&
-        (e.tiles == 0 || e.block_size > 0) &&
-        (e.block_size == 0 || (e.crcs_offset >= trailer.items_end &&
-                               DcpBlockCount(e) <= (trailer.table_offset - e.crcs_offset) / 4));
-    if (!ok) {
-      Fail(ErrorKind::kCorruption, "{}: item index entry {} (item at byte {}) is inconsistent",
-           source, i, e.item_offset);
-    }
+    if (!EntryFits(e, i == 0 ? nullptr : &entries[i - 1], trailer))
+      EntryDamaged(source, i, e.item_offset);
   }
   return entries;
+}
+
+std::vector<DcpIndexGroup> ParseDcpIndexDirectory(std::span<const std::byte> bytes,
+                                                  const DcpIndexTrailer& trailer,
+                                                  const std::string& source) {
+  if (bytes.size() != trailer.groups * kDcpIndexDirectoryEntryBytes ||
+      Checksum(bytes) != trailer.checksum) {
+    Fail(ErrorKind::kCorruption,
+         "{}: the item index directory ({} groups at byte {}) fails its checksum", source,
+         trailer.groups, trailer.directory_offset);
+  }
+  std::vector<DcpIndexGroup> groups(trailer.groups);
+  for (uint64_t g = 0; g < groups.size(); ++g) {
+    const std::byte* p = bytes.data() + g * kDcpIndexDirectoryEntryBytes;
+    DcpIndexGroup& group = groups[g];
+    group.first_item = Get(p, 8);
+    group.begin = Get(p + 8, 8);
+    group.crcs_offset = Get(p + 16, 8);
+    group.hash = Get(p + 24, 8);
+    group.first_entry = g * kDcpIndexGroupEntries;
+    group.entries = std::min(kDcpIndexGroupEntries, trailer.count - group.first_entry);
+    const bool ok = group.begin == (g == 0 ? trailer.table_offset : groups[g - 1].end) &&
+                    group.first_item < trailer.items_end &&
+                    (g == 0 || groups[g - 1].first_item < group.first_item) &&
+                    group.crcs_offset >= trailer.items_end &&
+                    group.crcs_offset <= trailer.table_offset;
+    group.end = g + 1 < groups.size() ? Get(p + kDcpIndexDirectoryEntryBytes + 8, 8)
+                                      : trailer.directory_offset;
+    if (!ok || group.end < group.begin || group.end > trailer.directory_offset ||
+        group.end - group.begin < group.entries * kMinEntryBytes) {
+      Fail(ErrorKind::kCorruption, "{}: item index group {} (byte {}) is inconsistent", source, g,
+           group.begin);
+    }
+  }
+  return groups;
+}
+
+std::vector<DcpIndexEntry> ParseDcpIndexGroup(std::span<const std::byte> bytes,
+                                              const DcpIndexGroup& group,
+                                              const DcpIndexTrailer& trailer,
+                                              const std::string& source) {
+  if (bytes.size() != group.end - group.begin || Checksum(bytes) != group.hash) {
+    Fail(ErrorKind::kCorruption,
+         "{}: item index group {} ({} entries at byte {}) fails its checksum", source,
+         group.first_entry / kDcpIndexGroupEntries, group.entries, group.begin);
+  }
+  std::vector<DcpIndexEntry> entries(group.entries);
+  GroupCursor in{bytes};
+  uint64_t crcs = group.crcs_offset;
+  for (uint64_t i = 0; i < entries.size(); ++i) {
+    DcpIndexEntry& e = entries[i];
+    const uint64_t previous = i == 0 ? group.first_item : entries[i - 1].item_offset;
+    const uint64_t delta = in.Varint();
+    e.item_offset = previous + delta;
+    const uint64_t header = in.Varint();
+    e.data_offset = e.item_offset + header;
+    e.data_size = in.Varint();
+    e.binding = in.Fixed(8);
+    e.hash = in.Fixed(8);
+    e.crc = static_cast<uint32_t>(in.Fixed(4));
+    const uint64_t block_size = in.Varint();
+    e.block_size = static_cast<uint32_t>(block_size);
+    e.tiles = in.Varint();
+    e.crcs_offset = e.block_size == 0 ? 0 : crcs;
+    const bool ok = !in.bad && (i == 0 ? delta == 0 : delta > 0) && delta <= trailer.items_end &&
+                    e.item_offset >= previous && header <= trailer.items_end &&
+                    e.data_offset >= e.item_offset && block_size <= UINT32_MAX &&
+                    EntryFits(e, nullptr, trailer);
+    if (!ok) EntryDamaged(source, group.first_entry + i, e.item_offset);
+    crcs += 4 * DcpBlockCount(e);
+  }
+  if (in.at != bytes.size()) EntryDamaged(source, group.first_entry + entries.size(), 0);
+  return entries;
+}
+
+DcpFileIndex::DcpFileIndex(const RandomAccessFile& file, const DcpIndexTrailer& trailer,
+                           std::string source, std::atomic<uint64_t>* bytes_read)
+    : trailer_(trailer), source_(std::move(source)) {
+  const uint64_t table_end = file.size() - kDcpIndexTrailerBytes;
+  if (trailer_.version < 4) {
+    std::vector<std::byte> table(table_end - trailer_.table_offset);
+    file.Read(trailer_.table_offset, table);
+    *bytes_read += table.size();
+    for (const DcpIndexEntry& e : ParseDcpIndexTable(table, trailer_, source_))
+      entries_.emplace(e.item_offset, e);
+    return;
+  }
+  std::vector<std::byte> directory(table_end - trailer_.directory_offset);
+  file.Read(trailer_.directory_offset, directory);
+  *bytes_read += directory.size();
+  groups_ = ParseDcpIndexDirectory(directory, trailer_, source_);
+  loaded_.assign(groups_.size(), false);
+}
+
+uint64_t DcpFileIndex::GroupOf(uint64_t item_offset) const {
+  auto it = std::upper_bound(
+      groups_.begin(), groups_.end(), item_offset,
+      [](uint64_t offset, const DcpIndexGroup& g) { return offset < g.first_item; });
+  return it == groups_.begin() ? groups_.size() : static_cast<uint64_t>(it - groups_.begin() - 1);
+}
+
+void DcpFileIndex::LoadGroups(uint64_t first, uint64_t last, const RandomAccessFile& file,
+                              std::atomic<uint64_t>* bytes_read) {
+  std::vector<std::byte> bytes(groups_[last - 1].end - groups_[first].begin);
+  file.Read(groups_[first].begin, bytes);
+  *bytes_read += bytes.size();
+  for (uint64_t g = first; g < last; ++g) {
+    const DcpIndexGroup& group = groups_[g];
+    for (const DcpIndexEntry& e :
+         ParseDcpIndexGroup(std::span<const std::byte>(bytes).subspan(
+                                group.begin - groups_[first].begin, group.end - group.begin),
+                            group, trailer_, source_)) {
+      entries_.emplace(e.item_offset, e);
+    }
+    loaded_[g] = true;
+  }
+}
+
+const DcpIndexEntry* DcpFileIndex::Find(uint64_t item_offset, const RandomAccessFile& file,
+                                        std::atomic<uint64_t>* bytes_read) {
+  std::lock_guard lock(mu_);
+  if (trailer_.version >= 4) {
+    const uint64_t g = GroupOf(item_offset);
+    if (g == groups_.size()) return nullptr;
+    if (!loaded_[g]) LoadGroups(g, g + 1, file, bytes_read);
+  }
+  auto it = entries_.find(item_offset);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+void DcpFileIndex::Prefetch(std::span<const uint64_t> item_offsets, const RandomAccessFile& file,
+                            std::atomic<uint64_t>* bytes_read) {
+  if (trailer_.version < 4) return;
+  std::lock_guard lock(mu_);
+  std::vector<bool> wanted(groups_.size(), false);
+  for (uint64_t offset : item_offsets) {
+    const uint64_t g = GroupOf(offset);
+    if (g < groups_.size() && !loaded_[g]) wanted[g] = true;
+  }
+  for (uint64_t g = 0; g < groups_.size();) {
+    if (!wanted[g]) {
+      ++g;
+      continue;
+    }
+    uint64_t end = g + 1;
+    while (end < groups_.size() && wanted[end]) ++end;
+    LoadGroups(g, end, file, bytes_read);
+    g = end;
+  }
 }
 
 std::vector<uint32_t> ParseDcpBlockCrcs(std::span<const std::byte> bytes) {

@@ -1,16 +1,36 @@
 // The item index: what distckpt appends to each .distcp data file it writes,
 // after the file's last item (FORMAT.md, "Item index"). PyTorch reads only
 // the byte ranges .metadata gives its items, so it never sees these bytes;
-// distckpt's reader uses them instead of every item's zip headers:
+// distckpt's reader uses them instead of every item's zip headers. Version 4
+// ("DCPINDX4", since 2026-11-28):
 //
-//   block CRCs   per indexed tensor item with blocks: the CRC32 of each
-//                `block_size` bytes of its storage record (the last block
-//                shorter), u32 each
-//   table        one 64-byte entry per tensor item, by item offset:
-//                item_offset, data_offset, data_size, binding, crcs_offset,
-//                hash (u64 each), crc, block_size (u32 each), tiles (u64)
-//   trailer      40 bytes: items_end, table_offset, count, the xxHash3-64 of
-//                the table (u64 each), magic "DCPINDX3"
+//   block CRCs   per indexed tensor item with blocks, by item offset: the
+//                CRC32 of each tile (block) of its storage record, u32 each
+//   groups       the entries of the tensor items by item offset, 16 to a
+//                group, each entry: item offset - the previous entry's (the
+//                group's first: 0), data offset - item offset, data size
+//                (LEB128 varints), binding, hash (u64), crc (u32), block
+//                size, tiles (varints); about 30 bytes an entry
+//   directory    one 32-byte entry per group: its first item's offset, its
+//                first byte, its first block CRC's offset, the xxHash3-64 of
+//                its bytes (u64 each)
+//   trailer      40 bytes: items_end, table_offset (the first group's byte),
+//                count (entries), the xxHash3-64 of the directory (u64
+//                each), magic "DCPINDX4"
+//
+// A reader checks the directory against the trailer and each group it reads
+// against the directory: it reads only the groups of the items it needs (a
+// second level of checksums, so a rank of a resharded load reads the
+// entries of its items, not the whole table). An item's block CRCs follow
+// the CRCs of the entries before it (crcs_offset is their running sum).
+//
+// Versions 1 to 3 have one table of fixed-size entries, by item offset,
+// whose xxHash3-64 the trailer holds: 64 bytes (version 3, "DCPINDX3":
+// item_offset, data_offset, data_size, binding, crcs_offset, hash (u64
+// each), crc, block_size (u32 each), tiles (u64)); 56 without `tiles`
+// (version 2, "DCPINDX2": uniform blocks); 48 without `hash` either
+// (version 1, "DCPINDX1", distckpt before 2026-11-27: records verified by
+// CRC32). They are still read, and written on request (tests).
 //
 // All integers little-endian, offsets from the start of the file. `binding`
 // is ChunkBindingSeed (format/block_checksums.h) of the item's key, dtype
@@ -18,14 +38,11 @@
 // match; `crc` is the storage record's zip CRC32; `hash` the record's
 // DcpRecordHasher digest (xxHash3, which a whole read verifies at 2.5 times
 // CRC32's speed). A reader that checks block CRCs reads only the blocks a
-// partial read touches. Version 3 ("DCPINDX3", since 2026-11-28): a
-// record's blocks are tiles laid along the cuts a reshard makes (the
-// native format's version 4, format/block_layout.h; `tiles` of them, each
-// CRC32 of its parts in order), so a resharded read reads only the tiles it
-// needs; the tile CRCs do not combine into the record's CRC32. Version 2
-// ("DCPINDX2") has 56-byte entries without `tiles` (uniform blocks);
-// version 1 ("DCPINDX1", distckpt before 2026-11-27) 48-byte entries
-// without `hash`: its records are verified by CRC32.
+// partial read touches. Since version 3 a record's blocks are tiles laid
+// along the cuts a reshard makes (the native format's version 4,
+// format/block_layout.h; `tiles` of them, each CRC32 of its parts in
+// order), so a resharded read reads only the tiles it needs; the tile CRCs
+// do not combine into the record's CRC32. Version 2 has uniform blocks.
 //
 // Errors: a trailer with the magic whose fields do not fit the file, or a
 // table that fails its checksum, is CheckpointError(kCorruption) naming
@@ -36,9 +53,12 @@
 #ifndef DISTCKPT_FORMAT_DCP_ITEM_INDEX_H_
 #define DISTCKPT_FORMAT_DCP_ITEM_INDEX_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -46,6 +66,7 @@
 
 #include "format/block_layout.h"
 #include "io/checksum.h"
+#include "io/env.h"
 
 namespace distckpt {
 
@@ -121,13 +142,18 @@ std::vector<uint32_t> DcpTileCrcs(const BlockLayout& layout, std::span<const std
 uint32_t CombineBlockCrcs(const std::vector<uint32_t>& blocks, uint32_t block_size,
                           uint64_t data_size);
 
+inline constexpr int kDcpIndexVersion = 4;
+inline constexpr uint64_t kDcpIndexGroupEntries = 16;  // version 4
+inline constexpr uint64_t kDcpIndexDirectoryEntryBytes = 32;
+
 class DcpIndexWriter {
  public:
   void Add(const DcpIndexEntry& entry, std::vector<uint32_t> block_crcs);
   bool empty() const { return entries_.empty(); }
   // The index to append at byte `items_end` of the file (its end): block
-  // CRCs, table and trailer.
-  std::string Finish(uint64_t items_end);
+  // CRCs, table and trailer, of `version` (3 or 4: older layouts for tests;
+  // a version-3 table keeps entries with tiles, as distckpt wrote them).
+  std::string Finish(uint64_t items_end, int version = kDcpIndexVersion);
 
  private:
   std::vector<DcpIndexEntry> entries_;
@@ -139,7 +165,20 @@ struct DcpIndexTrailer {
   uint64_t table_offset = 0;
   uint64_t count = 0;
   uint64_t checksum = 0;
-  int version = 3;  // 1: entries without `hash`; 2: without `tiles`
+  int version = kDcpIndexVersion;  // 1: entries without `hash`; 2: without `tiles`
+  // Version 4: the groups (table_offset to directory_offset) and directory.
+  uint64_t groups = 0;
+  uint64_t directory_offset = 0;
+};
+
+// Version 4: a group of entries as the directory lists it: entries
+// [first_entry, first_entry + entries) of the file, at bytes [begin, end).
+struct DcpIndexGroup {
+  uint64_t first_item = 0;  // the item offset of its first entry
+  uint64_t begin = 0, end = 0;
+  uint64_t crcs_offset = 0;
+  uint64_t hash = 0;
+  uint64_t first_entry = 0, entries = 0;
 };
 
 // The trailer in the last kDcpIndexTrailerBytes of a file of `file_size`
@@ -147,12 +186,61 @@ struct DcpIndexTrailer {
 // PyTorch or an older distckpt wrote).
 std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> last,
                                                     uint64_t file_size, const std::string& source);
-// The entries of the table `bytes` (at trailer.table_offset, of the
-// trailer's version), checked against the trailer's checksum and sorted by
-// item offset.
+// The entries of the table `bytes` (from trailer.table_offset to the
+// trailer, of the trailer's version: version 4's groups and directory),
+// checked against the trailer's checksum and sorted by item offset.
 std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
                                               const DcpIndexTrailer& trailer,
                                               const std::string& source);
+// Version 4: the directory `bytes` (at trailer.directory_offset, to the
+// trailer), checked against the trailer's checksum.
+std::vector<DcpIndexGroup> ParseDcpIndexDirectory(std::span<const std::byte> bytes,
+                                                  const DcpIndexTrailer& trailer,
+                                                  const std::string& source);
+// Version 4: the entries of `group` from its bytes, checked against the
+// directory's hash of them.
+std::vector<DcpIndexEntry> ParseDcpIndexGroup(std::span<const std::byte> bytes,
+                                              const DcpIndexGroup& group,
+                                              const DcpIndexTrailer& trailer,
+                                              const std::string& source);
+// A data file's item index as a reader uses it: versions 1 to 3 whole (the
+// table read at once), version 4 by group, each group read (and checked) on
+// first use of one of its items, so a reader reads the entries of the items
+// it reads. Shared by the readers open at once (DcpReader).
+//
+// Thread-safety: Find may be called concurrently.
+class DcpFileIndex {
+ public:
+  // Reads the table (versions 1 to 3) or the directory (version 4) of
+  // `file`, whose trailer is `trailer`, adding the bytes to `*bytes_read`;
+  // errors name `source`.
+  DcpFileIndex(const RandomAccessFile& file, const DcpIndexTrailer& trailer, std::string source,
+               std::atomic<uint64_t>* bytes_read);
+  // The entry of the item at `item_offset`, null when the index lists none;
+  // its group is read from `file` first (version 4). The entry lives as
+  // long as this index.
+  const DcpIndexEntry* Find(uint64_t item_offset, const RandomAccessFile& file,
+                            std::atomic<uint64_t>* bytes_read);
+  // Reads the groups holding any of `item_offsets` (sorted) not read yet,
+  // adjacent groups in one read.
+  void Prefetch(std::span<const uint64_t> item_offsets, const RandomAccessFile& file,
+                std::atomic<uint64_t>* bytes_read);
+  int version() const { return trailer_.version; }
+
+ private:
+  // Group g's entries in entries_; mu_ held.
+  void LoadGroups(uint64_t first, uint64_t last, const RandomAccessFile& file,
+                  std::atomic<uint64_t>* bytes_read);
+  uint64_t GroupOf(uint64_t item_offset) const;  // groups_.size() when none
+
+  const DcpIndexTrailer trailer_;
+  const std::string source_;
+  std::vector<DcpIndexGroup> groups_;  // version 4
+  std::mutex mu_;
+  std::vector<bool> loaded_;                   // guarded by mu_
+  std::map<uint64_t, DcpIndexEntry> entries_;  // by item offset; guarded by mu_
+};
+
 // Block CRCs as stored (`bytes`: 4 per block).
 std::vector<uint32_t> ParseDcpBlockCrcs(std::span<const std::byte> bytes);
 // The entry's block CRCs: its tiles, or ceil(data_size / block_size).

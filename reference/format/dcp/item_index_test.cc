@@ -1,6 +1,7 @@
 // The item index distckpt appends to its .distcp files: block CRC32s that
 // combine to the record's, the record hash, the block size rule, a trailer
-// and table that refuse damage, and version 1 indexes still read.
+// and table (version 4: groups and their directory) that refuse damage,
+// and versions 1 and 3 still read.
 #include "format/dcp/item_index.h"
 
 #include <gmock/gmock.h>
@@ -11,6 +12,7 @@
 #include "core/error_testing.h"
 #include "format/block_checksums.h"
 #include "format/dcp/dcp_writer.h"
+#include "format/dcp/testing.h"
 #include "format/dcp/torch_zip.h"
 #include "format/hashed_writes.h"
 #include "io/checksum.h"
@@ -137,7 +139,12 @@ TEST(ItemIndexTest, BlocksAreAnEighthOfARowBetween1And4KiB) {
   EXPECT_EQ(DcpBlockSize(0), 1024u);
 }
 
-TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
+// Version 4 (grouped, the one written) and version 3 (one table of 64-byte
+// entries, what distckpt wrote before 2026-11-28, still read).
+class ItemIndexVersionTest : public testing::TestWithParam<int> {};
+
+TEST_P(ItemIndexVersionTest, RoundTripsAndRefusesDamage) {
+  const int version = GetParam();
   const std::string items(5000, 'x');  // stands for the items
   DcpIndexWriter writer;
   writer.Add({.item_offset = 2000,
@@ -157,21 +164,30 @@ TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
               .hash = 5,
               .crc = 10},
              {});
-  const std::string file = items + writer.Finish(items.size());
+  const std::string file = items + writer.Finish(items.size(), version);
   auto bytes = AsBytes(file);
   std::optional<DcpIndexTrailer> trailer =
       ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), "f");
   ASSERT_TRUE(trailer.has_value());
   EXPECT_EQ(trailer->items_end, 5000u);
   EXPECT_EQ(trailer->table_offset, 5000u + 12);
-  EXPECT_EQ(trailer->version, 3);
-  auto table = bytes.subspan(trailer->table_offset, 2 * 64);
+  EXPECT_EQ(trailer->version, version);
+  const uint64_t table_bytes = file.size() - kDcpIndexTrailerBytes - trailer->table_offset;
+  // Version 4: two entries of 2 + 2 + 2 + 20 + 2 + 1 and 1 + 2 + 1 + 20 + 1 + 1
+  // bytes, one 32-byte directory entry.
+  EXPECT_EQ(table_bytes, version == 3 ? 2u * 64 : 29u + 26 + 32);
+  auto table = bytes.subspan(trailer->table_offset, table_bytes);
   std::vector<DcpIndexEntry> entries = ParseDcpIndexTable(table, *trailer, "f");
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].item_offset, 0u);  // by item offset
+  EXPECT_EQ(entries[0].data_offset, 384u);
+  EXPECT_EQ(entries[0].data_size, 100u);
   EXPECT_EQ(entries[0].block_size, 0u);
   EXPECT_EQ(entries[0].hash, 5u);
   EXPECT_EQ(entries[0].crc, 10u);
+  EXPECT_EQ(entries[1].item_offset, 2000u);
+  EXPECT_EQ(entries[1].data_offset, 2400u);
+  EXPECT_EQ(entries[1].data_size, 2500u);
   EXPECT_EQ(entries[1].crcs_offset, 5000u);
   EXPECT_EQ(entries[1].binding, 7u);
   EXPECT_EQ(entries[1].hash, 0x1122334455667788u);
@@ -183,13 +199,87 @@ TEST(ItemIndexTest, RoundTripsAndRefusesDamage) {
   // No magic: not an index (a file torch wrote ends with a zip end record).
   EXPECT_FALSE(ParseDcpIndexTrailer(bytes.subspan(100, kDcpIndexTrailerBytes), file.size(), "f"));
   // A trailer that does not fit its file, a table that fails its checksum.
-  EXPECT_THAT([&] { ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), 6000, "f"); },
+  EXPECT_THAT([&] { ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), 5050, "f"); },
               ThrowsError(ErrorKind::kCorruption, "f: the item index trailer is damaged"));
-  std::string bad(table.size(), '\0');
-  std::memcpy(bad.data(), table.data(), table.size());
-  bad[60] ^= 1;
-  EXPECT_THAT([&] { ParseDcpIndexTable(AsBytes(bad), *trailer, "f"); },
-              ThrowsError(ErrorKind::kCorruption, "f: the item index table"));
+  // Every byte of the table (version 4: of a group or the directory) is checked.
+  for (uint64_t at = 0; at < table.size(); ++at) {
+    std::string bad(table.size(), '\0');
+    std::memcpy(bad.data(), table.data(), table.size());
+    bad[at] ^= 1;
+    const std::string what = version == 3             ? "f: the item index table"
+                             : at < table.size() - 32 ? "f: item index group 0"
+                                                      : "f: the item index directory";
+    EXPECT_THAT([&] { ParseDcpIndexTable(AsBytes(bad), *trailer, "f"); },
+                ThrowsError(ErrorKind::kCorruption, what))
+        << at;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, ItemIndexVersionTest, testing::Values(3, 4));
+
+// Version 4: a reader reads the directory, then only the groups of the items
+// it looks up (adjacent groups a prefetch wants in one read), each once and
+// checked; a damaged group is refused when it is read, naming the file.
+TEST(ItemIndexTest, FileIndexReadsTheGroupsOfTheItemsItFinds) {
+  const uint64_t n = 40;  // three groups: 16, 16, 8 entries
+  std::string file(n * 1000, 'x');
+  DcpIndexWriter writer;
+  for (uint64_t i = 0; i < n; ++i) {
+    writer.Add({.item_offset = i * 1000,
+                .data_offset = i * 1000 + 300,
+                .data_size = 600,
+                .binding = i,
+                .hash = i * 3,
+                .crc = static_cast<uint32_t>(i),
+                .block_size = i % 2 == 0 ? 256u : 0u},
+               i % 2 == 0 ? std::vector<uint32_t>{uint32_t(i), uint32_t(i + 1), uint32_t(i + 2)}
+                          : std::vector<uint32_t>{});
+  }
+  file += writer.Finish(file.size());
+  ScopedTempDir tmp;
+  const std::string path = JoinPath(tmp.path(), "f.distcp");
+  WriteFileBytes(path, file);
+  std::unique_ptr<RandomAccessFile> f = Env::Default()->NewRandomAccessFile(path);
+  std::vector<std::byte> last(kDcpIndexTrailerBytes);
+  f->Read(f->size() - last.size(), last);
+  const DcpIndexTrailer trailer = *ParseDcpIndexTrailer(last, f->size(), path);
+  ASSERT_EQ(trailer.version, 4);
+  ASSERT_EQ(trailer.groups, 3u);
+  std::atomic<uint64_t> read{0};
+  DcpFileIndex index(*f, trailer, path, &read);
+  EXPECT_EQ(read, 3u * kDcpIndexDirectoryEntryBytes);  // the directory only
+  std::vector<DcpIndexGroup> groups = ParseDcpIndexDirectory(
+      std::as_bytes(std::span(file)).subspan(trailer.directory_offset, 96), trailer, path);
+  const DcpIndexEntry* e = index.Find(35000, *f, &read);  // group 2
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->binding, 35u);
+  EXPECT_EQ(e->block_size, 0u);
+  EXPECT_EQ(read, 96 + groups[2].end - groups[2].begin);
+  EXPECT_EQ(index.Find(35500, *f, &read), nullptr);  // no item there
+  EXPECT_EQ(index.Find(36000, *f, &read)->binding, 36u);
+  EXPECT_EQ(read, 96 + groups[2].end - groups[2].begin);  // read once
+  // The block CRCs of each item follow those of the items before it.
+  const DcpIndexEntry* blocked = index.Find(38000, *f, &read);
+  EXPECT_EQ(blocked->crcs_offset, n * 1000 + 19 * 3 * 4);
+  std::vector<std::byte> crcs(12);
+  f->Read(blocked->crcs_offset, crcs);
+  EXPECT_THAT(ParseDcpBlockCrcs(crcs), testing::ElementsAre(38, 39, 40));
+  const uint64_t groups01 = groups[1].end - groups[0].begin;
+  const uint64_t wanted[] = {0, 17000};
+  index.Prefetch(wanted, *f, &read);
+  EXPECT_EQ(read, 96 + groups[2].end - groups[2].begin + groups01);
+  EXPECT_EQ(index.Find(0, *f, &read)->data_offset, 300u);
+  EXPECT_EQ(index.Find(16000, *f, &read)->crcs_offset, n * 1000 + 8 * 3 * 4);
+  EXPECT_EQ(read, groups[2].end - groups[0].begin + 96);  // the whole index, each byte once
+
+  // A flipped byte in group 1 is found when group 1 is read, not before.
+  file[groups[1].begin + 5] ^= 1;
+  WriteFileBytes(path, file);
+  f = Env::Default()->NewRandomAccessFile(path);
+  DcpFileIndex damaged(*f, trailer, path, &read);
+  EXPECT_EQ(damaged.Find(1000, *f, &read)->binding, 1u);
+  EXPECT_THAT([&] { damaged.Find(20000, *f, &read); },
+              ThrowsError(ErrorKind::kCorruption, path + ": item index group 1"));
 }
 
 // Version 1 (distckpt before 2026-11-27: 48-byte entries without `hash`,

@@ -275,6 +275,8 @@ ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
   ReshardResult result;
   result.bytes_read = static_cast<uint64_t>(
       comm.AllReduceOne(static_cast<int64_t>(loaded.summary.bytes_read), ReduceOp::kSum));
+  result.bytes_needed = static_cast<uint64_t>(
+      comm.AllReduceOne(static_cast<int64_t>(loaded.summary.bytes_needed), ReduceOp::kSum));
   result.bytes_written = static_cast<uint64_t>(
       comm.AllReduceOne(static_cast<int64_t>(written.bytes_written), ReduceOp::kSum));
   result.seconds = SecondsSince(start);

@@ -122,6 +122,7 @@ StoredLoad LoadStored(const Scenario& spec, const std::string& dir, const std::s
 
 struct ReshardResult {
   uint64_t bytes_read = 0, bytes_written = 0;
+  uint64_t bytes_needed = 0;  // the stored bytes the ranks' requests overlap
   double seconds = 0;
 };
 // One rank's part (collective over `comm`, whose size is T's world size).
