@@ -39,6 +39,11 @@ void DeleteIterationDir(Env* env, const std::string& path,
     env->SyncDir(path);
   }
   if (on_unlinked) on_unlinked();
+  // The started marker last: a delete cut short leaves files distckpt may
+  // clear, never a directory that looks like another tool's.
+  for (const std::string& name : env->ListDir(path)) {
+    if (name != kStartedFile) env->RemoveAll(JoinPath(path, name));
+  }
   env->RemoveAll(path);
   // The engine's save lock beside it (io/file_lock.h), which a save leaves
   // behind: it would otherwise litter the root with one per deleted iteration.
@@ -135,7 +140,8 @@ void CheckpointManager::ClearForSave(int64_t iteration) {
              iteration);
       }
       CatalogEntry entry = InspectIterationDir(e, dir, iteration, options_.layout);
-      if (entry.foreign) {
+      // (An empty directory: a save killed before its marker; nothing to lose.)
+      if (entry.foreign && !e->ListDir(dir).empty()) {
         Fail(ErrorKind::kInvalidArgument,
              "{}: iteration {} holds {} that distckpt did not write; refusing to delete or "
              "replace it (move it away, or save into another root)",

@@ -188,7 +188,9 @@ class CheckpointManager {
 };
 
 // Deletes one iteration directory crash-safely: manifest first (then a
-// directory fsync), then the rest, then a fsync of the root.
+// directory fsync), then the rest, kStartedFile last (a delete cut short
+// leaves a directory distckpt clears, never one that looks like another
+// tool's), then a fsync of the root.
 // `on_unlinked` (optional) runs between the manifest removal and the rest.
 void DeleteIterationDir(Env* env, const std::string& path,
                         const std::function<void()>& on_unlinked = nullptr);

@@ -219,16 +219,20 @@ void Uploader::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (!cv_.wait_for(lock, renew_every, [&] { return stop_ || !queue_.empty(); })) {
+      if (!lost_.empty()) continue;
       lock.unlock();  // idle: keep the lease fresh
+      std::string error;
       try {
-        if (lost_.empty()) lease_->Renew();
+        lease_->Renew();
       } catch (const std::exception& e) {
-        lock.lock();
-        lost_ = e.what();
-        log_.push_back("warning: " + lost_);
-        continue;
+        error = e.what();
       }
       lock.lock();
+      if (!error.empty() && lost_.empty()) {  // taken over: fatal; the store down: not yet
+        if (lease_->lost()) lost_ = error;
+        log_.push_back(fmt::format("warning: {}{}", error,
+                                   lease_->lost() ? "" : " (the lease is renewed again later)"));
+      }
       continue;
     }
     if (queue_.empty()) break;  // stop_, nothing left
@@ -253,7 +257,7 @@ void Uploader::Run() {
       failed_[iteration] = error;
       log_.push_back(fmt::format("warning: upload of iteration {} to {} failed: {}", iteration,
                                  options_.root, error));
-      if (error.find("writer lease") != std::string::npos && lost_.empty()) lost_ = error;
+      if (lease_->lost() && lost_.empty()) lost_ = error;
     }
     in_flight_ = -1;
     cv_.notify_all();
@@ -282,8 +286,7 @@ void Uploader::UploadOne(int64_t iteration) {
     CatalogEntry entry = InspectIterationDir(remote, remote_dir, iteration, layout_);
     if (entry.foreign && !remote->ListDir(remote_dir).empty()) {
       Fail(ErrorKind::kInvalidArgument,
-           "{} holds {} that distckpt did not write; refusing to delete or replace it",
-           remote_dir,
+           "{} holds {} that distckpt did not write; refusing to delete or replace it", remote_dir,
            entry.complete ? fmt::format("a complete {} checkpoint", entry.format)
                           : std::string("files"));
     }

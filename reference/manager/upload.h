@@ -121,7 +121,7 @@ class Uploader {
   std::condition_variable cv_;
   std::deque<int64_t> queue_;
   int64_t in_flight_ = -1;
-  int64_t newest_ = -1;                     // the newest iteration enqueued
+  int64_t newest_ = -1;                    // the newest iteration enqueued
   std::map<int64_t, std::string> failed_;  // iteration -> why (until uploaded)
   std::vector<int64_t> uploaded_;
   std::vector<std::string> log_;

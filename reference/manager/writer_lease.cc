@@ -52,8 +52,8 @@ std::optional<LeaseRecord> ReadLease(Env* env, const std::string& path) {
     r.renewed = j.at("renewed_unix").get<int64_t>();
     r.ttl = j.at("ttl_s").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
-    Fail(ErrorKind::kCorruption, "writer lease {}: {} (remove it if no run writes this root)",
-         path, e.what());
+    Fail(ErrorKind::kCorruption, "writer lease {}: {} (remove it if no run writes this root)", path,
+         e.what());
   }
   return r;
 }
@@ -117,9 +117,11 @@ std::unique_ptr<WriterLease> WriterLease::Acquire(Env* env, const std::string& r
 }
 
 void WriterLease::Renew() {
+  if (lost_) Fail(ErrorKind::kInvalidArgument, "writer lease {} was taken over", path_);
   if (lock_ || released_) return;
   std::optional<LeaseRecord> now = ReadLease(env_, path_);
   if (!now || now->run != run_) {
+    lost_ = released_ = true;  // never removed by us
     Fail(ErrorKind::kInvalidArgument,
          "writer lease {} was taken over by {}: this run stopped writing the root", path_,
          now ? now->holder : std::string("nobody (it was removed)"));

@@ -12,7 +12,9 @@
 // written, then read back after a pause (`settle`): another writer's there
 // means it won, and we refuse. Renew() rewrites it (the uploader every ttl/3
 // and before each remote tracker) and first checks it is still ours: a lease
-// taken over is CheckpointError(kInvalidArgument) naming the new holder.
+// taken over is CheckpointError(kInvalidArgument) naming the new holder
+// (lost() from then on); a storage error is thrown as it came (kIo), the
+// lease still ours.
 //
 // What the lease guarantees: a second run started while the first runs (or
 // within its ttl after the first died on another host) is refused at start,
@@ -54,6 +56,8 @@ class WriterLease {
   // Removes the lease object if it is still ours (best effort; never throws).
   void Release();
   const std::string& holder() const { return holder_; }
+  // Renew found the lease taken over (not a storage error): it stays lost.
+  bool lost() const { return lost_; }
   bool is_lock() const { return lock_ != nullptr; }
 
  private:
@@ -67,6 +71,7 @@ class WriterLease {
   LeaseOptions options_;
   std::unique_ptr<FileLock> lock_;  // a storage with locks
   bool released_ = false;
+  bool lost_ = false;
 };
 
 }  // namespace distckpt
