@@ -8,7 +8,7 @@
 set -uo pipefail
 d=$1 scenario=$2 kind=$3
 work=$(mktemp -d /tmp/distckpt-upload-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 if [ "$kind" = s3 ]; then
   : "${AWS_ENDPOINT_URL:?run under ci/with-s3-gateway}" "${DISTCKPT_S3_BUCKET:?}"
   remote="s3://$DISTCKPT_S3_BUCKET/upload-$$-$RANDOM"

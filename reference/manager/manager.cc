@@ -31,6 +31,14 @@ std::string ComponentName(const std::string& c) { return c.empty() ? "." : c; }
 
 }  // namespace
 
+bool IsSaveDebris(Env* env, const std::string& dir) {
+  const std::string marker_temp = std::string(kStartedFile) + ".tmp";  // WriteFileAtomic's
+  for (const std::string& name : env->ListDir(dir)) {
+    if (name != marker_temp) return false;
+  }
+  return true;
+}
+
 void DeleteIterationDir(Env* env, const std::string& path,
                         const std::function<void()>& on_unlinked) {
   std::string manifest = JoinPath(path, kManifestFile);
@@ -140,8 +148,7 @@ void CheckpointManager::ClearForSave(int64_t iteration) {
              iteration);
       }
       CatalogEntry entry = InspectIterationDir(e, dir, iteration, options_.layout);
-      // (An empty directory: a save killed before its marker; nothing to lose.)
-      if (entry.foreign && !e->ListDir(dir).empty()) {
+      if (entry.foreign && !IsSaveDebris(e, dir)) {
         Fail(ErrorKind::kInvalidArgument,
              "{}: iteration {} holds {} that distckpt did not write; refusing to delete or "
              "replace it (move it away, or save into another root)",

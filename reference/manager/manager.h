@@ -187,6 +187,11 @@ class CheckpointManager {
   std::vector<ManagerEvent> events_;
 };
 
+// Whether iteration directory `dir` holds nothing but what a save (or an
+// upload) killed before its kStartedFile marker leaves: nothing, or the
+// marker's temp file. Such a directory is distckpt's to clear.
+bool IsSaveDebris(Env* env, const std::string& dir);
+
 // Deletes one iteration directory crash-safely: manifest first (then a
 // directory fsync), then the rest, kStartedFile last (a delete cut short
 // leaves a directory distckpt clears, never one that looks like another

@@ -284,7 +284,7 @@ void Uploader::UploadOne(int64_t iteration) {
   const std::string remote_dir = JoinPath(options_.root, name);
   if (remote->IsDirectory(remote_dir)) {
     CatalogEntry entry = InspectIterationDir(remote, remote_dir, iteration, layout_);
-    if (entry.foreign && !remote->ListDir(remote_dir).empty()) {
+    if (entry.foreign && !IsSaveDebris(remote, remote_dir)) {
       Fail(ErrorKind::kInvalidArgument,
            "{} holds {} that distckpt did not write; refusing to delete or replace it", remote_dir,
            entry.complete ? fmt::format("a complete {} checkpoint", entry.format)

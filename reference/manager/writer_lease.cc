@@ -5,8 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -22,6 +26,22 @@ std::string HostName() {
   return host;
 }
 
+// The start time of process `pid` (clock ticks since boot, /proc/PID/stat's
+// 22nd field), or -1 when it does not run (or there is no /proc): with the
+// pid, it names one process (a pid alone is reused; 32768 of them go fast).
+int64_t ProcessStart(int64_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');  // the command name may hold spaces
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(text.substr(paren + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
+  }
+  return -1;
+}
+
 int64_t NowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -31,6 +51,7 @@ int64_t NowSeconds() {
 struct LeaseRecord {
   std::string holder, run, host;
   int64_t pid = 0, renewed = 0, ttl = 0;
+  int64_t start = -1;  // the holder's ProcessStart (-1: not recorded)
 };
 
 std::optional<LeaseRecord> ReadLease(Env* env, const std::string& path) {
@@ -51,6 +72,7 @@ std::optional<LeaseRecord> ReadLease(Env* env, const std::string& path) {
     r.pid = j.at("pid").get<int64_t>();
     r.renewed = j.at("renewed_unix").get<int64_t>();
     r.ttl = j.at("ttl_s").get<int64_t>();
+    if (j.contains("process_start")) r.start = j.at("process_start").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     Fail(ErrorKind::kCorruption, "writer lease {}: {} (remove it if no run writes this root)", path,
          e.what());
@@ -58,12 +80,13 @@ std::optional<LeaseRecord> ReadLease(Env* env, const std::string& path) {
   return r;
 }
 
-// Held by a live writer: renewed within its ttl, and not a dead process of this host.
+// Held by a live writer: renewed within its ttl, and not a dead process of
+// this host (its pid gone, or now another process's).
 bool Live(const LeaseRecord& r) {
   if (NowSeconds() - r.renewed > r.ttl) return false;
-  if (r.host == HostName() && r.pid > 0 && ::kill(static_cast<pid_t>(r.pid), 0) != 0 &&
-      errno == ESRCH) {
-    return false;
+  if (r.host == HostName() && r.pid > 0) {
+    if (::kill(static_cast<pid_t>(r.pid), 0) != 0 && errno == ESRCH) return false;
+    if (r.start >= 0 && ProcessStart(r.pid) != r.start) return false;
   }
   return true;
 }
@@ -75,6 +98,7 @@ std::string WriterLease::Contents() const {
                         {"run", run_},
                         {"host", HostName()},
                         {"pid", static_cast<int64_t>(::getpid())},
+                        {"process_start", ProcessStart(::getpid())},
                         {"renewed_unix", NowSeconds()},
                         {"ttl_s", static_cast<int64_t>(options_.ttl.count())},
                         {"writer", "distckpt"}}

@@ -8,7 +8,7 @@
 // object ROOT/distckpt_writer.lease naming its holder ("pid P on host H"),
 // a random run id, the time it was renewed and its time to live. Acquire:
 // a lease that is fresh (renewed within its ttl) and not stale (on this host,
-// its pid no longer runs) is refused naming its holder; otherwise ours is
+// its process no longer runs: pid and start time) is refused naming its holder; otherwise ours is
 // written, then read back after a pause (`settle`): another writer's there
 // means it won, and we refuse. Renew() rewrites it (the uploader every ttl/3
 // and before each remote tracker) and first checks it is still ours: a lease
