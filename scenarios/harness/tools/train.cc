@@ -131,6 +131,12 @@ void ResumeForeign(const ResumePoint& point, const TrainOptions& options, Commun
   report.resumed_iteration = report.last_step = point.iteration;
   std::string error;
   try {
+    if (point.remote) {
+      Fail(ErrorKind::kUnsupported,
+           "{} (in the upload root) was written by another tool: train resumes such a "
+           "checkpoint from a local root only (copy it there)",
+           point.dir);
+    }
     if (options.manager.layout != CheckpointLayout::kMegatron) {
       Fail(ErrorKind::kUnsupported,
            "{} was written by another tool (verl): train resumes only Megatron-written "
@@ -231,6 +237,7 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
     np.root = JoinPath(options.manager.root, kNonPersistentDir);
     np.transient = true;
     np.retention = {};
+    np.upload = {};  // non-persistent checkpoints stay local (Megatron's too)
     bool wanted = options.non_persistent_interval > 0;
     if (!wanted && options.resume == "auto") {
       Env* env = np.save.env ? np.save.env : Env::Default();
@@ -310,11 +317,15 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
     }
     for (const std::string& why : point.ignored) log("ignored incomplete checkpoint " + why);
   }
+  auto upload_log = [&] {
+    for (const std::string& line : manager.TakeUploadLog()) log(line);
+  };
   auto finalize = [&](bool blocking) {
     for (int64_t it : manager.Finalize(blocking)) {
       report.committed.push_back(it);
       log(fmt::format("committed {}", it));
     }
+    upload_log();
     if (!transient) return;
     for (int64_t it : transient->Finalize(blocking)) {
       report.committed_non_persistent.push_back(it);
@@ -378,6 +389,12 @@ TrainReport TrainLoop(const Scenario& s, const TrainOptions& options, Communicat
   }
   finalize(true);
   report.last_step = std::max(report.last_step, start);
+  if (options.manager.upload.env) {  // rank 0 uploads: every rank gets its verdict
+    const std::string why = manager.WaitUploads();
+    upload_log();
+    report.uploaded = manager.Uploaded();
+    report.error = AgreeOnError(comm, why);
+  }
   return report;
 }
 

@@ -23,6 +23,12 @@
 // the newest kept). `resume` "auto" takes whichever of the two trackers is
 // newer, the non-persistent one on a tie (Megatron's load_checkpoint).
 //
+// Upload (options.manager.upload, manager/upload.h): each committed
+// iteration is copied to the remote root in the background; its progress
+// lines are logged at each step; the loop ends once the uploads are done,
+// and fails (report.error) when the newest committed iteration could not be
+// uploaded. "auto" resumes the remote tracker's iteration when it is newer.
+//
 // Stop on request (stop_requested set; Megatron's --exit-signal-handler):
 // every rank calls it at every step and the ranks agree on it with one max
 // all-reduce (every rank issues it, whatever it saw), so a signal any rank
@@ -70,6 +76,7 @@ struct TrainReport {
   std::vector<std::string> ignored;  // incomplete directories seen at resume
   std::vector<int64_t> committed;    // iterations committed by this run
   std::vector<int64_t> committed_non_persistent;
+  std::vector<int64_t> uploaded;        // rank 0: iterations this run uploaded (manager.upload)
   bool resumed_non_persistent = false;  // the resumed checkpoint is ROOT/non_persistent's
   bool resumed_foreign = false;         // another tool wrote it: loaded whole, nothing trained
   int64_t last_step = 0;
