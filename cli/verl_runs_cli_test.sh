@@ -41,10 +41,14 @@ for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3; do check $root global_step_2; d
 check fsdp1-w4 global_step_1
 check fsdp1-tied-w2 global_step_1  # lm_head.weight tied to the embedding: one optimizer state
 check fsdp2-tied-w2 global_step_1
+# FSDP1 use_orig_params=True: per-parameter 1-D pieces of the aligned flat shards
+check fsdp1-orig-w3 global_step_1
+check fsdp1-orig-w3 global_step_2
 
 # reshard to other world sizes (FSDP1 <-> FSDP2): what it writes reads back equal to the
 # source (verl's own load of it: scenarios/peer/verl_runs_test.sh); per-rank state named.
-for c in fsdp1-tied-w2:3:2 fsdp1-w4:3:1 fsdp1-w4:6:2 fsdp2-w3:4:1 fsdp2-w4:5:2; do
+for c in fsdp1-orig-w3:4:1 fsdp1-orig-w3:2:2 fsdp1-tied-w2:3:2 fsdp1-w4:3:1 fsdp1-w4:6:2 \
+         fsdp2-w3:4:1 fsdp2-w4:5:2; do  # the last one's report is checked below
   IFS=: read -r root world fsdp <<<"$c"
   out=$work/re-$root-$world-$fsdp
   step=global_step_$(cat "$fixtures/$root/latest_checkpointed_iteration.txt")
@@ -58,6 +62,11 @@ for c in fsdp1-tied-w2:3:2 fsdp1-w4:3:1 fsdp1-w4:6:2 fsdp2-w3:4:1 fsdp2-w4:5:2; 
   check "$root" "$step" "$out"
 done
 grep -q "kept for ranks 0..3; regridded for ranks 4..4" "$work/reshard.txt"  # 4 -> 5
+"$d" reshard "$fixtures/fsdp1-orig-w3/global_step_2" --world-size 5 --out "$work/orig5" \
+  > "$work/reshard.txt"
+grep -q "use_orig_params=True: per-parameter pieces of 3 FSDP units aligned to 4 elements" \
+  "$work/reshard.txt"
+check fsdp1-orig-w3 global_step_2 "$work/orig5"
 # One rank (FSDP1 NO_SHARD: plain tensors) and back to three.
 "$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 1 --out "$work/w1" >/dev/null
 check fsdp1-w4 global_step_2 "$work/w1"
@@ -68,7 +77,7 @@ rc=0; "$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 3 --out "$out
 
 # HF export of verl's checkpoints (import-verl, then export --to hf --spec names): every
 # safetensors tensor equal to verl's loaded model tensor, verl's config.json copied.
-for root in fsdp1-w4 fsdp2-w3; do
+for root in fsdp1-w4 fsdp2-w3 fsdp1-orig-w3; do
   actor=$fixtures/$root/global_step_2/actor
   "$d" import-verl "$actor" --dir "$work/hfsrc-$root" >/dev/null
   "$d" export "$work/hfsrc-$root" --to hf "$work/hf-$root" --spec names \
@@ -98,7 +107,7 @@ done
 # manage list / prune on verl roots: steps complete, exit 0; prune keeps verl's
 # steps (not written by distckpt) unless --include-foreign; a missing or
 # truncated rank file makes its step INCOMPLETE, naming the file.
-for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3; do
+for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3 fsdp1-orig-w3; do
   out=$("$d" manage list "$fixtures/$root" --layout verl)
   [ "$(grep -c ' complete ' <<<"$out")" = 2 ] || { echo "$out"; exit 1; }
 done

@@ -325,6 +325,90 @@ void ReadFsdp1FlatOptimizer(const Archive& optim, const PyValue& state,
   out.common["fsdp1_units"] = std::move(unit_json);
 }
 
+// FSDP1 with use_orig_params=True (fsdp1_flat.h): per original parameter,
+// plain 1-D tensors that are not the parameter's shape (its piece of the
+// rank's flat shard; no state where the piece is empty). The piece size of
+// each key (0: no state); nullopt when the state is per whole parameter
+// (not this form).
+std::optional<std::vector<int64_t>> OrigParamsPieces(
+    const Archive& optim, const std::map<int64_t, std::string>& fqn,
+    const std::map<std::string, Shape>& model_shape, int world,
+    const std::vector<std::string>& keys) {
+  const PyValue& root = *optim.tree.root();
+  const PyValue* state = root.kind == PyKind::kDict ? root.Get("state") : nullptr;
+  if (!state || state->kind != PyKind::kDict) {
+    Fail(ErrorKind::kCorruption, "{}: not an optimizer state dict (state, param_groups)",
+         optim.path);
+  }
+  std::map<std::string, int64_t> piece;
+  bool flat_views = false;
+  for (const auto& [k, per_param] : state->entries) {
+    if (k->kind != PyKind::kInt || per_param->kind != PyKind::kDict) continue;
+    auto f = fqn.find(k->integer);
+    if (f == fqn.end()) continue;
+    auto m = model_shape.find(f->second);
+    for (const auto& [name_v, value] : per_param->entries) {
+      if (IsDTensor(*value)) return std::nullopt;
+      const std::string what =
+          fmt::format("{}: state {} '{}'", optim.path, k->integer, KeyText(*name_v, optim.path));
+      std::optional<TorchTensor> t = AsTorchTensor(*value, what);
+      if (!t || t->size.empty()) continue;
+      if (m != model_shape.end() && t->size != m->second && t->size.size() == 1 && world > 1) {
+        flat_views = true;
+      }
+      if (t->size.size() == 1) {
+        auto [it, fresh] = piece.try_emplace(f->second, t->size[0]);
+        if (!fresh && it->second != t->size[0]) {
+          Fail(ErrorKind::kCorruption, "{}: {} elements, another state of '{}' holds {}", what,
+               t->size[0], f->second, it->second);
+        }
+      }
+    }
+  }
+  if (!flat_views) return std::nullopt;
+  std::vector<int64_t> pieces;
+  for (const std::string& k : keys) {
+    auto p = piece.find(k);
+    pieces.push_back(p == piece.end() ? 0 : p->second);
+  }
+  return pieces;
+}
+
+// The units and alignment this rank's pieces fit (empty when the optimizer
+// state is not of this form). When they fit several layouts, the other ranks'
+// piece sizes decide (their optimizer files are read, in rank order, until
+// one layout is left); kUnsupported when none or still several fit.
+std::vector<Fsdp1Unit> Fsdp1OrigParamsUnits(Env* env, const std::string& dir, const Archive& optim,
+                                            const std::map<int64_t, std::string>& fqn,
+                                            const std::map<std::string, Shape>& model_shape,
+                                            int world, int rank,
+                                            const std::vector<std::string>& keys) {
+  std::optional<std::vector<int64_t>> mine = OrigParamsPieces(optim, fqn, model_shape, world, keys);
+  if (!mine) return {};
+  std::vector<int64_t> numels;
+  for (const std::string& k : keys) {
+    auto m = model_shape.find(k);
+    numels.push_back(m == model_shape.end() ? 0 : Volume(m->second));
+  }
+  std::map<int64_t, std::vector<int64_t>> pieces = {{rank, *mine}};
+  for (int other = 0;; ++other) {
+    bool ambiguous = false;
+    std::vector<Fsdp1Unit> units = InferFsdp1OrigUnits(keys, numels, pieces, world, optim.path,
+                                                       other < world ? &ambiguous : nullptr);
+    if (!ambiguous) return units;
+    if (other == rank) continue;
+    Archive next(env, JoinPath(dir, VerlOptimFile(world, other)));
+    std::optional<std::vector<int64_t>> theirs =
+        OrigParamsPieces(next, fqn, model_shape, world, keys);
+    if (!theirs) {
+      Fail(ErrorKind::kCorruption,
+           "{}: FSDP1 use_orig_params=True pieces on rank {}, whole parameters' state on rank {}",
+           dir, rank, other);
+    }
+    pieces[other] = std::move(*theirs);
+  }
+}
+
 }  // namespace
 
 std::string VerlModelFile(int world, int rank) {
@@ -506,6 +590,18 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
       // model's parameters in order.
       std::map<int64_t, std::string> fqn;
       for (size_t n = 0; n < indices.size(); ++n) fqn[indices[n]] = out.state_keys[n];
+      const std::vector<Fsdp1Unit> orig =
+          Fsdp1OrigParamsUnits(env, dir, optim, fqn, model_shape, world, rank, out.state_keys);
+      if (!orig.empty()) {
+        nlohmann::json unit_json = nlohmann::json::array();
+        for (const Fsdp1Unit& u : orig) {
+          nlohmann::json fqns = nlohmann::json::array();
+          for (size_t p : u.params) fqns.push_back(out.state_keys[p]);
+          unit_json.push_back(std::move(fqns));
+        }
+        out.common["fsdp1_units"] = std::move(unit_json);
+        out.common["fsdp1_align"] = orig[0].align;
+      }
       for (const auto& [k, per_param] : state->entries) {
         const int64_t index = PyToInt(*k, optim.path + " state index");
         auto it = fqn.find(index);
@@ -526,14 +622,39 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
             return !plain || plain->size.empty();
           }();
           if (!scalar) t = ReadTensorValue(optim, *value, key, rank);
-          if (t) {
+          if (t && !orig.empty()) {
+            // This rank's piece of the parameter inside its unit's flat shard.
+            const size_t p = std::find(out.state_keys.begin(), out.state_keys.end(), it->second) -
+                             out.state_keys.begin();
+            std::vector<int64_t> numels;
+            for (const std::string& k : out.state_keys) numels.push_back(Volume(model_shape[k]));
+            bool placed = false;
+            for (const Fsdp1Unit& u : orig) {
+              for (const Fsdp1Piece& piece : Fsdp1RankPieces(u, numels, world, rank)) {
+                if (piece.param != p) continue;
+                placed = true;
+                t->global_shape = model_shape[it->second];
+                t->global_offset = Shape(t->global_shape.size(), 0);
+                t->local_shape = t->global_shape;
+                t->flattened_range = piece.in_param;
+                t->replica_id = {0, 0, 0};
+              }
+            }
+            if (!placed && t->data.numel() == 0) continue;  // an empty piece
+            if (!placed) {
+              Fail(ErrorKind::kCorruption,
+                   "{}: '{}' holds {} elements where rank {}'s shard holds none", optim.path, key,
+                   t->data.numel(), rank);
+            }
+            out.tensors.push_back(std::move(*t));
+          } else if (t) {
             // A plain tensor is the whole parameter's state (world size 1); a
             // 1-D piece of another shape is FSDP1's use_orig_params=True view.
             auto m = model_shape.find(it->second);
             if (m != model_shape.end() && t->global_shape != m->second) {
               Fail(ErrorKind::kUnsupported,
-                   "{}: '{}' has shape {} but parameter '{}' is {} (FSDP1 use_orig_params=True "
-                   "flat views are not read)",
+                   "{}: '{}' has shape {} but parameter '{}' is {} (neither the parameter's "
+                   "shape nor FSDP1 use_orig_params=True 1-D pieces)",
                    optim.path, key, ShapeToString(t->global_shape), it->second,
                    ShapeToString(m->second));
             }
@@ -550,9 +671,11 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
     nlohmann::json groups_json = PyToJson(optim.zip, *groups);
     out.common["optimizer"] = {{"param_groups", std::move(groups_json)},
                                {"state", std::move(common_state)}};
-    if (out.common.contains("fsdp1_units")) {
-      out.common["optimizer"]["fsdp1_units"] = std::move(out.common["fsdp1_units"]);
-      out.common.erase("fsdp1_units");
+    for (const char* k : {"fsdp1_units", "fsdp1_align"}) {
+      if (out.common.contains(k)) {
+        out.common["optimizer"][k] = std::move(out.common[k]);
+        out.common.erase(k);
+      }
     }
   }
   const std::string extra_path = JoinPath(dir, VerlExtraFile(world, rank));
@@ -561,6 +684,35 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
     out.common["extra_state"] = PyToJson(extra.zip, *extra.tree.root());
   }
   return out;
+}
+
+void ReconcileVerlRanks(std::vector<VerlRankState>& ranks, const std::string& dir) {
+  for (size_t r = 1; r < ranks.size(); ++r) {
+    for (const char* k : {"fsdp1_units", "fsdp1_align"}) {
+      const nlohmann::json none;
+      auto get = [&](const VerlRankState& s) -> const nlohmann::json& {
+        if (!s.common.contains("optimizer") || !s.common["optimizer"].contains(k)) return none;
+        return s.common["optimizer"][k];
+      };
+      if (get(ranks[r]) != get(ranks[0])) {
+        Fail(ErrorKind::kUnsupported,
+             "{}: rank {}'s optimizer state fits other FSDP1 units than rank 0's ({}: {} vs {})",
+             dir, r, k, get(ranks[r]).dump(), get(ranks[0]).dump());
+      }
+    }
+  }
+  for (VerlRankState& to : ranks) {
+    if (!to.common.contains("optimizer")) continue;
+    nlohmann::json& state = to.common["optimizer"]["state"];
+    for (const VerlRankState& from : ranks) {
+      if (&from == &to || !from.common.contains("optimizer")) continue;
+      for (const auto& [fqn, values] : from.common["optimizer"]["state"].items()) {
+        for (const auto& [name, v] : values.items()) {
+          if (!state.contains(fqn) || !state[fqn].contains(name)) state[fqn][name] = v;
+        }
+      }
+    }
+  }
 }
 
 ShardedObject VerlExtraStateObject(const VerlRankState& state, int world, int rank) {

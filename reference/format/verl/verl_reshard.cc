@@ -251,6 +251,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
   const int to = o.world_size;
   std::vector<VerlRankState> ranks;
   for (int r = 0; r < from; ++r) ranks.push_back(ReadVerlRank(src, from, r));
+  ReconcileVerlRanks(ranks, src);
   const VerlRankState& r0 = ranks[0];
   const int from_fsdp = SourceFsdpVersion(src, r0);
   const int to_fsdp = o.fsdp_version ? o.fsdp_version : from_fsdp;
@@ -283,7 +284,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     groups = opt.at("param_groups");
     scalars = opt.value("state", nlohmann::json::object());
     std::vector<std::vector<std::string>> by_index;  // source index position -> FQNs
-    if (opt.contains("fsdp1_units")) {
+    if (opt.contains("fsdp1_units") && !opt.contains("fsdp1_align")) {  // flat: one per unit
       for (const auto& u : opt["fsdp1_units"])
         by_index.push_back(u.get<std::vector<std::string>>());
     } else {
@@ -315,24 +316,25 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     return it == whole.end() ? nullptr : &it->second.data;
   };
 
-  // FSDP1 target units.
+  // FSDP1 target units; use_orig_params=True (the source's, aligned) keeps
+  // per-parameter optimizer state.
+  const bool orig = to_fsdp == 1 && has_optim && r0.common["optimizer"].contains("fsdp1_align");
   std::vector<Fsdp1Unit> units;
   if (to_fsdp == 1) {
     if (has_optim && r0.common["optimizer"].contains("fsdp1_units")) {
       std::map<std::string, size_t> index;
       for (size_t i = 0; i < keys.size(); ++i) index[keys[i]] = i;
+      const int64_t align = r0.common["optimizer"].value("fsdp1_align", 0);
       for (const auto& u : r0.common["optimizer"]["fsdp1_units"]) {
         Fsdp1Unit unit;
-        for (const auto& f : u) {
-          unit.params.push_back(index.at(f.get<std::string>()));
-          unit.total += numels[unit.params.back()];
-        }
+        for (const auto& f : u) unit.params.push_back(index.at(f.get<std::string>()));
+        SetFsdp1Align(unit, numels, align);
         units.push_back(std::move(unit));
       }
     } else {
       units = DefaultFsdp1Units(keys, numels);
     }
-    if (has_optim && groups.size() != 1) {
+    if (has_optim && groups.size() != 1 && !orig) {
       Fail(ErrorKind::kUnsupported,
            "{}: {} parameter groups: FSDP1's flat parameters are written for one group only", src,
            groups.size());
@@ -362,9 +364,38 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     if (has_optim) {
       ArchiveOut a;
       PickleWriter& w = a.w;
+      // One parameter's state: its scalars, then each tensor state as `emit` writes it.
+      auto param_state = [&](const std::string& fqn, const auto& emit) {
+        w.Dict(false, [&] {
+          if (scalars.contains(fqn)) {
+            for (const auto& [sname, v] : scalars[fqn].items()) {
+              w.Str(sname);
+              EmitScalar(a, v);
+            }
+          }
+          for (const std::string& s : state_names) {
+            if (const Tensor* t = state_of(s, fqn)) {
+              w.Str(s);
+              emit(*t);
+            }
+          }
+        });
+      };
       w.Dict(false, [&] {
         w.Str("state");
-        if (to_fsdp == 2) {
+        if (orig) {  // use_orig_params=True: each parameter's piece of its unit's shard
+          w.Dict(false, [&] {
+            for (size_t u = 0; u < units.size(); ++u) {
+              for (const Fsdp1Piece& piece : Fsdp1RankPieces(units[u], numels, to, n)) {
+                const std::string& fqn = keys[piece.param];
+                w.Int(static_cast<int64_t>(piece.param));
+                param_state(fqn, [&](const Tensor& t) {  // one rank (NO_SHARD): its own shape
+                  a.Tensor_(to == 1 ? t : t.FlatSlice(piece.in_param));
+                });
+              }
+            }
+          });
+        } else if (to_fsdp == 2) {
           std::map<std::string, size_t> index;
           for (size_t i = 0; i < keys.size(); ++i) index[keys[i]] = i;
           w.Dict(false, [&] {
@@ -378,19 +409,8 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
               }();
               if (!any) continue;
               w.Int(static_cast<int64_t>(i));
-              w.Dict(false, [&] {
-                if (scalars.contains(fqn)) {
-                  for (const auto& [sname, v] : scalars[fqn].items()) {
-                    w.Str(sname);
-                    EmitScalar(a, v);
-                  }
-                }
-                for (const std::string& s : state_names) {
-                  if (const Tensor* t = state_of(s, fqn)) {
-                    w.Str(s);
-                    EmitDTensor(a, *t, Fsdp2Dim(t->shape(), to), to, n, mesh);
-                  }
-                }
+              param_state(fqn, [&](const Tensor& t) {
+                EmitDTensor(a, t, Fsdp2Dim(t.shape(), to), to, n, mesh);
               });
             }
           });
@@ -446,7 +466,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
           for (size_t g = 0; g < groups.size(); ++g) {
             nlohmann::json group = groups[g];
             nlohmann::json params = nlohmann::json::array();
-            if (to_fsdp == 1) {
+            if (to_fsdp == 1 && !orig) {
               for (size_t u = 0; u < units.size(); ++u) params.push_back(u);
             } else {
               // torch's load_state_dict pairs saved and current parameters by
@@ -481,9 +501,13 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
   }
   report.lines.push_back(fmt::format(
       "{}: FSDP{} world size {} -> FSDP{} world size {} ({} parameters, {} tied "
-      "aliases, {} buffers{})",
+      "aliases, {} buffers{}{})",
       name, from_fsdp, from, to_fsdp, to, keys.size(), r0.param_keys.size() - keys.size(),
-      r0.model_keys.size() - r0.param_keys.size(), has_optim ? ", optimizer state" : ""));
+      r0.model_keys.size() - r0.param_keys.size(), has_optim ? ", optimizer state" : "",
+      orig ? fmt::format(", use_orig_params=True: per-parameter pieces of {} FSDP units aligned "
+                         "to {} elements",
+                         units.size(), units[0].align)
+           : ""));
   if (fs::exists(fs::path(src) / VerlExtraFile(from, 0))) {
     report.lines.push_back(fmt::format(
         "{}: extra_state (lr_scheduler, RNG) of rank n is source rank n mod {}'s: kept for ranks "

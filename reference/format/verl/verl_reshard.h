@@ -13,7 +13,9 @@
 //   placed as their parameter>}}, "param_groups"} by model parameter order;
 //   FSDP1 (use_orig_params=False): one flat 1-D shard per FSDP unit
 //   (fsdp1_flat.h), zero tail padding; the units are the source's (FSDP1) or
-//   verl's default wrap (each decoder layer; FSDP2 -> FSDP1). param_groups as
+//   verl's default wrap (each decoder layer; FSDP2 -> FSDP1); for a
+//   use_orig_params=True source, per parameter: its 1-D piece of the rank's
+//   shard of the source's aligned units (none where empty). param_groups as
 //   the source's, their params renumbered (tuples become lists).
 // - extra_state_world_size_N_rank_n.pt: source rank n mod W's file, bytes
 //   unchanged (lr scheduler identical on every rank; the RNG state is
