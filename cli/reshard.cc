@@ -40,6 +40,7 @@ struct ReshardArgs {
   bool strict_objects = false;  // refuse when a stored object would not be carried
   int world_size = 0;           // > 0: a verl FSDP checkpoint to N ranks (ReshardVerlCommand)
   int fsdp_version = 0;         // with world_size: 1 or 2, 0 = the source's
+  int fsdp_size = 0;            // with world_size: HSDP shard group size, 0 = the source's
 };
 
 // A run root (Megatron's ROOT with latest_checkpointed_iteration.txt) given
@@ -226,12 +227,13 @@ int ReshardCommand(const ReshardArgs& given) {
   return kExitOk;
 }
 
-// distckpt reshard DIR --world-size N [--fsdp 1|2] --out OUT: verl's per-rank
+// distckpt reshard DIR --world-size N [--fsdp 1|2] [--fsdp-size S] --out OUT: verl's per-rank
 // files for N ranks (format/verl/verl_reshard.h).
 int ReshardVerlCommand(const ReshardArgs& args) {
   VerlReshardOptions options;
   options.world_size = args.world_size;
   options.fsdp_version = args.fsdp_version;
+  options.fsdp_size = args.fsdp_size;
   const VerlReshardReport report = ReshardVerl(args.dir, args.out, options);
   for (const std::string& line : report.lines) std::cout << line << "\n";
   std::cout << fmt::format("{}: verl checkpoint for {} ranks written to {}\n", args.dir,
@@ -260,6 +262,10 @@ Command AddReshardCommand(CLI::App& app) {
                    "with --world-size: FSDP 1 or 2 "
                    "(default: the source's)")
       ->check(CLI::IsMember({1, 2}));
+  reshard->add_option("--fsdp-size", args->fsdp_size,
+                      "with --world-size: verl's fsdp_size, ranks per shard group; below the "
+                      "world size writes HSDP (a 2-D ddp x fsdp mesh, FSDP2); -1: one group "
+                      "(default: an HSDP source's, when it divides the world size)");
   AddSpecOptions(reshard, args->spec, args->sets);
   reshard->get_option("--spec")->required(false);  // not for --world-size (verl)
   reshard->add_option("--out,-o", args->out, "directory of the new checkpoint")->required();

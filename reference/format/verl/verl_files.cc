@@ -129,12 +129,16 @@ ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string&
       AsTorchTensor(Need(mesh.Field("mesh"), what + " mesh"), what);
   if (!mesh_tensor) Fail(ErrorKind::kCorruption, "{}: the device mesh has no mesh tensor", what);
   const Shape mesh_shape = mesh_tensor->size;
-  if (mesh_info && mesh_info->is_null()) *mesh_info = MeshInfo(mesh, mesh_shape.size());
   const PyValue* coord_v = mesh.Field("_coordinate_on_dim");
   if (!coord_v || coord_v->kind == PyKind::kNone) {
     Fail(ErrorKind::kCorruption, "{}: rank {} is not in its device mesh", what, rank);
   }
   const Shape coord = PyToShape(*coord_v, what + " mesh coordinate");
+  if (mesh_info && mesh_info->is_null()) {
+    *mesh_info = MeshInfo(mesh, mesh_shape.size());
+    (*mesh_info)["shape"] = mesh_shape;
+    (*mesh_info)["coordinate"] = coord;
+  }
   const auto& placements = PyToSequence(Need(spec.Field("placements"), what + " placements"), what);
   if (coord.size() != mesh_shape.size() || placements.size() != mesh_shape.size()) {
     Fail(ErrorKind::kCorruption, "{}: mesh of {} dims, coordinate {}, {} placements", what,
@@ -231,6 +235,13 @@ std::vector<std::string> Untied(const VerlRankState& out) {
   return keep;
 }
 
+// Where a rank's FSDP1 flat shard sits: its shard group's size and its
+// coordinate in it, and its replica (HSDP: the 2-D mesh's row; 0 else).
+struct FlatGrid {
+  int world = 1, rank = 0;
+  int64_t replica = 0;
+};
+
 // FSDP1 with use_orig_params=False (fsdp1_flat.h): the state of flat
 // parameter i is a 1-D shard of unit i; each parameter's part of it becomes
 // a flattened_range piece of optimizer.state.<name>.<fqn> (the whole
@@ -238,7 +249,7 @@ std::vector<std::string> Untied(const VerlRankState& out) {
 // unit. The units are recorded in common optimizer.fsdp1_units.
 void ReadFsdp1FlatOptimizer(const Archive& optim, const PyValue& state,
                             const std::vector<int64_t>& indices, int world, int rank,
-                            VerlRankState& out, nlohmann::json& common_state) {
+                            int64_t replica, VerlRankState& out, nlohmann::json& common_state) {
   std::vector<std::string> keys;
   std::vector<int64_t> numels;
   std::vector<Shape> shapes;
@@ -316,7 +327,7 @@ void ReadFsdp1FlatOptimizer(const Archive& optim, const PyValue& state,
         s.global_offset = Shape(s.global_shape.size(), 0);
         s.local_shape = s.global_shape;
         s.flattened_range = piece.in_param;
-        s.replica_id = {0, 0, 0};
+        s.replica_id = {0, 0, replica};
         s.data = flat.Slice(Box{{piece.in_shard.start}, {piece.in_shard.size()}});
         out.tensors.push_back(std::move(s));
       }
@@ -381,29 +392,31 @@ std::optional<std::vector<int64_t>> OrigParamsPieces(
 std::vector<Fsdp1Unit> Fsdp1OrigParamsUnits(Env* env, const std::string& dir, const Archive& optim,
                                             const std::map<int64_t, std::string>& fqn,
                                             const std::map<std::string, Shape>& model_shape,
-                                            int world, int rank,
+                                            int world, const FlatGrid& grid,
                                             const std::vector<std::string>& keys) {
-  std::optional<std::vector<int64_t>> mine = OrigParamsPieces(optim, fqn, model_shape, world, keys);
+  std::optional<std::vector<int64_t>> mine =
+      OrigParamsPieces(optim, fqn, model_shape, grid.world, keys);
   if (!mine) return {};
   std::vector<int64_t> numels;
   for (const std::string& k : keys) {
     auto m = model_shape.find(k);
     numels.push_back(m == model_shape.end() ? 0 : Volume(m->second));
   }
-  std::map<int64_t, std::vector<int64_t>> pieces = {{rank, *mine}};
+  std::map<int64_t, std::vector<int64_t>> pieces = {{grid.rank, *mine}};
   for (int other = 0;; ++other) {
     bool ambiguous = false;
-    std::vector<Fsdp1Unit> units = InferFsdp1OrigUnits(keys, numels, pieces, world, optim.path,
-                                                       other < world ? &ambiguous : nullptr);
+    std::vector<Fsdp1Unit> units = InferFsdp1OrigUnits(keys, numels, pieces, grid.world, optim.path,
+                                                       other < grid.world ? &ambiguous : nullptr);
     if (!ambiguous) return units;
-    if (other == rank) continue;
-    Archive next(env, JoinPath(dir, VerlOptimFile(world, other)));
+    if (other == grid.rank) continue;
+    const int file = static_cast<int>(grid.replica) * grid.world + other;  // same replica row
+    Archive next(env, JoinPath(dir, VerlOptimFile(world, file)));
     std::optional<std::vector<int64_t>> theirs =
-        OrigParamsPieces(next, fqn, model_shape, world, keys);
+        OrigParamsPieces(next, fqn, model_shape, grid.world, keys);
     if (!theirs) {
       Fail(ErrorKind::kCorruption,
            "{}: FSDP1 use_orig_params=True pieces on rank {}, whole parameters' state on rank {}",
-           dir, rank, other);
+           dir, grid.rank, file);
     }
     pieces[other] = std::move(*theirs);
   }
@@ -548,6 +561,13 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
     }
   }
   if (out.param_keys.empty()) out.param_keys = out.model_keys;
+  // FSDP1 HYBRID_SHARD (HSDP, a 2-D mesh): flat shards span one shard group.
+  FlatGrid grid{world, rank, 0};
+  if (out.mesh.is_object() && out.mesh.value("dims", 1) == 2) {
+    grid.world = out.mesh["shape"].at(1).get<int>();
+    grid.rank = out.mesh["coordinate"].at(1).get<int>();
+    grid.replica = out.mesh["coordinate"].at(0).get<int64_t>();
+  }
   out.state_keys = out.param_keys;
   const std::string optim_path = JoinPath(dir, VerlOptimFile(world, rank));
   if (env->FileExists(optim_path)) {
@@ -576,14 +596,16 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
     }
     if (indices.size() != out.state_keys.size()) {
       try {
-        ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
+        ReadFsdp1FlatOptimizer(optim, *state, indices, grid.world, grid.rank, grid.replica, out,
+                               common_state);
       } catch (const CheckpointError& e) {
         if (e.kind() != ErrorKind::kUnsupported || untied.size() == out.param_keys.size()) throw;
         out.state_keys = untied;  // FSDP1 holds a tied parameter once
         common_state = nlohmann::json::object();
         std::erase_if(out.tensors,
                       [](const ShardedTensor& t) { return t.key.starts_with("optimizer.state."); });
-        ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
+        ReadFsdp1FlatOptimizer(optim, *state, indices, grid.world, grid.rank, grid.replica, out,
+                               common_state);
       }
     } else {
       // Parameter index -> FQN: the indices of param_groups in order are the
@@ -591,7 +613,7 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
       std::map<int64_t, std::string> fqn;
       for (size_t n = 0; n < indices.size(); ++n) fqn[indices[n]] = out.state_keys[n];
       const std::vector<Fsdp1Unit> orig =
-          Fsdp1OrigParamsUnits(env, dir, optim, fqn, model_shape, world, rank, out.state_keys);
+          Fsdp1OrigParamsUnits(env, dir, optim, fqn, model_shape, world, grid, out.state_keys);
       if (!orig.empty()) {
         nlohmann::json unit_json = nlohmann::json::array();
         for (const Fsdp1Unit& u : orig) {
@@ -630,14 +652,14 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
             for (const std::string& k : out.state_keys) numels.push_back(Volume(model_shape[k]));
             bool placed = false;
             for (const Fsdp1Unit& u : orig) {
-              for (const Fsdp1Piece& piece : Fsdp1RankPieces(u, numels, world, rank)) {
+              for (const Fsdp1Piece& piece : Fsdp1RankPieces(u, numels, grid.world, grid.rank)) {
                 if (piece.param != p) continue;
                 placed = true;
                 t->global_shape = model_shape[it->second];
                 t->global_offset = Shape(t->global_shape.size(), 0);
                 t->local_shape = t->global_shape;
                 t->flattened_range = piece.in_param;
-                t->replica_id = {0, 0, 0};
+                t->replica_id = {0, 0, grid.replica};
               }
             }
             if (!placed && t->data.numel() == 0) continue;  // an empty piece
@@ -698,6 +720,33 @@ void ReconcileVerlRanks(std::vector<VerlRankState>& ranks, const std::string& di
         Fail(ErrorKind::kUnsupported,
              "{}: rank {}'s optimizer state fits other FSDP1 units than rank 0's ({}: {} vs {})",
              dir, r, k, get(ranks[r]).dump(), get(ranks[0]).dump());
+      }
+    }
+  }
+  // HSDP: a non-main replica must hold what its main replica holds.
+  std::map<std::string, std::pair<size_t, const ShardedTensor*>> mains;
+  auto where = [](const ShardedTensor& t) {
+    return fmt::format("{}@{}:{}:{}-{}", t.key, ShapeToString(t.global_offset),
+                       ShapeToString(t.local_shape),
+                       t.flattened_range ? t.flattened_range->start : -1,
+                       t.flattened_range ? t.flattened_range->stop : -1);
+  };
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const ShardedTensor& t : ranks[r].tensors) {
+      if (IsMainReplica(t.replica_id)) mains.try_emplace(where(t), r, &t);
+    }
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const ShardedTensor& t : ranks[r].tensors) {
+      if (IsMainReplica(t.replica_id)) continue;
+      auto m = mains.find(where(t));
+      if (m != mains.end() &&
+          !(m->second.second->dtype == t.dtype && m->second.second->data.Equals(t.data))) {
+        Fail(ErrorKind::kCorruption,
+             "{}: '{}' (offset {}, shape {}) of rank {} differs from its replica on rank {} "
+             "(HSDP replicas must be equal)",
+             dir, t.key, ShapeToString(t.global_offset), ShapeToString(t.local_shape), r,
+             m->second.first);
       }
     }
   }

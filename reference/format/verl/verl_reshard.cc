@@ -68,6 +68,9 @@ struct Mesh {
   std::string device_type = "cpu";
   std::vector<std::string> dim_names = {"fsdp"};
   std::string group_tag = "ptd:0", group_name = "0";
+  // HSDP (verl's create_device_mesh with fsdp_size < world): a 2-D mesh
+  // ("ddp", "fsdp") of `replicas` rows of world / replicas shards.
+  int replicas = 1;
 };
 
 // One archive being written: its pickle and its storages.
@@ -117,95 +120,127 @@ Tensor Chunk(const Tensor& full, int dim, int world, int rank) {
 
 // A DTensor as torch 2.6 pickles one (torch._tensor._rebuild_from_type_v2 of
 // a wrapper subclass with _local_tensor and _spec).
+// HSDP: the mesh [[0 .. S-1], [S .. 2S-1], ...] at (rank / S, rank % S),
+// placements (Replicate(), Shard(dim)); the process groups named as torch
+// 2.6 creates them for such a mesh (after the world's "0": one per column of
+// dim 0, "1" .. "S", then one per row of dim 1).
 void EmitDTensor(ArchiveOut& a, const Tensor& full, int dim, int world, int rank,
                  const Mesh& mesh) {
   PickleWriter& w = a.w;
   const Shape& global = full.shape();
   const std::string dtype(TorchDTypeName(full.dtype()));
-  const Tensor local = Chunk(full, dim, world, rank);
-  w.Reduce([&] { w.Global("torch._tensor", "_rebuild_from_type_v2"); }, 4,
-           [&] {
-             w.Global("torch._utils", "_rebuild_wrapper_subclass");
-             w.Global("torch.distributed.tensor", "DTensor");
-             w.Tuple(8, [&] {
-               w.Global("torch.distributed.tensor", "DTensor");
-               w.Global("torch", dtype);
-               w.TupleOfInts(global);
-               w.TupleOfInts(Strides(global));
-               w.Int(0);
-               w.Reduce([&] { w.Global("torch.serialization", "_get_layout"); }, 1,
-                        [&] { w.Str("torch.strided"); });
-               w.Reduce([&] { w.Global("torch", "device"); }, 1, [&] { w.Str("cpu"); });
-               w.Bool(false);
-             });
-             w.Tuple(2, [&] {
-               w.None();
-               w.Dict(false, [&] {
-                 w.Str("_local_tensor");
-                 a.Tensor_(local);
-                 w.Str("_spec");
-                 w.Object("torch.distributed.tensor._dtensor_spec", "DTensorSpec", [&] {
-                   w.Dict(false, [&] {
-                     w.Str("mesh");
-                     w.Object("torch.distributed.device_mesh", "DeviceMesh", [&] {
-                       w.Dict(false, [&] {
-                         w.Str("device_type");
-                         w.Str(mesh.device_type);
-                         w.Str("mesh");
-                         Tensor ranks = Tensor::Empty(DType::kI32, {world});
-                         for (int r = 0; r < world; ++r) ranks.data_as<int32_t>()[r] = r;
-                         a.Tensor_(ranks);
-                         w.Str("mesh_dim_names");
-                         w.Tuple(mesh.dim_names.size(), [&] {
-                           for (const std::string& n : mesh.dim_names) w.Str(n);
-                         });
-                         w.Str("_flatten_mesh_list");
-                         Shape all(world);
-                         for (int r = 0; r < world; ++r) all[r] = r;
-                         w.TupleOfInts(all);
-                         w.Str("_thread_id");
-                         w.None();
-                         w.Str("_dim_group_infos");
-                         w.List(false, [&] {
-                           w.Tuple(3, [&] {
-                             w.Str(mesh.group_tag);
-                             w.List(world == 0, [&] {
-                               for (int r = 0; r < world; ++r) w.Int(r);
-                             });
-                             w.Str(mesh.group_name);
-                           });
-                         });
-                         w.Str("_coordinate_on_dim");
-                         w.List(false, [&] { w.Int(rank); });
-                         w.Str("_hash");
-                         w.None();  // DeviceMesh.__hash__ recomputes a falsy _hash
-                       });
-                     });
-                     w.Str("placements");
-                     w.Tuple(1, [&] {
-                       w.Object("torch.distributed.tensor.placement_types", "Shard", [&] {
-                         w.Dict(false, [&] {
-                           w.Str("dim");
-                           w.Int(dim);
-                         });
-                       });
-                     });
-                     w.Str("tensor_meta");
-                     w.Reduce(
-                         [&] { w.Global("torch.distributed.tensor._dtensor_spec", "TensorMeta"); },
+  const int rows = mesh.replicas, cols = world / rows, row = rank / cols, col = rank % cols;
+  const Tensor local = Chunk(full, dim, cols, col);
+  w.Reduce(
+      [&] { w.Global("torch._tensor", "_rebuild_from_type_v2"); }, 4,
+      [&] {
+        w.Global("torch._utils", "_rebuild_wrapper_subclass");
+        w.Global("torch.distributed.tensor", "DTensor");
+        w.Tuple(8, [&] {
+          w.Global("torch.distributed.tensor", "DTensor");
+          w.Global("torch", dtype);
+          w.TupleOfInts(global);
+          w.TupleOfInts(Strides(global));
+          w.Int(0);
+          w.Reduce([&] { w.Global("torch.serialization", "_get_layout"); }, 1,
+                   [&] { w.Str("torch.strided"); });
+          w.Reduce([&] { w.Global("torch", "device"); }, 1, [&] { w.Str("cpu"); });
+          w.Bool(false);
+        });
+        w.Tuple(2, [&] {
+          w.None();
+          w.Dict(false, [&] {
+            w.Str("_local_tensor");
+            a.Tensor_(local);
+            w.Str("_spec");
+            w.Object("torch.distributed.tensor._dtensor_spec", "DTensorSpec", [&] {
+              w.Dict(false, [&] {
+                w.Str("mesh");
+                w.Object("torch.distributed.device_mesh", "DeviceMesh", [&] {
+                  w.Dict(false, [&] {
+                    w.Str("device_type");
+                    w.Str(mesh.device_type);
+                    w.Str("mesh");
+                    Tensor ranks =
+                        Tensor::Empty(DType::kI32, rows > 1 ? Shape{rows, cols} : Shape{world});
+                    for (int r = 0; r < world; ++r) ranks.data_as<int32_t>()[r] = r;
+                    a.Tensor_(ranks);
+                    w.Str("mesh_dim_names");
+                    w.Tuple(mesh.dim_names.size(), [&] {
+                      for (const std::string& n : mesh.dim_names) w.Str(n);
+                    });
+                    w.Str("_flatten_mesh_list");
+                    Shape all(world);
+                    for (int r = 0; r < world; ++r) all[r] = r;
+                    w.TupleOfInts(all);
+                    w.Str("_thread_id");
+                    w.None();
+                    w.Str("_dim_group_infos");
+                    w.List(false, [&] {
+                      if (rows == 1) {
+                        w.Tuple(3, [&] {
+                          w.Str(mesh.group_tag);
+                          w.List(world == 0, [&] {
+                            for (int r = 0; r < world; ++r) w.Int(r);
+                          });
+                          w.Str(mesh.group_name);
+                        });
+                        return;
+                      }
+                      const std::string across = std::to_string(1 + col);
+                      w.Tuple(3, [&] {  // dim 0: this column's replicas
+                        w.Str("ptd:" + across);
+                        w.List(false, [&] {
+                          for (int i = 0; i < rows; ++i) w.Int(i * cols + col);
+                        });
+                        w.Str(across);
+                      });
+                      const std::string along = std::to_string(1 + cols + row);
+                      w.Tuple(3, [&] {  // dim 1: this row's shards
+                        w.Str("ptd:" + along);
+                        w.List(false, [&] {
+                          for (int j = 0; j < cols; ++j) w.Int(row * cols + j);
+                        });
+                        w.Str(along);
+                      });
+                    });
+                    w.Str("_coordinate_on_dim");
+                    w.List(false, [&] {
+                      if (rows > 1) w.Int(row);
+                      w.Int(rows > 1 ? col : rank);
+                    });
+                    w.Str("_hash");
+                    w.None();  // DeviceMesh.__hash__ recomputes a falsy _hash
+                  });
+                });
+                w.Str("placements");
+                w.Tuple(rows > 1 ? 2 : 1, [&] {
+                  if (rows > 1) {
+                    w.Object("torch.distributed.tensor.placement_types", "Replicate",
+                             [&] { w.Dict(true, [] {}); });
+                  }
+                  w.Object("torch.distributed.tensor.placement_types", "Shard", [&] {
+                    w.Dict(false, [&] {
+                      w.Str("dim");
+                      w.Int(dim);
+                    });
+                  });
+                });
+                w.Str("tensor_meta");
+                w.Reduce([&] { w.Global("torch.distributed.tensor._dtensor_spec", "TensorMeta"); },
                          3,
                          [&] {
                            w.TorchSize(global);
                            w.TupleOfInts(Strides(global));
                            w.Global("torch", dtype);
                          });
-                     w.Str("_hash");
-                     w.None();
-                   });
-                 });
-               });
-             });
-           });
+                w.Str("_hash");
+                w.None();
+              });
+            });
+          });
+        });
+      });
 }
 
 void EmitScalar(ArchiveOut& a, const nlohmann::json& v) {
@@ -256,17 +291,41 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
   const int from_fsdp = SourceFsdpVersion(src, r0);
   const int to_fsdp = o.fsdp_version ? o.fsdp_version : from_fsdp;
   Mesh mesh;
-  if (r0.mesh.is_object()) {
-    if (r0.mesh.value("dims", 1) != 1) {
-      Fail(ErrorKind::kUnsupported, "{}: a device mesh of {} dimensions (HSDP) is not resharded",
-           src, r0.mesh.value("dims", 1));
+  // HSDP: the source's shard size (fsdp_size) when it divides the new world, or --fsdp-size.
+  int fsdp_size = o.fsdp_size;
+  const int source_dims = r0.mesh.is_object() ? r0.mesh.value("dims", 1) : 1;
+  if (source_dims > 2) {
+    Fail(ErrorKind::kUnsupported, "{}: a device mesh of {} dimensions is not resharded", src,
+         source_dims);
+  }
+  if (fsdp_size == 0 && source_dims == 2 && r0.mesh.contains("shape")) {
+    const int s = r0.mesh["shape"].at(1).get<int>();
+    if (s < to && to % s == 0) fsdp_size = s;
+  }
+  if (fsdp_size > 0 && fsdp_size < to) {
+    if (to % fsdp_size != 0) {
+      Fail(ErrorKind::kInvalidArgument, "--fsdp-size {} does not divide --world-size {}", fsdp_size,
+           to);
     }
+    if (to_fsdp == 1) {
+      Fail(ErrorKind::kUnsupported,
+           "{}: FSDP1 HYBRID_SHARD (HSDP, fsdp_size {} of {}) is not written; FSDP2 is (--fsdp 2)",
+           src, fsdp_size, to);
+    }
+    mesh.replicas = to / fsdp_size;
+    mesh.dim_names = {"ddp", "fsdp"};
+  }
+  const int shard_world = to / mesh.replicas;
+  if (r0.mesh.is_object()) {
     mesh.device_type = r0.mesh.value("device_type", mesh.device_type);
-    if (r0.mesh.contains("mesh_dim_names")) {
+    if (r0.mesh.contains("mesh_dim_names") &&
+        r0.mesh["mesh_dim_names"].size() == (mesh.replicas > 1 ? 2u : 1u)) {
       mesh.dim_names = r0.mesh["mesh_dim_names"].get<std::vector<std::string>>();
     }
-    mesh.group_tag = r0.mesh.value("group_tag", mesh.group_tag);
-    mesh.group_name = r0.mesh.value("group_name", mesh.group_name);
+    if (source_dims == 1) {  // a 2-D source's first group is not the world's
+      mesh.group_tag = r0.mesh.value("group_tag", mesh.group_tag);
+      mesh.group_name = r0.mesh.value("group_name", mesh.group_name);
+    }
   }
   std::map<std::string, Whole> whole = Assemble(ranks, src);
   const std::vector<std::string>& keys = r0.state_keys;  // the parameters (tied: once)
@@ -355,7 +414,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
               std::find(r0.param_keys.begin(), r0.param_keys.end(), k) == r0.param_keys.end()) {
             a.Tensor_(t);
           } else {
-            EmitDTensor(a, t, to_fsdp == 1 ? 0 : Fsdp2Dim(t.shape(), to), to, n, mesh);
+            EmitDTensor(a, t, to_fsdp == 1 ? 0 : Fsdp2Dim(t.shape(), shard_world), to, n, mesh);
           }
         }
       });
@@ -410,7 +469,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
               if (!any) continue;
               w.Int(static_cast<int64_t>(i));
               param_state(fqn, [&](const Tensor& t) {
-                EmitDTensor(a, t, Fsdp2Dim(t.shape(), to), to, n, mesh);
+                EmitDTensor(a, t, Fsdp2Dim(t.shape(), shard_world), to, n, mesh);
               });
             }
           });
@@ -501,13 +560,15 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
   }
   report.lines.push_back(fmt::format(
       "{}: FSDP{} world size {} -> FSDP{} world size {} ({} parameters, {} tied "
-      "aliases, {} buffers{}{})",
+      "aliases, {} buffers{}{}{})",
       name, from_fsdp, from, to_fsdp, to, keys.size(), r0.param_keys.size() - keys.size(),
       r0.model_keys.size() - r0.param_keys.size(), has_optim ? ", optimizer state" : "",
       orig ? fmt::format(", use_orig_params=True: per-parameter pieces of {} FSDP units aligned "
                          "to {} elements",
                          units.size(), units[0].align)
-           : ""));
+           : "",
+      mesh.replicas > 1 ? fmt::format(", HSDP: {} replicas x {} shards", mesh.replicas, shard_world)
+                        : ""));
   if (fs::exists(fs::path(src) / VerlExtraFile(from, 0))) {
     report.lines.push_back(fmt::format(
         "{}: extra_state (lr_scheduler, RNG) of rank n is source rank n mod {}'s: kept for ranks "
