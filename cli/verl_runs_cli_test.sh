@@ -140,6 +140,10 @@ for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3 fsdp1-orig-w3 fsdp2-hsdp-w4 fsdp
   out=$("$d" manage list "$fixtures/$root" --layout verl)
   [ "$(grep -c ' complete ' <<<"$out")" = 2 ] || { echo "$out"; exit 1; }
 done
+# without --layout: detected from the global_step_N folders, and said
+out=$("$d" manage list "$fixtures/fsdp1-orig-w3")
+grep -q "^layout: verl (detected: 2 global_step_N folders, no iter_N; --layout forces one)" \
+  <<<"$out" && [ "$(grep -c ' complete ' <<<"$out")" = 2 ] || { echo "$out"; exit 1; }
 cp -r "$fixtures/fsdp1-w4" "$work/root"
 "$d" manage prune "$work/root" --layout verl --keep 1 >/dev/null
 [ -d "$work/root/global_step_1" ] || { echo "prune deleted verl's step"; exit 1; }
