@@ -20,6 +20,7 @@
 #include "format/verl/verl_megatron.h"
 #include "format/verl/verl_reshard.h"
 #include "harness/verify.h"
+#include "interop/verl_megatron_carry.h"
 #include "manager/catalog.h"
 #include "manager/layout.h"
 #include "manager/tracker.h"
@@ -101,36 +102,9 @@ std::optional<VerlMegatronReshard> ResolveVerlMegatron(ReshardArgs& args) {
 }
 
 void FinishVerlMegatron(const VerlMegatronReshard& v, const Topology& topo) {
-  namespace fs = std::filesystem;
-  // The engine's save lock beside dist_ckpt/ (io/file_lock.h): the save is
-  // over, and verl's folder holds no such file.
-  std::error_code ignored;
-  fs::remove(JoinPath(v.out_component, std::string(kVerlDistCkptDir) + ".lock"), ignored);
-  for (const fs::directory_entry& e : fs::directory_iterator(v.component)) {
-    if (e.path().filename() == kVerlDistCkptDir) continue;
-    fs::copy(e.path(), fs::path(v.out_component) / e.path().filename(),
-             fs::copy_options::recursive);
-  }
-  const std::string tc = JoinPath(v.out_component, kVerlTransformerConfig);
-  if (fs::exists(tc)) {
-    nlohmann::json j = ParseJson(ReadFileToString(Env::Default(), tc), tc);
-    if (j.is_object()) {
-      j["tensor_model_parallel_size"] = topo.tp;
-      j["pipeline_model_parallel_size"] = topo.pp;
-      std::ofstream(tc, std::ios::trunc) << j.dump(2) << "\n";
-    }
-  }
-  if (!v.step.empty()) {
-    for (const fs::directory_entry& e : fs::directory_iterator(v.step)) {
-      const std::string name = e.path().filename().string();
-      if (e.path() == fs::path(v.component)) continue;
-      if (e.is_directory()) {
-        std::cout << fmt::format("  not carried: verl component {} (reshard carries {})\n", name,
-                                 fs::path(v.component).filename().string());
-        continue;
-      }
-      fs::copy(e.path(), fs::path(v.out_step) / name);
-    }
+  for (const std::string& note : CarryVerlMegatronFiles(
+           Env::Default(), {v.component, v.out_component, v.step, v.out_step}, topo.tp, topo.pp)) {
+    std::cout << "  " << note << "\n";
   }
 }
 
