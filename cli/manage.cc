@@ -21,7 +21,7 @@ namespace {
 struct ManageArgs {
   std::string action;  // list | prune
   std::string dir;
-  std::string layout = "megatron";
+  std::string layout;  // "": detected (DetectCheckpointLayout)
   bool json = false;
   int keep = 0;
   int64_t retain_interval = 0;
@@ -31,7 +31,10 @@ struct ManageArgs {
 
 int ManageCommand(const ManageArgs& args) {
   Env* env = Env::Default();
-  CheckpointLayout layout = ParseCheckpointLayout(args.layout);
+  std::string detected;
+  const CheckpointLayout layout = args.layout.empty()
+                                      ? DetectCheckpointLayout(env, args.dir, &detected)
+                                      : ParseCheckpointLayout(args.layout);
   Catalog catalog = ScanRoot(env, args.dir, layout);
   if (args.action == "prune") {
     if (!catalog.tracker || catalog.tracker->release) {
@@ -65,6 +68,7 @@ int ManageCommand(const ManageArgs& args) {
     Fail(ErrorKind::kInvalidArgument, "manage: unknown action '{}'", args.action);
   if (args.json) {
     nlohmann::json j;
+    j["layout"] = CheckpointLayoutName(layout);
     j["tracker"] = catalog.tracker ? nlohmann::json(catalog.tracker->ToString()) : nullptr;
     if (!catalog.tracker_error.empty()) j["tracker_error"] = catalog.tracker_error;
     j["checkpoints"] = nlohmann::json::array();
@@ -80,6 +84,9 @@ int ManageCommand(const ManageArgs& args) {
     }
     std::cout << j.dump(2) << "\n";
   } else {
+    std::cout << fmt::format(
+        "layout: {} ({})\n", CheckpointLayoutName(layout),
+        detected.empty() ? "--layout" : "detected: " + detected + "; --layout forces one");
     std::cout << fmt::format("tracker: {}\n", catalog.tracker ? catalog.tracker->ToString()
                                               : catalog.tracker_error.empty()
                                                   ? "none"
@@ -120,7 +127,10 @@ Command AddManageCommand(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"list", "prune"}));
   manage->add_option("dir", args->dir, "checkpoint root")->required();
-  manage->add_option("--layout", args->layout, "megatron or verl")
+  manage
+      ->add_option("--layout", args->layout,
+                   "megatron or verl (default: detected, verl when the root holds "
+                   "global_step_N folders and no iter_N)")
       ->check(CLI::IsMember({"megatron", "verl"}));
   manage->add_flag("--json", args->json, "list as JSON");
   manage->add_option("--keep", args->keep, "prune: keep the last K");

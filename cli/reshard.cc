@@ -20,6 +20,7 @@
 #include "format/verl/verl_megatron.h"
 #include "format/verl/verl_reshard.h"
 #include "harness/tools/verify.h"
+#include "interop/verl_megatron_carry.h"
 #include "manager/catalog.h"
 #include "manager/layout.h"
 #include "manager/tracker.h"
@@ -40,6 +41,7 @@ struct ReshardArgs {
   bool strict_objects = false;  // refuse when a stored object would not be carried
   int world_size = 0;           // > 0: a verl FSDP checkpoint to N ranks (ReshardVerlCommand)
   int fsdp_version = 0;         // with world_size: 1 or 2, 0 = the source's
+  int fsdp_size = 0;            // with world_size: HSDP shard group size, 0 = the source's
 };
 
 // A run root (Megatron's ROOT with latest_checkpointed_iteration.txt) given
@@ -100,36 +102,9 @@ std::optional<VerlMegatronReshard> ResolveVerlMegatron(ReshardArgs& args) {
 }
 
 void FinishVerlMegatron(const VerlMegatronReshard& v, const Topology& topo) {
-  namespace fs = std::filesystem;
-  // The engine's save lock beside dist_ckpt/ (io/file_lock.h): the save is
-  // over, and verl's folder holds no such file.
-  std::error_code ignored;
-  fs::remove(JoinPath(v.out_component, std::string(kVerlDistCkptDir) + ".lock"), ignored);
-  for (const fs::directory_entry& e : fs::directory_iterator(v.component)) {
-    if (e.path().filename() == kVerlDistCkptDir) continue;
-    fs::copy(e.path(), fs::path(v.out_component) / e.path().filename(),
-             fs::copy_options::recursive);
-  }
-  const std::string tc = JoinPath(v.out_component, kVerlTransformerConfig);
-  if (fs::exists(tc)) {
-    nlohmann::json j = ParseJson(ReadFileToString(Env::Default(), tc), tc);
-    if (j.is_object()) {
-      j["tensor_model_parallel_size"] = topo.tp;
-      j["pipeline_model_parallel_size"] = topo.pp;
-      std::ofstream(tc, std::ios::trunc) << j.dump(2) << "\n";
-    }
-  }
-  if (!v.step.empty()) {
-    for (const fs::directory_entry& e : fs::directory_iterator(v.step)) {
-      const std::string name = e.path().filename().string();
-      if (e.path() == fs::path(v.component)) continue;
-      if (e.is_directory()) {
-        std::cout << fmt::format("  not carried: verl component {} (reshard carries {})\n", name,
-                                 fs::path(v.component).filename().string());
-        continue;
-      }
-      fs::copy(e.path(), fs::path(v.out_step) / name);
-    }
+  for (const std::string& note : CarryVerlMegatronFiles(
+           Env::Default(), {v.component, v.out_component, v.step, v.out_step}, topo.tp, topo.pp)) {
+    std::cout << "  " << note << "\n";
   }
 }
 
@@ -227,12 +202,13 @@ int ReshardCommand(const ReshardArgs& given) {
   return kExitOk;
 }
 
-// distckpt reshard DIR --world-size N [--fsdp 1|2] --out OUT: verl's per-rank
+// distckpt reshard DIR --world-size N [--fsdp 1|2] [--fsdp-size S] --out OUT: verl's per-rank
 // files for N ranks (format/verl/verl_reshard.h).
 int ReshardVerlCommand(const ReshardArgs& args) {
   VerlReshardOptions options;
   options.world_size = args.world_size;
   options.fsdp_version = args.fsdp_version;
+  options.fsdp_size = args.fsdp_size;
   const VerlReshardReport report = ReshardVerl(args.dir, args.out, options);
   for (const std::string& line : report.lines) std::cout << line << "\n";
   std::cout << fmt::format("{}: verl checkpoint for {} ranks written to {}\n", args.dir,
@@ -261,6 +237,10 @@ Command AddReshardCommand(CLI::App& app) {
                    "with --world-size: FSDP 1 or 2 "
                    "(default: the source's)")
       ->check(CLI::IsMember({1, 2}));
+  reshard->add_option("--fsdp-size", args->fsdp_size,
+                      "with --world-size: verl's fsdp_size, ranks per shard group; below the "
+                      "world size writes HSDP (a 2-D ddp x fsdp mesh, FSDP2); -1: one group "
+                      "(default: an HSDP source's, when it divides the world size)");
   AddSpecOptions(reshard, args->spec, args->sets);
   reshard->get_option("--spec")->required(false);  // not for --world-size (verl)
   reshard->add_option("--out,-o", args->out, "directory of the new checkpoint")->required();

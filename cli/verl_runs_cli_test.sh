@@ -41,10 +41,33 @@ for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3; do check $root global_step_2; d
 check fsdp1-w4 global_step_1
 check fsdp1-tied-w2 global_step_1  # lm_head.weight tied to the embedding: one optimizer state
 check fsdp2-tied-w2 global_step_1
+# FSDP1 use_orig_params=True: per-parameter 1-D pieces of the aligned flat shards
+check fsdp1-orig-w3 global_step_1
+check fsdp1-orig-w3 global_step_2
+# HSDP (verl's fsdp_size 2 of 4: a 2-D ddp x fsdp mesh, replicas of each shard)
+check fsdp2-hsdp-w4 global_step_2
+check fsdp1-hsdp-w4 global_step_2
+# a replica that differs from its main (rank 3 of rank 1's shard) is named, exit 2
+cp -r "$fixtures/fsdp2-hsdp-w4/global_step_2/actor" "$work/bad"
+python3 - "$fixtures/fsdp2-hsdp-w4/global_step_2/actor/model_world_size_4_rank_3.pt" \
+  "$work/bad/model_world_size_4_rank_3.pt" <<'PY'
+import sys, zipfile  # flip a bit of every float storage (the 2x2 int32 mesh is 16 bytes)
+src, dst = sys.argv[1:3]
+with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+    for info in zin.infolist():
+        data = zin.read(info.filename)
+        if "/data/" in info.filename and len(data) > 16 and len(data) % 4 == 0:
+            data = data[:-2] + bytes([data[-2] ^ 0x40]) + data[-1:]
+        zout.writestr(info.filename, data)
+PY
+rc=0; out=$("$d" import-verl "$work/bad" --dir "$work/bad-out" 2>&1) || rc=$?
+[ $rc = 2 ] && grep -q "of rank 3 differs from its replica on rank 1" <<<"$out" ||
+  { echo "rc=$rc $out"; exit 1; }
 
 # reshard to other world sizes (FSDP1 <-> FSDP2): what it writes reads back equal to the
 # source (verl's own load of it: scenarios/peer/verl_runs_test.sh); per-rank state named.
-for c in fsdp1-tied-w2:3:2 fsdp1-w4:3:1 fsdp1-w4:6:2 fsdp2-w3:4:1 fsdp2-w4:5:2; do
+for c in fsdp1-orig-w3:4:1 fsdp1-orig-w3:2:2 fsdp2-hsdp-w4:6:2 fsdp1-hsdp-w4:3:1 fsdp1-tied-w2:3:2 fsdp1-w4:3:1 fsdp1-w4:6:2 \
+         fsdp2-w3:4:1 fsdp2-w4:5:2; do  # the last one's report is checked below
   IFS=: read -r root world fsdp <<<"$c"
   out=$work/re-$root-$world-$fsdp
   step=global_step_$(cat "$fixtures/$root/latest_checkpointed_iteration.txt")
@@ -58,6 +81,21 @@ for c in fsdp1-tied-w2:3:2 fsdp1-w4:3:1 fsdp1-w4:6:2 fsdp2-w3:4:1 fsdp2-w4:5:2; 
   check "$root" "$step" "$out"
 done
 grep -q "kept for ranks 0..3; regridded for ranks 4..4" "$work/reshard.txt"  # 4 -> 5
+"$d" reshard "$fixtures/fsdp1-orig-w3/global_step_2" --world-size 5 --out "$work/orig5" \
+  > "$work/reshard.txt"
+grep -q "use_orig_params=True: per-parameter pieces of 3 FSDP units aligned to 4 elements" \
+  "$work/reshard.txt"
+check fsdp1-orig-w3 global_step_2 "$work/orig5"
+# HSDP out: --fsdp-size 3 of 6 (a 2 x 3 mesh); the replicas written equal
+"$d" reshard "$fixtures/fsdp2-hsdp-w4/global_step_2" --world-size 6 --fsdp-size 3 \
+  --out "$work/hsdp6" > "$work/reshard.txt"
+grep -q "HSDP: 2 replicas x 3 shards" "$work/reshard.txt"
+check fsdp2-hsdp-w4 global_step_2 "$work/hsdp6"
+cmp "$work/hsdp6/actor/optim_world_size_6_rank_1.pt" "$work/hsdp6/actor/optim_world_size_6_rank_4.pt" &&
+  { echo "rank 4 (replica of rank 1) wrote rank 1's mesh coordinate"; exit 1; }
+rc=0; "$d" reshard "$fixtures/fsdp2-hsdp-w4/global_step_2" --world-size 6 --fsdp-size 4 \
+  --out "$work/hsdp-bad" 2>/dev/null || rc=$?
+[ $rc = 2 ] || { echo "--fsdp-size 4 of 6: rc=$rc"; exit 1; }
 # One rank (FSDP1 NO_SHARD: plain tensors) and back to three.
 "$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 1 --out "$work/w1" >/dev/null
 check fsdp1-w4 global_step_2 "$work/w1"
@@ -68,7 +106,7 @@ rc=0; "$d" reshard "$fixtures/fsdp1-w4/global_step_2" --world-size 3 --out "$out
 
 # HF export of verl's checkpoints (import-verl, then export --to hf --spec names): every
 # safetensors tensor equal to verl's loaded model tensor, verl's config.json copied.
-for root in fsdp1-w4 fsdp2-w3; do
+for root in fsdp1-w4 fsdp2-w3 fsdp1-orig-w3; do
   actor=$fixtures/$root/global_step_2/actor
   "$d" import-verl "$actor" --dir "$work/hfsrc-$root" >/dev/null
   "$d" export "$work/hfsrc-$root" --to hf "$work/hf-$root" --spec names \
@@ -98,10 +136,14 @@ done
 # manage list / prune on verl roots: steps complete, exit 0; prune keeps verl's
 # steps (not written by distckpt) unless --include-foreign; a missing or
 # truncated rank file makes its step INCOMPLETE, naming the file.
-for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3; do
+for root in fsdp1-w4 fsdp2-w4 fsdp1-w3 fsdp2-w3 fsdp1-orig-w3 fsdp2-hsdp-w4 fsdp1-hsdp-w4; do
   out=$("$d" manage list "$fixtures/$root" --layout verl)
   [ "$(grep -c ' complete ' <<<"$out")" = 2 ] || { echo "$out"; exit 1; }
 done
+# without --layout: detected from the global_step_N folders, and said
+out=$("$d" manage list "$fixtures/fsdp1-orig-w3")
+grep -q "^layout: verl (detected: 2 global_step_N folders, no iter_N; --layout forces one)" \
+  <<<"$out" && [ "$(grep -c ' complete ' <<<"$out")" = 2 ] || { echo "$out"; exit 1; }
 cp -r "$fixtures/fsdp1-w4" "$work/root"
 "$d" manage prune "$work/root" --layout verl --keep 1 >/dev/null
 [ -d "$work/root/global_step_1" ] || { echo "prune deleted verl's step"; exit 1; }

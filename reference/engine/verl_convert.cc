@@ -27,7 +27,9 @@ Node VerlStateDict(const VerlRankState& state, int world, int rank) {
     const nlohmann::json& o = state.common["optimizer"];
     Dict optimizer;
     optimizer["param_groups"] = Node(o["param_groups"]);
-    if (o.contains("fsdp1_units")) optimizer["fsdp1_units"] = Node(o["fsdp1_units"]);
+    for (const char* k : {"fsdp1_units", "fsdp1_align"}) {
+      if (o.contains(k)) optimizer[k] = Node(o[k]);
+    }
     for (const auto& [fqn, values] : o["state"].items()) {
       for (const auto& [name, value] : values.items()) {
         optim_state[name].as<Dict>()[fqn] = Node(value);
@@ -46,9 +48,11 @@ int ConvertVerlCheckpoint(const std::string& src, const std::string& dst,
                           const SaveOptions& options) {
   const int world = VerlWorldSize(src, options.env);
   // Read everything first: a bad rank file fails before anything is written.
+  std::vector<VerlRankState> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(ReadVerlRank(src, world, r, options.env));
+  ReconcileVerlRanks(ranks, src);
   std::vector<Node> states;
-  for (int r = 0; r < world; ++r)
-    states.push_back(VerlStateDict(ReadVerlRank(src, world, r, options.env), world, r));
+  for (int r = 0; r < world; ++r) states.push_back(VerlStateDict(ranks[r], world, r));
   RunRanks(world, [&](Communicator& comm) { Save(states[comm.rank()], dst, comm, options); });
   return world;
 }

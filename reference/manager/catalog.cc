@@ -222,6 +222,23 @@ CatalogEntry InspectIterationDir(Env* env, const std::string& path, int64_t iter
   return entry;
 }
 
+CheckpointLayout DetectCheckpointLayout(Env* env, const std::string& root, std::string* why) {
+  int steps = 0, iters = 0;
+  std::vector<std::string> names;
+  if (env->IsDirectory(root)) names = env->ListDir(root);
+  for (const std::string& n : names) {
+    steps += ParseIterationDirName(CheckpointLayout::kVerl, n).has_value();
+    iters += ParseIterationDirName(CheckpointLayout::kMegatron, n).has_value() || n == kReleaseDir;
+  }
+  const bool verl = steps > 0 && iters == 0;
+  if (why) {
+    *why = verl ? fmt::format("{} global_step_N folders, no iter_N", steps)
+                : fmt::format("{} iter_N folders{}", iters,
+                              steps ? fmt::format(" beside {} global_step_N", steps) : "");
+  }
+  return verl ? CheckpointLayout::kVerl : CheckpointLayout::kMegatron;
+}
+
 Catalog ScanRoot(Env* env, const std::string& root, CheckpointLayout layout) {
   Catalog catalog;
   if (!env->IsDirectory(root)) return catalog;

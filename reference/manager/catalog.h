@@ -78,6 +78,12 @@ std::optional<std::string> TrackedIterationDir(Env* env, const std::string& path
 // Every iteration directory under `root` (missing root: empty catalog).
 Catalog ScanRoot(Env* env, const std::string& root, CheckpointLayout layout);
 
+// The layout of a run root when none is given: verl when `root` holds
+// global_step_N directories and no iter_N ones (verl's trainer), else
+// Megatron. `why` (optional) says what decided it.
+CheckpointLayout DetectCheckpointLayout(Env* env, const std::string& root,
+                                        std::string* why = nullptr);
+
 }  // namespace distckpt
 
 #endif  // DISTCKPT_MANAGER_CATALOG_H_

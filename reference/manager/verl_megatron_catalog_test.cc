@@ -97,5 +97,16 @@ TEST(VerlMegatron, CatalogCompleteWhenMetadataJsonIsWritten) {
               HasSubstr("verl component 'actor': dist_ckpt/metadata.json"));
 }
 
+TEST(VerlMegatron, LayoutDetectedFromTheStepFolders) {
+  MemoryEnv env;
+  std::string why;
+  EXPECT_EQ(DetectCheckpointLayout(&env, kRoot, &why), CheckpointLayout::kMegatron);  // empty
+  WriteStep(&env, 1);
+  EXPECT_EQ(DetectCheckpointLayout(&env, kRoot, &why), CheckpointLayout::kVerl);
+  EXPECT_EQ(why, "1 global_step_N folders, no iter_N");
+  ASSERT_NO_THROW(env.CreateDirs(std::string(kRoot) + "/iter_0000001"));
+  EXPECT_EQ(DetectCheckpointLayout(&env, kRoot, &why), CheckpointLayout::kMegatron);
+  EXPECT_EQ(why, "1 iter_N folders beside 1 global_step_N");
+}
 }  // namespace
 }  // namespace distckpt

@@ -22,14 +22,17 @@ need_tree VERL_SRC "a verl tree" verl/utils/checkpoint/fsdp_checkpoint_manager.p
 make_work verl-runs-peer
 cp "$fixtures"/*.py "$work/"
 cases=${VERL_RUNS_CASES:-"fsdp1-w4:3:1 fsdp1-w4:6:1 fsdp2-w4:3:2 fsdp2-w4:6:2 fsdp1-w4:3:2 fsdp2-w3:4:1
-  fsdp1-tied-w2:5:2 fsdp2-tied-w2:3:1 fsdp1-w4:1:1 fsdp2-w3:1:2 fsdp1-w3:8:1"}
+  fsdp1-tied-w2:5:2 fsdp2-tied-w2:3:1 fsdp1-w4:1:1 fsdp2-w3:1:2 fsdp1-w3:8:1 fsdp1-orig-w3:4:1
+  fsdp1-orig-w3:2:1 fsdp2-hsdp-w4:6:2:2 fsdp2-hsdp-w4:6:2:3 fsdp2-hsdp-w4:3:2:-1 fsdp1-hsdp-w4:4:2:2"}
 for c in $cases; do
-  IFS=: read -r name world fsdp <<<"$c"
-  out=$work/$name-to-$world-fsdp$fsdp
+  IFS=: read -r name world fsdp fsdp_size <<<"$c"  # fsdp_size: HSDP shard groups (verl's)
+  out=$work/$name-to-$world-fsdp$fsdp${fsdp_size:+-size$fsdp_size}
   step=global_step_$(cat "$fixtures/$name/latest_checkpointed_iteration.txt")
   tied=; [[ $name == *tied* ]] && tied=1  # the model verl_run.py builds (README)
-  "$exe" reshard "$fixtures/$name/$step" --world-size "$world" --fsdp "$fsdp" --out "$out"
-  VERL_RUN_TIED=$tied $python "$work/verl_run.py" load "$out" --fsdp "$fsdp" --world "$world" \
+  orig=; [[ $name == *orig* && $fsdp == 1 ]] && orig=1  # FSDP1 use_orig_params=True
+  "$exe" reshard "$fixtures/$name/$step" --world-size "$world" --fsdp "$fsdp" \
+    ${fsdp_size:+--fsdp-size "$fsdp_size"} --out "$out"
+  VERL_RUN_TIED=$tied VERL_RUN_ORIG_PARAMS=$orig VERL_RUN_FSDP_SIZE=$fsdp_size $python "$work/verl_run.py" load "$out" --fsdp "$fsdp" --world "$world" \
     --out "$out.json" --verl "$src" 2>&1 | grep -v -i "warn" | tail -5 || true
   python3 - "$fixtures/expected/$name/$step.json" "$out.json" <<'PY'
 import json, sys

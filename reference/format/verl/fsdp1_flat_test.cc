@@ -62,5 +62,60 @@ TEST(Fsdp1FlatTest, DefaultUnitsAreDecoderLayers) {
   EXPECT_EQ(u[2].total, 36);
 }
 
+// use_orig_params=True, fp32 (16-byte alignment = 4 elements), 3 ranks, as
+// fixtures/verl-runs/fsdp1-orig-w3 holds it: root embed [0, 66), norm [68, 74),
+// head [76, 142), padded to 144: 48 per rank.
+TEST(Fsdp1FlatTest, AlignedLayoutOfUseOrigParams) {
+  std::vector<Fsdp1Unit> u = DefaultFsdp1Units(kKeys, kNumels);
+  SetFsdp1Align(u[0], kNumels, 4);
+  EXPECT_EQ(u[0].total, 142);
+  std::vector<Fsdp1Piece> p = Fsdp1RankPieces(u[0], kNumels, 3, 1);  // [48, 96)
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].in_param, (FlatRange{48, 66}));
+  EXPECT_EQ(p[1].in_param, (FlatRange{0, 6}));
+  EXPECT_EQ(p[1].in_shard, (FlatRange{20, 26}));
+  EXPECT_EQ(p[2].in_param, (FlatRange{0, 20}));
+  EXPECT_EQ(p[2].in_shard, (FlatRange{28, 48}));
+}
+
+TEST(Fsdp1FlatTest, InfersOrigParamsUnitsAndAlignmentFromPieceSizes) {
+  // Rank 1 of 3: root pieces 18 / 6 / 20; layers (a [0, 30), b [32, 38):
+  // 13 per rank) hold a [13, 26) and none of b.
+  std::vector<Fsdp1Unit> u =
+      InferFsdp1OrigUnits(kKeys, kNumels, {{1, {18, 13, 0, 13, 0, 6, 20}}}, 3, "t");
+  ASSERT_EQ(u.size(), 3u);
+  EXPECT_EQ(u[0].align, 4);
+  EXPECT_EQ(u[0].params, (std::vector<size_t>{0, 5, 6}));
+  // bf16 alignment (8): root embed [0, 66), norm [72, 78), head [80, 146) -> 49
+  // per rank; rank 1 [49, 98): 17 / 6 / 18.
+  u = InferFsdp1OrigUnits(kKeys, kNumels, {{1, {17, 13, 0, 13, 0, 6, 18}}}, 3, "t");
+  EXPECT_EQ(u[0].align, 8);
+  EXPECT_EQ(u[1].total, 38);
+  // Sizes no alignment gives.
+  EXPECT_THAT(
+      [&] {
+        InferFsdp1OrigUnits(kKeys, kNumels, {{1, {19, 13, 0, 13, 0, 6, 20}}}, 3, "t");
+      },
+      ThrowsError(ErrorKind::kUnsupported, "fit no grouping"));
+  // Rank 2 alone fits alignment 4 (root [96, 144): head 46; layers a 4, b 6)
+  // and 2 (root [92, 138): head 46; layers [24, 36): a 6, b 6) only where the
+  // layers say apart; with the head alone in the root both fit: ambiguous,
+  // until rank 0's pieces decide.
+  const std::vector<std::string> keys = {"embed.weight", "head.weight"};
+  const std::map<int64_t, std::vector<int64_t>> rank2 = {{2, {0, 46}}};
+  bool ambiguous = false;
+  EXPECT_TRUE(InferFsdp1OrigUnits(keys, {66, 72}, rank2, 3, "t", &ambiguous).empty());
+  EXPECT_TRUE(ambiguous);
+  EXPECT_THAT(
+      [&] {
+        InferFsdp1OrigUnits(keys, {66, 72}, rank2, 3, "t");
+      },
+      ThrowsError(ErrorKind::kUnsupported, "more than one layout"));
+  u = InferFsdp1OrigUnits(keys, {66, 72}, {{2, {0, 46}}, {0, {46, 0}}}, 3, "t", &ambiguous);
+  EXPECT_FALSE(ambiguous);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].align, 2);
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -130,12 +130,16 @@ ShardedTensor ReadDTensor(const Archive& a, const PyValue& v, const std::string&
       AsTorchTensor(Need(mesh.Field("mesh"), what + " mesh"), what);
   if (!mesh_tensor) Fail(ErrorKind::kCorruption, "{}: the device mesh has no mesh tensor", what);
   const Shape mesh_shape = mesh_tensor->size;
-  if (mesh_info && mesh_info->is_null()) *mesh_info = MeshInfo(mesh, mesh_shape.size());
   const PyValue* coord_v = mesh.Field("_coordinate_on_dim");
   if (!coord_v || coord_v->kind == PyKind::kNone) {
     Fail(ErrorKind::kCorruption, "{}: rank {} is not in its device mesh", what, rank);
   }
   const Shape coord = PyToShape(*coord_v, what + " mesh coordinate");
+  if (mesh_info && mesh_info->is_null()) {
+    *mesh_info = MeshInfo(mesh, mesh_shape.size());
+    (*mesh_info)["shape"] = mesh_shape;
+    (*mesh_info)["coordinate"] = coord;
+  }
   const auto& placements = PyToSequence(Need(spec.Field("placements"), what + " placements"), what);
   if (coord.size() != mesh_shape.size() || placements.size() != mesh_shape.size()) {
     Fail(ErrorKind::kCorruption, "{}: mesh of {} dims, coordinate {}, {} placements", what,
@@ -232,6 +236,13 @@ std::vector<std::string> Untied(const VerlRankState& out) {
   return keep;
 }
 
+// Where a rank's FSDP1 flat shard sits: its shard group's size and its
+// coordinate in it, and its replica (HSDP: the 2-D mesh's row; 0 else).
+struct FlatGrid {
+  int world = 1, rank = 0;
+  int64_t replica = 0;
+};
+
 // FSDP1 with use_orig_params=False (fsdp1_flat.h): the state of flat
 // parameter i is a 1-D shard of unit i; each parameter's part of it becomes
 // a flattened_range piece of optimizer.state.<name>.<fqn> (the whole
@@ -239,7 +250,7 @@ std::vector<std::string> Untied(const VerlRankState& out) {
 // unit. The units are recorded in common optimizer.fsdp1_units.
 void ReadFsdp1FlatOptimizer(const Archive& optim, const PyValue& state,
                             const std::vector<int64_t>& indices, int world, int rank,
-                            VerlRankState& out, nlohmann::json& common_state) {
+                            int64_t replica, VerlRankState& out, nlohmann::json& common_state) {
   std::vector<std::string> keys;
   std::vector<int64_t> numels;
   std::vector<Shape> shapes;
@@ -317,13 +328,99 @@ void ReadFsdp1FlatOptimizer(const Archive& optim, const PyValue& state,
         s.global_offset = Shape(s.global_shape.size(), 0);
         s.local_shape = s.global_shape;
         s.flattened_range = piece.in_param;
-        s.replica_id = {0, 0, 0};
+        s.replica_id = {0, 0, replica};
         s.data = flat.Slice(Box{{piece.in_shard.start}, {piece.in_shard.size()}});
         out.tensors.push_back(std::move(s));
       }
     }
   }
   out.common["fsdp1_units"] = std::move(unit_json);
+}
+
+// FSDP1 with use_orig_params=True (fsdp1_flat.h): per original parameter,
+// plain 1-D tensors that are not the parameter's shape (its piece of the
+// rank's flat shard; no state where the piece is empty). The piece size of
+// each key (0: no state); nullopt when the state is per whole parameter
+// (not this form).
+std::optional<std::vector<int64_t>> OrigParamsPieces(
+    const Archive& optim, const std::map<int64_t, std::string>& fqn,
+    const std::map<std::string, Shape>& model_shape, int world,
+    const std::vector<std::string>& keys) {
+  const PyValue& root = *optim.tree.root();
+  const PyValue* state = root.kind == PyKind::kDict ? root.Get("state") : nullptr;
+  if (!state || state->kind != PyKind::kDict) {
+    Fail(ErrorKind::kCorruption, "{}: not an optimizer state dict (state, param_groups)",
+         optim.path);
+  }
+  std::map<std::string, int64_t> piece;
+  bool flat_views = false;
+  for (const auto& [k, per_param] : state->entries) {
+    if (k->kind != PyKind::kInt || per_param->kind != PyKind::kDict) continue;
+    auto f = fqn.find(k->integer);
+    if (f == fqn.end()) continue;
+    auto m = model_shape.find(f->second);
+    for (const auto& [name_v, value] : per_param->entries) {
+      if (IsDTensor(*value)) return std::nullopt;
+      const std::string what =
+          fmt::format("{}: state {} '{}'", optim.path, k->integer, KeyText(*name_v, optim.path));
+      std::optional<TorchTensor> t = AsTorchTensor(*value, what);
+      if (!t || t->size.empty()) continue;
+      if (m != model_shape.end() && t->size != m->second && t->size.size() == 1 && world > 1) {
+        flat_views = true;
+      }
+      if (t->size.size() == 1) {
+        auto [it, fresh] = piece.try_emplace(f->second, t->size[0]);
+        if (!fresh && it->second != t->size[0]) {
+          Fail(ErrorKind::kCorruption, "{}: {} elements, another state of '{}' holds {}", what,
+               t->size[0], f->second, it->second);
+        }
+      }
+    }
+  }
+  if (!flat_views) return std::nullopt;
+  std::vector<int64_t> pieces;
+  for (const std::string& k : keys) {
+    auto p = piece.find(k);
+    pieces.push_back(p == piece.end() ? 0 : p->second);
+  }
+  return pieces;
+}
+
+// The units and alignment this rank's pieces fit (empty when the optimizer
+// state is not of this form). When they fit several layouts, the other ranks'
+// piece sizes decide (their optimizer files are read, in rank order, until
+// one layout is left); kUnsupported when none or still several fit.
+std::vector<Fsdp1Unit> Fsdp1OrigParamsUnits(Env* env, const std::string& dir, const Archive& optim,
+                                            const std::map<int64_t, std::string>& fqn,
+                                            const std::map<std::string, Shape>& model_shape,
+                                            int world, const FlatGrid& grid,
+                                            const std::vector<std::string>& keys) {
+  std::optional<std::vector<int64_t>> mine =
+      OrigParamsPieces(optim, fqn, model_shape, grid.world, keys);
+  if (!mine) return {};
+  std::vector<int64_t> numels;
+  for (const std::string& k : keys) {
+    auto m = model_shape.find(k);
+    numels.push_back(m == model_shape.end() ? 0 : Volume(m->second));
+  }
+  std::map<int64_t, std::vector<int64_t>> pieces = {{grid.rank, *mine}};
+  for (int other = 0;; ++other) {
+    bool ambiguous = false;
+    std::vector<Fsdp1Unit> units = InferFsdp1OrigUnits(keys, numels, pieces, grid.world, optim.path,
+                                                       other < grid.world ? &ambiguous : nullptr);
+    if (!ambiguous) return units;
+    if (other == grid.rank) continue;
+    const int file = static_cast<int>(grid.replica) * grid.world + other;  // same replica row
+    Archive next(env, JoinPath(dir, VerlOptimFile(world, file)));
+    std::optional<std::vector<int64_t>> theirs =
+        OrigParamsPieces(next, fqn, model_shape, grid.world, keys);
+    if (!theirs) {
+      Fail(ErrorKind::kCorruption,
+           "{}: FSDP1 use_orig_params=True pieces on rank {}, whole parameters' state on rank {}",
+           dir, grid.rank, file);
+    }
+    pieces[other] = std::move(*theirs);
+  }
 }
 
 }  // namespace
@@ -467,6 +564,13 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
     }
   }
   if (out.param_keys.empty()) out.param_keys = out.model_keys;
+  // FSDP1 HYBRID_SHARD (HSDP, a 2-D mesh): flat shards span one shard group.
+  FlatGrid grid{world, rank, 0};
+  if (out.mesh.is_object() && out.mesh.value("dims", 1) == 2) {
+    grid.world = out.mesh["shape"].at(1).get<int>();
+    grid.rank = out.mesh["coordinate"].at(1).get<int>();
+    grid.replica = out.mesh["coordinate"].at(0).get<int64_t>();
+  }
   out.state_keys = out.param_keys;
   const std::string optim_path = JoinPath(dir, VerlOptimFile(world, rank));
   if (env->FileExists(optim_path)) {
@@ -495,20 +599,34 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
     }
     if (indices.size() != out.state_keys.size()) {
       try {
-        ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
+        ReadFsdp1FlatOptimizer(optim, *state, indices, grid.world, grid.rank, grid.replica, out,
+                               common_state);
       } catch (const CheckpointError& e) {
         if (e.kind() != ErrorKind::kUnsupported || untied.size() == out.param_keys.size()) throw;
         out.state_keys = untied;  // FSDP1 holds a tied parameter once
         common_state = nlohmann::json::object();
         std::erase_if(out.tensors,
                       [](const ShardedTensor& t) { return t.key.starts_with("optimizer.state."); });
-        ReadFsdp1FlatOptimizer(optim, *state, indices, world, rank, out, common_state);
+        ReadFsdp1FlatOptimizer(optim, *state, indices, grid.world, grid.rank, grid.replica, out,
+                               common_state);
       }
     } else {
       // Parameter index -> FQN: the indices of param_groups in order are the
       // model's parameters in order.
       std::map<int64_t, std::string> fqn;
       for (size_t n = 0; n < indices.size(); ++n) fqn[indices[n]] = out.state_keys[n];
+      const std::vector<Fsdp1Unit> orig =
+          Fsdp1OrigParamsUnits(env, dir, optim, fqn, model_shape, world, grid, out.state_keys);
+      if (!orig.empty()) {
+        nlohmann::json unit_json = nlohmann::json::array();
+        for (const Fsdp1Unit& u : orig) {
+          nlohmann::json fqns = nlohmann::json::array();
+          for (size_t p : u.params) fqns.push_back(out.state_keys[p]);
+          unit_json.push_back(std::move(fqns));
+        }
+        out.common["fsdp1_units"] = std::move(unit_json);
+        out.common["fsdp1_align"] = orig[0].align;
+      }
       for (const auto& [k, per_param] : state->entries) {
         const int64_t index = PyToInt(*k, optim.path + " state index");
         auto it = fqn.find(index);
@@ -529,14 +647,39 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
             return !plain || plain->size.empty();
           }();
           if (!scalar) t = ReadTensorValue(optim, *value, key, rank);
-          if (t) {
+          if (t && !orig.empty()) {
+            // This rank's piece of the parameter inside its unit's flat shard.
+            const size_t p = std::find(out.state_keys.begin(), out.state_keys.end(), it->second) -
+                             out.state_keys.begin();
+            std::vector<int64_t> numels;
+            for (const std::string& k : out.state_keys) numels.push_back(Volume(model_shape[k]));
+            bool placed = false;
+            for (const Fsdp1Unit& u : orig) {
+              for (const Fsdp1Piece& piece : Fsdp1RankPieces(u, numels, grid.world, grid.rank)) {
+                if (piece.param != p) continue;
+                placed = true;
+                t->global_shape = model_shape[it->second];
+                t->global_offset = Shape(t->global_shape.size(), 0);
+                t->local_shape = t->global_shape;
+                t->flattened_range = piece.in_param;
+                t->replica_id = {0, 0, grid.replica};
+              }
+            }
+            if (!placed && t->data.numel() == 0) continue;  // an empty piece
+            if (!placed) {
+              Fail(ErrorKind::kCorruption,
+                   "{}: '{}' holds {} elements where rank {}'s shard holds none", optim.path, key,
+                   t->data.numel(), rank);
+            }
+            out.tensors.push_back(std::move(*t));
+          } else if (t) {
             // A plain tensor is the whole parameter's state (world size 1); a
             // 1-D piece of another shape is FSDP1's use_orig_params=True view.
             auto m = model_shape.find(it->second);
             if (m != model_shape.end() && t->global_shape != m->second) {
               Fail(ErrorKind::kUnsupported,
-                   "{}: '{}' has shape {} but parameter '{}' is {} (FSDP1 use_orig_params=True "
-                   "flat views are not read)",
+                   "{}: '{}' has shape {} but parameter '{}' is {} (neither the parameter's "
+                   "shape nor FSDP1 use_orig_params=True 1-D pieces)",
                    optim.path, key, ShapeToString(t->global_shape), it->second,
                    ShapeToString(m->second));
             }
@@ -553,9 +696,11 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
     nlohmann::json groups_json = PyToJson(optim.zip, *groups);
     out.common["optimizer"] = {{"param_groups", std::move(groups_json)},
                                {"state", std::move(common_state)}};
-    if (out.common.contains("fsdp1_units")) {
-      out.common["optimizer"]["fsdp1_units"] = std::move(out.common["fsdp1_units"]);
-      out.common.erase("fsdp1_units");
+    for (const char* k : {"fsdp1_units", "fsdp1_align"}) {
+      if (out.common.contains(k)) {
+        out.common["optimizer"][k] = std::move(out.common[k]);
+        out.common.erase(k);
+      }
     }
   }
   const std::string extra_path = JoinPath(dir, VerlExtraFile(world, rank));
@@ -564,6 +709,62 @@ VerlRankState ReadVerlRank(const std::string& dir, int world, int rank, Env* env
     out.common["extra_state"] = PyToJson(extra.zip, *extra.tree.root());
   }
   return out;
+}
+
+void ReconcileVerlRanks(std::vector<VerlRankState>& ranks, const std::string& dir) {
+  for (size_t r = 1; r < ranks.size(); ++r) {
+    for (const char* k : {"fsdp1_units", "fsdp1_align"}) {
+      const nlohmann::json none;
+      auto get = [&](const VerlRankState& s) -> const nlohmann::json& {
+        if (!s.common.contains("optimizer") || !s.common["optimizer"].contains(k)) return none;
+        return s.common["optimizer"][k];
+      };
+      if (get(ranks[r]) != get(ranks[0])) {
+        Fail(ErrorKind::kUnsupported,
+             "{}: rank {}'s optimizer state fits other FSDP1 units than rank 0's ({}: {} vs {})",
+             dir, r, k, get(ranks[r]).dump(), get(ranks[0]).dump());
+      }
+    }
+  }
+  // HSDP: a non-main replica must hold what its main replica holds.
+  std::map<std::string, std::pair<size_t, const ShardedTensor*>> mains;
+  auto where = [](const ShardedTensor& t) {
+    return fmt::format("{}@{}:{}:{}-{}", t.key, ShapeToString(t.global_offset),
+                       ShapeToString(t.local_shape),
+                       t.flattened_range ? t.flattened_range->start : -1,
+                       t.flattened_range ? t.flattened_range->stop : -1);
+  };
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const ShardedTensor& t : ranks[r].tensors) {
+      if (IsMainReplica(t.replica_id)) mains.try_emplace(where(t), r, &t);
+    }
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const ShardedTensor& t : ranks[r].tensors) {
+      if (IsMainReplica(t.replica_id)) continue;
+      auto m = mains.find(where(t));
+      if (m != mains.end() &&
+          !(m->second.second->dtype == t.dtype && m->second.second->data.Equals(t.data))) {
+        Fail(ErrorKind::kCorruption,
+             "{}: '{}' (offset {}, shape {}) of rank {} differs from its replica on rank {} "
+             "(HSDP replicas must be equal)",
+             dir, t.key, ShapeToString(t.global_offset), ShapeToString(t.local_shape), r,
+             m->second.first);
+      }
+    }
+  }
+  for (VerlRankState& to : ranks) {
+    if (!to.common.contains("optimizer")) continue;
+    nlohmann::json& state = to.common["optimizer"]["state"];
+    for (const VerlRankState& from : ranks) {
+      if (&from == &to || !from.common.contains("optimizer")) continue;
+      for (const auto& [fqn, values] : from.common["optimizer"]["state"].items()) {
+        for (const auto& [name, v] : values.items()) {
+          if (!state.contains(fqn) || !state[fqn].contains(name)) state[fqn][name] = v;
+        }
+      }
+    }
+  }
 }
 
 ShardedObject VerlExtraStateObject(const VerlRankState& state, int world, int rank) {

@@ -86,6 +86,13 @@ std::string VerlCheckpointGap(const std::string& dir, std::vector<std::string>* 
 // Rank `rank`'s files (the optimizer and extra-state files when present).
 VerlRankState ReadVerlRank(const std::string& dir, int world_size, int rank, Env* env = nullptr);
 
+// Makes the ranks' common optimizer state one: a parameter's scalar state
+// (Adam's step) missing on a rank is taken from the first rank holding it
+// (FSDP1 use_orig_params=True: a rank holds no state for a parameter outside
+// its shard), and the FSDP1 units and alignment every rank inferred must
+// agree (kUnsupported naming `dir` and the rank otherwise).
+void ReconcileVerlRanks(std::vector<VerlRankState>& ranks, const std::string& dir);
+
 // The rank's extra state as the ShardedObject "extra_state" of global shape
 // {W} at {rank} (RNG states differ per rank).
 ShardedObject VerlExtraStateObject(const VerlRankState& state, int world_size, int rank);

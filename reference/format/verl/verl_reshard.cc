@@ -71,6 +71,9 @@ struct Mesh {
   std::string device_type = "cpu";
   std::vector<std::string> dim_names = {"fsdp"};
   std::string group_tag = "ptd:0", group_name = "0";
+  // HSDP (verl's create_device_mesh with fsdp_size < world): a 2-D mesh
+  // ("ddp", "fsdp") of `replicas` rows of world / replicas shards.
+  int replicas = 1;
 };
 
 // One archive being written: its pickle and its storages.
@@ -120,95 +123,127 @@ Tensor Chunk(const Tensor& full, int dim, int world, int rank) {
 
 // A DTensor as torch 2.6 pickles one (torch._tensor._rebuild_from_type_v2 of
 // a wrapper subclass with _local_tensor and _spec).
+// HSDP: the mesh [[0 .. S-1], [S .. 2S-1], ...] at (rank / S, rank % S),
+// placements (Replicate(), Shard(dim)); the process groups named as torch
+// 2.6 creates them for such a mesh (after the world's "0": one per column of
+// dim 0, "1" .. "S", then one per row of dim 1).
 void EmitDTensor(ArchiveOut& a, const Tensor& full, int dim, int world, int rank,
                  const Mesh& mesh) {
   PickleWriter& w = a.w;
   const Shape& global = full.shape();
   const std::string dtype(TorchDTypeName(full.dtype()));
-  const Tensor local = Chunk(full, dim, world, rank);
-  w.Reduce([&] { w.Global("torch._tensor", "_rebuild_from_type_v2"); }, 4,
-           [&] {
-             w.Global("torch._utils", "_rebuild_wrapper_subclass");
-             w.Global("torch.distributed.tensor", "DTensor");
-             w.Tuple(8, [&] {
-               w.Global("torch.distributed.tensor", "DTensor");
-               w.Global("torch", dtype);
-               w.TupleOfInts(global);
-               w.TupleOfInts(Strides(global));
-               w.Int(0);
-               w.Reduce([&] { w.Global("torch.serialization", "_get_layout"); }, 1,
-                        [&] { w.Str("torch.strided"); });
-               w.Reduce([&] { w.Global("torch", "device"); }, 1, [&] { w.Str("cpu"); });
-               w.Bool(false);
-             });
-             w.Tuple(2, [&] {
-               w.None();
-               w.Dict(false, [&] {
-                 w.Str("_local_tensor");
-                 a.Tensor_(local);
-                 w.Str("_spec");
-                 w.Object("torch.distributed.tensor._dtensor_spec", "DTensorSpec", [&] {
-                   w.Dict(false, [&] {
-                     w.Str("mesh");
-                     w.Object("torch.distributed.device_mesh", "DeviceMesh", [&] {
-                       w.Dict(false, [&] {
-                         w.Str("device_type");
-                         w.Str(mesh.device_type);
-                         w.Str("mesh");
-                         Tensor ranks = Tensor::Empty(DType::kI32, {world});
-                         for (int r = 0; r < world; ++r) ranks.data_as<int32_t>()[r] = r;
-                         a.Tensor_(ranks);
-                         w.Str("mesh_dim_names");
-                         w.Tuple(mesh.dim_names.size(), [&] {
-                           for (const std::string& n : mesh.dim_names) w.Str(n);
-                         });
-                         w.Str("_flatten_mesh_list");
-                         Shape all(world);
-                         for (int r = 0; r < world; ++r) all[r] = r;
-                         w.TupleOfInts(all);
-                         w.Str("_thread_id");
-                         w.None();
-                         w.Str("_dim_group_infos");
-                         w.List(false, [&] {
-                           w.Tuple(3, [&] {
-                             w.Str(mesh.group_tag);
-                             w.List(world == 0, [&] {
-                               for (int r = 0; r < world; ++r) w.Int(r);
-                             });
-                             w.Str(mesh.group_name);
-                           });
-                         });
-                         w.Str("_coordinate_on_dim");
-                         w.List(false, [&] { w.Int(rank); });
-                         w.Str("_hash");
-                         w.None();  // DeviceMesh.__hash__ recomputes a falsy _hash
-                       });
-                     });
-                     w.Str("placements");
-                     w.Tuple(1, [&] {
-                       w.Object("torch.distributed.tensor.placement_types", "Shard", [&] {
-                         w.Dict(false, [&] {
-                           w.Str("dim");
-                           w.Int(dim);
-                         });
-                       });
-                     });
-                     w.Str("tensor_meta");
-                     w.Reduce(
-                         [&] { w.Global("torch.distributed.tensor._dtensor_spec", "TensorMeta"); },
+  const int rows = mesh.replicas, cols = world / rows, row = rank / cols, col = rank % cols;
+  const Tensor local = Chunk(full, dim, cols, col);
+  w.Reduce(
+      [&] { w.Global("torch._tensor", "_rebuild_from_type_v2"); }, 4,
+      [&] {
+        w.Global("torch._utils", "_rebuild_wrapper_subclass");
+        w.Global("torch.distributed.tensor", "DTensor");
+        w.Tuple(8, [&] {
+          w.Global("torch.distributed.tensor", "DTensor");
+          w.Global("torch", dtype);
+          w.TupleOfInts(global);
+          w.TupleOfInts(Strides(global));
+          w.Int(0);
+          w.Reduce([&] { w.Global("torch.serialization", "_get_layout"); }, 1,
+                   [&] { w.Str("torch.strided"); });
+          w.Reduce([&] { w.Global("torch", "device"); }, 1, [&] { w.Str("cpu"); });
+          w.Bool(false);
+        });
+        w.Tuple(2, [&] {
+          w.None();
+          w.Dict(false, [&] {
+            w.Str("_local_tensor");
+            a.Tensor_(local);
+            w.Str("_spec");
+            w.Object("torch.distributed.tensor._dtensor_spec", "DTensorSpec", [&] {
+              w.Dict(false, [&] {
+                w.Str("mesh");
+                w.Object("torch.distributed.device_mesh", "DeviceMesh", [&] {
+                  w.Dict(false, [&] {
+                    w.Str("device_type");
+                    w.Str(mesh.device_type);
+                    w.Str("mesh");
+                    Tensor ranks =
+                        Tensor::Empty(DType::kI32, rows > 1 ? Shape{rows, cols} : Shape{world});
+                    for (int r = 0; r < world; ++r) ranks.data_as<int32_t>()[r] = r;
+                    a.Tensor_(ranks);
+                    w.Str("mesh_dim_names");
+                    w.Tuple(mesh.dim_names.size(), [&] {
+                      for (const std::string& n : mesh.dim_names) w.Str(n);
+                    });
+                    w.Str("_flatten_mesh_list");
+                    Shape all(world);
+                    for (int r = 0; r < world; ++r) all[r] = r;
+                    w.TupleOfInts(all);
+                    w.Str("_thread_id");
+                    w.None();
+                    w.Str("_dim_group_infos");
+                    w.List(false, [&] {
+                      if (rows == 1) {
+                        w.Tuple(3, [&] {
+                          w.Str(mesh.group_tag);
+                          w.List(world == 0, [&] {
+                            for (int r = 0; r < world; ++r) w.Int(r);
+                          });
+                          w.Str(mesh.group_name);
+                        });
+                        return;
+                      }
+                      const std::string across = std::to_string(1 + col);
+                      w.Tuple(3, [&] {  // dim 0: this column's replicas
+                        w.Str("ptd:" + across);
+                        w.List(false, [&] {
+                          for (int i = 0; i < rows; ++i) w.Int(i * cols + col);
+                        });
+                        w.Str(across);
+                      });
+                      const std::string along = std::to_string(1 + cols + row);
+                      w.Tuple(3, [&] {  // dim 1: this row's shards
+                        w.Str("ptd:" + along);
+                        w.List(false, [&] {
+                          for (int j = 0; j < cols; ++j) w.Int(row * cols + j);
+                        });
+                        w.Str(along);
+                      });
+                    });
+                    w.Str("_coordinate_on_dim");
+                    w.List(false, [&] {
+                      if (rows > 1) w.Int(row);
+                      w.Int(rows > 1 ? col : rank);
+                    });
+                    w.Str("_hash");
+                    w.None();  // DeviceMesh.__hash__ recomputes a falsy _hash
+                  });
+                });
+                w.Str("placements");
+                w.Tuple(rows > 1 ? 2 : 1, [&] {
+                  if (rows > 1) {
+                    w.Object("torch.distributed.tensor.placement_types", "Replicate",
+                             [&] { w.Dict(true, [] {}); });
+                  }
+                  w.Object("torch.distributed.tensor.placement_types", "Shard", [&] {
+                    w.Dict(false, [&] {
+                      w.Str("dim");
+                      w.Int(dim);
+                    });
+                  });
+                });
+                w.Str("tensor_meta");
+                w.Reduce([&] { w.Global("torch.distributed.tensor._dtensor_spec", "TensorMeta"); },
                          3,
                          [&] {
                            w.TorchSize(global);
                            w.TupleOfInts(Strides(global));
                            w.Global("torch", dtype);
                          });
-                     w.Str("_hash");
-                     w.None();
-                   });
-                 });
-               });
-             });
-           });
+                w.Str("_hash");
+                w.None();
+              });
+            });
+          });
+        });
+      });
 }
 
 void EmitScalar(ArchiveOut& a, const nlohmann::json& v) {
@@ -258,21 +293,46 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
   const int to = o.world_size;
   std::vector<VerlRankState> ranks;
   for (int r = 0; r < from; ++r) ranks.push_back(ReadVerlRank(src, from, r));
+  ReconcileVerlRanks(ranks, src);
   const VerlRankState& r0 = ranks[0];
   const int from_fsdp = SourceFsdpVersion(src, r0);
   const int to_fsdp = o.fsdp_version ? o.fsdp_version : from_fsdp;
   Mesh mesh;
-  if (r0.mesh.is_object()) {
-    if (r0.mesh.value("dims", 1) != 1) {
-      Fail(ErrorKind::kUnsupported, "{}: a device mesh of {} dimensions (HSDP) is not resharded",
-           src, r0.mesh.value("dims", 1));
+  // HSDP: the source's shard size (fsdp_size) when it divides the new world, or --fsdp-size.
+  int fsdp_size = o.fsdp_size;
+  const int source_dims = r0.mesh.is_object() ? r0.mesh.value("dims", 1) : 1;
+  if (source_dims > 2) {
+    Fail(ErrorKind::kUnsupported, "{}: a device mesh of {} dimensions is not resharded", src,
+         source_dims);
+  }
+  if (fsdp_size == 0 && source_dims == 2 && r0.mesh.contains("shape")) {
+    const int s = r0.mesh["shape"].at(1).get<int>();
+    if (s < to && to % s == 0) fsdp_size = s;
+  }
+  if (fsdp_size > 0 && fsdp_size < to) {
+    if (to % fsdp_size != 0) {
+      Fail(ErrorKind::kInvalidArgument, "--fsdp-size {} does not divide --world-size {}", fsdp_size,
+           to);
     }
+    if (to_fsdp == 1) {
+      Fail(ErrorKind::kUnsupported,
+           "{}: FSDP1 HYBRID_SHARD (HSDP, fsdp_size {} of {}) is not written; FSDP2 is (--fsdp 2)",
+           src, fsdp_size, to);
+    }
+    mesh.replicas = to / fsdp_size;
+    mesh.dim_names = {"ddp", "fsdp"};
+  }
+  const int shard_world = to / mesh.replicas;
+  if (r0.mesh.is_object()) {
     mesh.device_type = r0.mesh.value("device_type", mesh.device_type);
-    if (r0.mesh.contains("mesh_dim_names")) {
+    if (r0.mesh.contains("mesh_dim_names") &&
+        r0.mesh["mesh_dim_names"].size() == (mesh.replicas > 1 ? 2u : 1u)) {
       mesh.dim_names = r0.mesh["mesh_dim_names"].get<std::vector<std::string>>();
     }
-    mesh.group_tag = r0.mesh.value("group_tag", mesh.group_tag);
-    mesh.group_name = r0.mesh.value("group_name", mesh.group_name);
+    if (source_dims == 1) {  // a 2-D source's first group is not the world's
+      mesh.group_tag = r0.mesh.value("group_tag", mesh.group_tag);
+      mesh.group_name = r0.mesh.value("group_name", mesh.group_name);
+    }
   }
   std::map<std::string, Whole> whole = Assemble(ranks, src);
   const std::vector<std::string>& keys = r0.state_keys;  // the parameters (tied: once)
@@ -290,7 +350,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     groups = opt.at("param_groups");
     scalars = opt.value("state", nlohmann::json::object());
     std::vector<std::vector<std::string>> by_index;  // source index position -> FQNs
-    if (opt.contains("fsdp1_units")) {
+    if (opt.contains("fsdp1_units") && !opt.contains("fsdp1_align")) {  // flat: one per unit
       for (const auto& u : opt["fsdp1_units"])
         by_index.push_back(u.get<std::vector<std::string>>());
     } else {
@@ -322,24 +382,25 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     return it == whole.end() ? nullptr : &it->second.data;
   };
 
-  // FSDP1 target units.
+  // FSDP1 target units; use_orig_params=True (the source's, aligned) keeps
+  // per-parameter optimizer state.
+  const bool orig = to_fsdp == 1 && has_optim && r0.common["optimizer"].contains("fsdp1_align");
   std::vector<Fsdp1Unit> units;
   if (to_fsdp == 1) {
     if (has_optim && r0.common["optimizer"].contains("fsdp1_units")) {
       std::map<std::string, size_t> index;
       for (size_t i = 0; i < keys.size(); ++i) index[keys[i]] = i;
+      const int64_t align = r0.common["optimizer"].value("fsdp1_align", 0);
       for (const auto& u : r0.common["optimizer"]["fsdp1_units"]) {
         Fsdp1Unit unit;
-        for (const auto& f : u) {
-          unit.params.push_back(index.at(f.get<std::string>()));
-          unit.total += numels[unit.params.back()];
-        }
+        for (const auto& f : u) unit.params.push_back(index.at(f.get<std::string>()));
+        SetFsdp1Align(unit, numels, align);
         units.push_back(std::move(unit));
       }
     } else {
       units = DefaultFsdp1Units(keys, numels);
     }
-    if (has_optim && groups.size() != 1) {
+    if (has_optim && groups.size() != 1 && !orig) {
       Fail(ErrorKind::kUnsupported,
            "{}: {} parameter groups: FSDP1's flat parameters are written for one group only", src,
            groups.size());
@@ -360,7 +421,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
               std::find(r0.param_keys.begin(), r0.param_keys.end(), k) == r0.param_keys.end()) {
             a.Tensor_(t);
           } else {
-            EmitDTensor(a, t, to_fsdp == 1 ? 0 : Fsdp2Dim(t.shape(), to), to, n, mesh);
+            EmitDTensor(a, t, to_fsdp == 1 ? 0 : Fsdp2Dim(t.shape(), shard_world), to, n, mesh);
           }
         }
       });
@@ -369,9 +430,38 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
     if (has_optim) {
       ArchiveOut a;
       PickleWriter& w = a.w;
+      // One parameter's state: its scalars, then each tensor state as `emit` writes it.
+      auto param_state = [&](const std::string& fqn, const auto& emit) {
+        w.Dict(false, [&] {
+          if (scalars.contains(fqn)) {
+            for (const auto& [sname, v] : scalars[fqn].items()) {
+              w.Str(sname);
+              EmitScalar(a, v);
+            }
+          }
+          for (const std::string& s : state_names) {
+            if (const Tensor* t = state_of(s, fqn)) {
+              w.Str(s);
+              emit(*t);
+            }
+          }
+        });
+      };
       w.Dict(false, [&] {
         w.Str("state");
-        if (to_fsdp == 2) {
+        if (orig) {  // use_orig_params=True: each parameter's piece of its unit's shard
+          w.Dict(false, [&] {
+            for (size_t u = 0; u < units.size(); ++u) {
+              for (const Fsdp1Piece& piece : Fsdp1RankPieces(units[u], numels, to, n)) {
+                const std::string& fqn = keys[piece.param];
+                w.Int(static_cast<int64_t>(piece.param));
+                param_state(fqn, [&](const Tensor& t) {  // one rank (NO_SHARD): its own shape
+                  a.Tensor_(to == 1 ? t : t.FlatSlice(piece.in_param));
+                });
+              }
+            }
+          });
+        } else if (to_fsdp == 2) {
           std::map<std::string, size_t> index;
           for (size_t i = 0; i < keys.size(); ++i) index[keys[i]] = i;
           w.Dict(false, [&] {
@@ -385,19 +475,8 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
               }();
               if (!any) continue;
               w.Int(static_cast<int64_t>(i));
-              w.Dict(false, [&] {
-                if (scalars.contains(fqn)) {
-                  for (const auto& [sname, v] : scalars[fqn].items()) {
-                    w.Str(sname);
-                    EmitScalar(a, v);
-                  }
-                }
-                for (const std::string& s : state_names) {
-                  if (const Tensor* t = state_of(s, fqn)) {
-                    w.Str(s);
-                    EmitDTensor(a, *t, Fsdp2Dim(t->shape(), to), to, n, mesh);
-                  }
-                }
+              param_state(fqn, [&](const Tensor& t) {
+                EmitDTensor(a, t, Fsdp2Dim(t.shape(), shard_world), to, n, mesh);
               });
             }
           });
@@ -453,7 +532,7 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
           for (size_t g = 0; g < groups.size(); ++g) {
             nlohmann::json group = groups[g];
             nlohmann::json params = nlohmann::json::array();
-            if (to_fsdp == 1) {
+            if (to_fsdp == 1 && !orig) {
               for (size_t u = 0; u < units.size(); ++u) params.push_back(u);
             } else {
               // torch's load_state_dict pairs saved and current parameters by
@@ -488,9 +567,15 @@ void ReshardComponent(const std::string& src, const fs::path& dst, const VerlRes
   }
   report.lines.push_back(fmt::format(
       "{}: FSDP{} world size {} -> FSDP{} world size {} ({} parameters, {} tied "
-      "aliases, {} buffers{})",
+      "aliases, {} buffers{}{}{})",
       name, from_fsdp, from, to_fsdp, to, keys.size(), r0.param_keys.size() - keys.size(),
-      r0.model_keys.size() - r0.param_keys.size(), has_optim ? ", optimizer state" : ""));
+      r0.model_keys.size() - r0.param_keys.size(), has_optim ? ", optimizer state" : "",
+      orig ? fmt::format(", use_orig_params=True: per-parameter pieces of {} FSDP units aligned "
+                         "to {} elements",
+                         units.size(), units[0].align)
+           : "",
+      mesh.replicas > 1 ? fmt::format(", HSDP: {} replicas x {} shards", mesh.replicas, shard_world)
+                        : ""));
   if (fs::exists(fs::path(src) / VerlExtraFile(from, 0))) {
     report.lines.push_back(fmt::format(
         "{}: extra_state (lr_scheduler, RNG) of rank n is source rank n mod {}'s: kept for ranks "

@@ -13,7 +13,9 @@
 //   placed as their parameter>}}, "param_groups"} by model parameter order;
 //   FSDP1 (use_orig_params=False): one flat 1-D shard per FSDP unit
 //   (fsdp1_flat.h), zero tail padding; the units are the source's (FSDP1) or
-//   verl's default wrap (each decoder layer; FSDP2 -> FSDP1). param_groups as
+//   verl's default wrap (each decoder layer; FSDP2 -> FSDP1); for a
+//   use_orig_params=True source, per parameter: its 1-D piece of the rank's
+//   shard of the source's aligned units (none where empty). param_groups as
 //   the source's, their params renumbered (tuples become lists).
 // - extra_state_world_size_N_rank_n.pt: source rank n mod W's file, bytes
 //   unchanged (lr scheduler identical on every rank; the RNG state is
@@ -31,7 +33,8 @@
 //
 // Errors: CheckpointError naming the file and key (kInvalidArgument for bad
 // options or an existing destination, kUnsupported for meshes of more than
-// one dimension or several parameter groups under FSDP1).
+// two dimensions, FSDP1 HSDP output or several parameter groups under FSDP1).
+// Replicas (HSDP) must hold equal values (kCorruption naming the rank).
 //
 // Thread-safety: one call at a time per destination.
 #ifndef DISTCKPT_FORMAT_VERL_VERL_RESHARD_H_
@@ -45,6 +48,11 @@ namespace distckpt {
 struct VerlReshardOptions {
   int world_size = 0;
   int fsdp_version = 0;  // 1 or 2; 0: the source's
+  // HSDP (verl's fsdp_config.fsdp_size): ranks per shard group; the new mesh
+  // is (world / fsdp_size, fsdp_size), ("ddp", "fsdp"), placements
+  // (Replicate(), Shard(d)), FSDP2 only. 0: the source's when it is HSDP and
+  // its fsdp_size divides the new world (else 1-D); -1 or >= world: 1-D.
+  int fsdp_size = 0;
 };
 
 struct VerlReshardReport {
