@@ -82,7 +82,8 @@ for root in "$fixtures"/megatron-runs/*/ "$fixtures"/verl-runs/megatron-*/; do
   # Every byte read is still checked: a flipped byte in the middle of the word embeddings,
   # which each rank under tp=2 reads in part (the tiles of its rows), is refused (exit 2)
   # naming the file and the key, and nothing is written.
-  if [ "$first" = tp=1 ]; then
+  if [ "$first" = tp=1 ] && "$d" verify "$work/resaved" --spec gpt -t tp=2 2>&1 |
+    grep -q "under tp=2: loads"; then
     read -r file at < <("$d" inspect "$work/resaved" --json 2>/dev/null | python3 -c '
 import json, sys
 c = json.load(sys.stdin)["tensors"]["embedding.word_embeddings.weight"]["chunks"][0]
