@@ -48,4 +48,18 @@ echo '{"benchmarks": []}' >"$dir/empty.json"
 "$compare" --results "$dir/empty.json" --baseline "$dir/baseline.json" >"$dir/out4" 2>&1 &&
   fail "missing entries must fail"
 grep -q '0 regressed, 2 missing, 0 skipped' "$dir/out4" || fail "missing: $(tail -1 "$dir/out4")"
+# "cpu_seconds": the CPU time is judged, not the real time (a starved run).
+cat >"$dir/cpu.json" <<'J'
+{"ratios": [{"name": "v", "numerator": "BM_V/1", "cpu_seconds": true, "baseline": 0.1, "limit": 2.0,
+  "tolerance": 1.0}]}
+J
+echo '{"benchmarks": [{"run_name": "BM_V/1", "aggregate_name": "median", "real_time": 3000,
+  "cpu_time": 300, "time_unit": "ms"}]}' >"$dir/v.json"
+"$compare" --results "$dir/v.json" --baseline "$dir/cpu.json" >"$dir/out5" 2>&1 ||
+  fail "0.3 CPU seconds under a cap of 2.0 must pass: $(cat "$dir/out5")"
+grep -q '0.300 ' "$dir/out5" || fail "cpu seconds: $(cat "$dir/out5")"
+echo '{"benchmarks": [{"run_name": "BM_V/1", "aggregate_name": "median", "real_time": 3000,
+  "cpu_time": 2500, "time_unit": "ms"}]}' >"$dir/v2.json"
+"$compare" --results "$dir/v2.json" --baseline "$dir/cpu.json" >"$dir/out6" 2>&1 &&
+  fail "2.5 CPU seconds over a cap of 2.0 must fail: $(cat "$dir/out6")"
 echo "compare_test: ok"

@@ -176,7 +176,7 @@ void BM_DcpReshard(benchmark::State& state) {
       ratio(zip_unverified.read, zip_unverified.needed);
 }
 
-// (tensor bytes, tensor count) as checkpoint_bench's IoSizes: 256 MiB states.
+// (tensor bytes, tensor count) as checkpoint_bench's IO_SIZES: 256 MiB states.
 void DcpSizes(benchmark::internal::Benchmark* b) {
   b->Args({64 << 10, 256})->Args({1 << 20, 64})->Args({16 << 20, 16})->Args({64 << 20, 4});
   b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);

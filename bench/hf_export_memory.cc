@@ -13,7 +13,7 @@
 #include <iostream>
 
 #include "comm/thread_world.h"
-#include "harness/runner.h"
+#include "harness/run/runner.h"
 #include "heap_counter.h"
 #include "interop/hf/export.h"
 

@@ -6,9 +6,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -42,6 +47,44 @@ std::optional<std::string> StoredObjectBytes(CheckpointReader& reader,
   return record->bytes;
 }
 
+// Levenshtein distance of `a` and `b`, or `limit` when it is at least that
+// (rows stop early: a checkpoint may hold 100,000 keys).
+size_t EditDistance(std::string_view a, std::string_view b, size_t limit) {
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) >= limit) return limit;
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0], smallest = row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = up;
+      smallest = std::min(smallest, row[j]);
+    }
+    if (smallest >= limit) return limit;
+  }
+  return std::min(row[b.size()], limit);
+}
+
+// The (at most) kNearestKeys stored names nearest `key`, nearest first, in
+// name order among equals: what a "no such key" error shows instead of every
+// name (one line of 100,000 names helps nobody).
+constexpr size_t kNearestKeys = 5;
+template <typename Map>
+std::vector<std::string> NearestKeys(const Map& stored, const std::string& key) {
+  std::vector<std::pair<size_t, std::string>> best;  // (distance, name), sorted
+  for (const auto& [name, unused] : stored) {
+    const size_t limit = best.size() < kNearestKeys ? SIZE_MAX : best.back().first;
+    const size_t d = EditDistance(name, key, limit);
+    if (d >= limit) continue;
+    best.insert(std::upper_bound(best.begin(), best.end(), std::pair{d, name}), {d, name});
+    if (best.size() > kNearestKeys) best.pop_back();
+  }
+  std::vector<std::string> names;
+  for (auto& [d, name] : best) names.push_back(std::move(name));
+  return names;
+}
+
 int DumpCommand(const std::string& dir, const std::string& key, const std::string& out) {
   Env* env = Env::Default();
   std::unique_ptr<CheckpointReader> reader = DetectFormat(env, dir).OpenReader(env, dir);
@@ -53,11 +96,9 @@ int DumpCommand(const std::string& dir, const std::string& key, const std::strin
                                bytes->size(), out);
       return kExitOk;
     }
-    std::vector<std::string> keys;
-    for (const auto& [k, t] : md.tensors) keys.push_back(k);
     Fail(ErrorKind::kKeyMismatch,
-         "{} holds no tensor '{}' (tensors: {}) and no object of that unique key", dir, key,
-         fmt::join(keys, ", "));
+         "{} holds no tensor '{}' and no object of that unique key (nearest of its {} tensors: {})",
+         dir, key, md.tensors.size(), fmt::join(NearestKeys(md.tensors, key), ", "));
   }
   // The whole tensor as one unsharded request: every stored chunk is read
   // and the chunks must cover the tensor exactly once.

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "format/format.h"
 #include "format/verl/verl_megatron.h"
-#include "harness/request_spec.h"
+#include "harness/tools/request_spec.h"
 #include "interop/convert.h"
 #include "interop/fsdp_dtensor_export.h"
 

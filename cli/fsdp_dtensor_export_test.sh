@@ -5,9 +5,9 @@
 # two source layouts identical (`diff`), refused topologies.
 #   fsdp_dtensor_export_test.sh DISTCKPT SCENARIO
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 spec=$2
-work=$(mktemp -d /tmp/distckpt-fsdp-dtensor-export-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work fsdp-dtensor-export
 "$d" save "$spec" --topology tp=2 --dir "$work/tp2" >/dev/null
 "$d" save "$spec" --topology dp=3 --dir "$work/dp3" --format fsdp-dtensor >/dev/null
 "$d" export "$work/tp2" --to fsdp-dtensor "$work/out" --spec "$spec" --topology dp=3,tp=2

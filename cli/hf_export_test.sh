@@ -4,9 +4,9 @@
 # the checkpoint is an input error naming the key.
 #   hf_export_test.sh DISTCKPT SCENARIO_DIR
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 scenarios=$2
-work=$(mktemp -d /tmp/distckpt-hf-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work hf
 for s in hf-gpt-gqa hf-gpt-tied; do
   spec=$scenarios/$s.json
   "$d" save "$spec" --topology tp=2,pp=2 --dir "$work/$s-a" >/dev/null

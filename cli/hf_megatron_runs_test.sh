@@ -9,9 +9,9 @@
 # and lists it; a model tensor no architecture places is refused by name.
 #   hf_megatron_runs_test.sh DISTCKPT RUNS_DIR SCENARIO_DIR
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 runs=$2 scenarios=$3
-work=$(mktemp -d /tmp/distckpt-hf-runs-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work hf-runs
 check_account() {  # check_account CKPT HF_DIR SUMMARY
   "$d" inspect "$1" --json > "$work/inspect.json"
   python3 - "$work/inspect.json" "$2" "$3" <<'PY'

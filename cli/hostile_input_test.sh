@@ -8,12 +8,12 @@
 # and a message naming the file and field; never a signal, a hang or an OOM.
 # Usage: hostile_input_test.sh DISTCKPT SCENARIO_DIR FIXTURE_DIR
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1
 scenarios=$2
 fixtures=$3
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 # expect CODE cmd...: runs cmd (20 s at most, 4 GiB of address space), checks its exit code.
 expect() {
   local want=$1; shift
@@ -211,6 +211,30 @@ expect 2 "$d" save "$spec" --topology tp=2, --dir "$w/comma"
 said "invalid topology 'tp=2,': empty field"
 expect 2 "$d" verify "$w/ck" --spec "$spec" -t tp=1048576
 said "runs one thread per rank"
+# ... refused before any thread or per-rank state is made, also without the
+# address-space limit (was 1.8 GB resident and 5.8 s, starting threads until
+# one failed): at most 2 s and 256 MiB.
+set +e
+/usr/bin/time -f '%e %M' -o "$w/time" timeout -s KILL 20 "$d" verify "$w/ck" --spec "$spec" \
+  -t tp=1048576 >"$w/out" 2>"$w/err"
+rc=$?
+set -e
+[[ $rc == 2 ]] || { cat "$w/out" "$w/err" >&2; fail "verify tp=1048576 without ulimit: exit $rc"; }
+said "this machine allows at most"
+read -r secs kib < <(tail -1 "$w/time")
+python3 -c "import sys; sys.exit(0 if float('$secs') <= 2 and int('$kib') <= 262144 else 1)" ||
+  fail "verify tp=1048576 took $secs s and $kib KiB resident"
+# dump of a key not stored: the nearest names and the count, not every name
+# (a checkpoint of 400 tensors).
+python3 - "$w/many.json" <<'PY'
+import json, sys
+json.dump({"name": "many", "tensors": [{"key": "layers.%d.weight" % i, "shape": [2]}
+                                       for i in range(400)]}, open(sys.argv[1], "w"))
+PY
+"$d" save "$w/many.json" --topology tp=1 --dir "$w/many" >/dev/null
+expect 2 "$d" dump "$w/many" layers.77.weights -o "$w/many.bin"
+said "holds no tensor 'layers.77.weights' and no object of that unique key (nearest of its 400 tensors: layers.77.weight, "
+(( $(wc -c <"$w/err") < 400 )) || { cat "$w/err" >&2; fail "dump's message lists more than the nearest names"; }
 # inspect --check refuses a linked data file as a load does.
 cp -r "$w/ck" "$w/linked"
 victim=$(cd "$w/linked" && ls | grep -v metadata.json | head -1)
@@ -237,5 +261,20 @@ manifest=$(ls "$w"/root/iter_0000002/*.json | head -1)
 printf '{"iteration": "\xff\xfe"}' >"$manifest"
 expect 1 "$d" manage list "$w/root"
 said "$manifest: not valid JSON"
+
+# JSON integers past their type in a file the user holds: Megatron's args in
+# the common state (an HF export reads moe_router_topk; 2^64 - 1 was read as
+# -1), refused naming the checkpoint and field.
+gpt=$scenarios/hf-gpt-gqa.json
+"$d" save "$gpt" --topology tp=1 --dir "$w/gpt" >/dev/null
+edit_metadata "$w/gpt" 'md["common"]["args"] = {"moe_router_topk": 2**64 - 1}'
+expect 2 "$d" export "$w/gpt" --to hf --spec "$gpt" "$w/gpt-hf"
+said "$w/gpt: common args moe_router_topk: 18446744073709551615 is not an integer of signed 64 bits"
+# verl's fsdp_config.json: an FSDP_version of 2^32 + 2 is not 2 (get<int>()
+# truncated it and the reshard went on as FSDP2).
+cp -r "$fixtures/verl-runs/fsdp2-w3/global_step_1" "$w/verl-version"
+printf '{"FSDP_version": 4294967298, "world_size": 3}' >"$w/verl-version/actor/fsdp_config.json"
+expect 2 "$d" reshard "$w/verl-version" --world-size 2 --out "$w/verl-version-out"
+said "fsdp_config.json: FSDP_version: 4294967298 is not an integer of signed 32 bits"
 
 echo "hostile inputs: ok"

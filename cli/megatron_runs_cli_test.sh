@@ -15,19 +15,9 @@
 #     (--steps at it: exit 0), past it exit 2; no file changed but the writer lock.
 #   megatron_runs_cli_test.sh DISTCKPT FIXTURES_DIR
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 fixtures=$2
-work=$(mktemp -d /tmp/distckpt-mruns-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-expect_rc() {  # expect_rc RC CMD...
-  local want=$1; shift
-  set +e
-  "$@" > "$work/out" 2>&1
-  local rc=$?
-  set -e
-  [ $rc = "$want" ] || { cat "$work/out"; fail "exit $rc (want $want): $*"; }
-}
-sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+make_work mruns
 roots=0 dumps=0
 for root in "$fixtures"/*/; do
   root=${root%/}

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "format/format.h"
 #include "format/verl/verl_megatron.h"
-#include "harness/request_spec.h"
+#include "harness/tools/request_spec.h"
 #include "io/env.h"
 #include "io/storage_path.h"
 #include "manager/catalog.h"

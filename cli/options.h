@@ -14,8 +14,8 @@
 #include "cli/commands.h"
 #include "cli/report.h"
 #include "comm/communicator.h"
-#include "harness/runner.h"
-#include "harness/verify.h"
+#include "harness/run/runner.h"
+#include "harness/tools/verify.h"
 
 namespace distckpt {
 

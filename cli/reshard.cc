@@ -1,5 +1,5 @@
 // distckpt reshard: a spec's request loaded from a checkpoint under a
-// topology and saved there (harness/verify.h: ReshardRank); or verl's
+// topology and saved there (harness/tools/verify.h: ReshardRank); or verl's
 // per-rank FSDP files for another world size (format/verl/verl_reshard.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,7 +19,7 @@
 #include "format/format.h"
 #include "format/verl/verl_megatron.h"
 #include "format/verl/verl_reshard.h"
-#include "harness/verify.h"
+#include "harness/tools/verify.h"
 #include "manager/catalog.h"
 #include "manager/layout.h"
 #include "manager/tracker.h"

@@ -1,5 +1,5 @@
 // distckpt run: save under A, load under B, for a scenario's pairs or its
-// topology matrix (harness/runner.h).
+// topology matrix (harness/run/runner.h).
 #include <fmt/format.h>
 #include <unistd.h>
 

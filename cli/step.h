@@ -1,5 +1,5 @@
 // What `distckpt save` and `distckpt load` share (cli/save.cc, cli/load.cc):
-// the step's flags, parsed straight into its StepStrategy (harness/runner.h),
+// the step's flags, parsed straight into its StepStrategy (harness/run/runner.h),
 // and a step run on every rank of the chosen backend.
 //
 // Thread-safety: OnRanks runs the step on the ranks' threads; the rest is
@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "cli/options.h"
-#include "harness/runner.h"
+#include "harness/run/runner.h"
 
 namespace distckpt {
 
@@ -28,7 +28,7 @@ struct StepArgs {
   std::string report_json;
   int pair = -1;  // scenario pair whose extras apply
   // The step's strategies and what the harness does around them
-  // (harness/runner.h: --fully-parallel, --async, --local, --device, ...).
+  // (harness/run/runner.h: --fully-parallel, --async, --local, --device, ...).
   StepStrategy strategy;
 };
 

@@ -4,10 +4,9 @@
 # and unknown schemes, are refused with exit 2 naming the URI, before anything is written.
 #   storage_uri_test.sh DISTCKPT SCENARIO
 set -uo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 scenario=$2
-work=$(mktemp -d /tmp/distckpt-uri-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+make_work uri
 ok() { "$@" > "$work/out" 2>&1; local rc=$?; [ $rc = 0 ] || { cat "$work/out"; fail "exit $rc from: $*"; }; }
 refused() {  # refused PATTERN COMMAND...: exit 2 and PATTERN in the output
   local pattern=$1; shift

@@ -1,5 +1,5 @@
 // distckpt train: the simulated training loop over the checkpoint manager.
-#include "harness/train.h"
+#include "harness/tools/train.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "format/format.h"
 #include "io/file_lock.h"
+#include "io/storage_path.h"
 #include "manager/layout.h"
 #include "topology/topology.h"
 
@@ -46,6 +47,7 @@ struct TrainArgs {
   bool verbose = false;
   int64_t non_persistent_save_interval = 0;  // 0 = none (ROOT/non_persistent/)
   std::string save_on_signal;                // "SIGTERM,SIGUSR1": save, finalize, exit 0
+  std::string upload;                        // remote root each commit is copied to
 };
 
 std::vector<std::string> SplitList(const std::string& text) {
@@ -84,7 +86,7 @@ std::unique_ptr<CrashPoint> CrashPointFromEnv() {
 }
 
 // --save-on-signal: the handler only records the signal; the training loop
-// reads it at every step and the ranks agree on it (harness/train.h).
+// reads it at every step and the ranks agree on it (harness/tools/train.h).
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void RecordStopSignal(int signo) { g_stop_signal = signo; }
@@ -134,7 +136,8 @@ void RefuseRootHeld(const std::string& root) {
 // A run that starts from scratch must not write into a root that already
 // holds checkpoints: its saves would supersede them and retention would
 // delete them. Refused, naming what is there, unless the run resumes.
-void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayout layout) {
+void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayout layout,
+                               std::string_view option = "--dir") {
   Catalog catalog = ScanRoot(env, root, layout);
   std::vector<std::string> held;
   if (catalog.tracker) held.push_back(fmt::format("tracker {}", catalog.tracker->ToString()));
@@ -150,15 +153,21 @@ void RefuseRootWithCheckpoints(Env* env, const std::string& root, CheckpointLayo
   if (held.empty()) return;
   Fail(ErrorKind::kInvalidArgument,
        "{} already holds {}; a run without --resume would replace them: pass --resume "
-       "auto|N|PATH to continue from them, or choose another --dir (nothing was changed)",
-       root, fmt::join(held, ", "));
+       "auto|N|PATH to continue from them, or choose another {} (nothing was changed)",
+       root, fmt::join(held, ", "), option);
 }
 
-// The simulated training loop over the checkpoint manager (harness/train.h).
+// The simulated training loop over the checkpoint manager (harness/tools/train.h).
 int TrainCommand(const TrainArgs& args) {
   // First: a signal from here on is a request to save and stop (before it,
   // during process start and argument parsing, it has its default action).
   if (!args.save_on_signal.empty()) InstallStopHandlers(args.save_on_signal);
+  if (args.dir.starts_with("s3://")) {
+    Fail(ErrorKind::kUnsupported,
+         "--dir {}: a training run's root needs a lock and atomic renames, which an object store "
+         "has not; save locally and upload each checkpoint: --dir LOCAL --upload {}",
+         args.dir, args.dir);
+  }
   Scenario s = LoadScenario(args.scenario);
   TrainOptions options;
   ManagerOptions& m = options.manager;
@@ -178,6 +187,15 @@ int TrainCommand(const TrainArgs& args) {
   options.load_contents = SplitList(args.load_contents);
   options.step_ms = args.step_ms;
   options.non_persistent_interval = args.non_persistent_save_interval;
+  if (!args.upload.empty()) {
+    StoragePath where = EnvForPath(args.upload);
+    m.upload.env = where.env;
+    m.upload.root = where.path;
+    while (m.upload.root.size() > 1 && m.upload.root.back() == '/') m.upload.root.pop_back();
+    if (where.env == PosixStorage() && m.upload.root == args.dir) {
+      Fail(ErrorKind::kInvalidArgument, "--upload {} is the run's own --dir", args.upload);
+    }
+  }
   if (!args.save_on_signal.empty())
     options.stop_requested = [] { return static_cast<int>(g_stop_signal); };
   std::unique_ptr<CrashPoint> crash = CrashPointFromEnv();
@@ -192,7 +210,11 @@ int TrainCommand(const TrainArgs& args) {
     AgreeOnOutcome(comm, [&] {
       if (rank != 0) return;
       RefuseRootHeld(args.dir);
-      if (args.resume.empty()) RefuseRootWithCheckpoints(Env::Default(), args.dir, m.layout);
+      if (args.resume.empty()) {
+        RefuseRootWithCheckpoints(Env::Default(), args.dir, m.layout);
+        if (m.upload.env)
+          RefuseRootWithCheckpoints(m.upload.env, m.upload.root, m.layout, "--upload");
+      }
     });
     if (rank == 0) {
       mine.log = [](const std::string& line) { std::cout << line << std::endl; };
@@ -234,6 +256,12 @@ int TrainCommand(const TrainArgs& args) {
       report.committed_non_persistent.empty()
           ? ""
           : fmt::format("; non-persistent: {}", fmt::join(report.committed_non_persistent, " ")));
+  if (m.upload.env) {
+    std::cout << fmt::format("uploaded to {}: {}\n", args.upload,
+                             report.uploaded.empty()
+                                 ? std::string("none")
+                                 : fmt::format("{}", fmt::join(report.uploaded, " ")));
+  }
   if (report.stop_signal != 0) {
     std::cout << fmt::format(
         "stopped at step {} on signal {} ({}): saved and finalized\n", report.last_step,
@@ -275,6 +303,9 @@ Command AddTrainCommand(CLI::App& app) {
   train->add_option("--save-on-signal", args->save_on_signal,
                     "on these signals (SIGTERM,SIGUSR1,...): save the step reached, finalize, "
                     "exit 0");
+  train->add_option("--upload", args->upload,
+                    "also copy each committed checkpoint to this root (s3://bucket/prefix or a "
+                    "path): data, metadata, then its tracker; --resume auto takes it when newer");
   train->add_flag("--verbose", args->verbose, "print every manager phase");
   return {train, [args](CommandLine& line) {
             // No relaunch: `train --backend mpi` runs inside mpirun.

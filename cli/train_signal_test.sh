@@ -9,10 +9,9 @@
 # process only, and every rank must stop at the same step.
 #   train_signal_test.sh DISTCKPT SCENARIO [threads|mpi] [TRIALS]
 set -uo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 scenario=$2 mode=${3:-threads} trials=${4:-6}
-work=$(mktemp -d /tmp/distckpt-signal-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+make_work signal
 expect() {  # expect PATTERN FILE
   grep -qE "$1" "$2" || { echo "expected /$1/ in:"; cat "$2"; exit 1; }
 }

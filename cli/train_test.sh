@@ -5,9 +5,9 @@
 # mpirun) the same under Open MPI ranks. The last step is saved too.
 #   train_test.sh DISTCKPT SCENARIO [mpi]
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 scenario=$2 mode=${3:-threads}
-work=$(mktemp -d /tmp/distckpt-train-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work train
 expect() {  # expect PATTERN FILE
   grep -qE "$1" "$2" || { echo "expected /$1/ in:"; cat "$2"; exit 1; }
 }

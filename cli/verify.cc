@@ -1,7 +1,7 @@
 // distckpt verify: would a checkpoint load under a topology? A request spec
-// checked against an existing checkpoint (harness/verify.h): metadata only,
+// checked against an existing checkpoint (harness/tools/verify.h): metadata only,
 // or with --data every stored byte.
-#include "harness/verify.h"
+#include "harness/tools/verify.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

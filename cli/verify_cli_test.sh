@@ -4,11 +4,11 @@
 # JUnit / Markdown reports of a failing matrix and of a diff, each parsed.
 # Usage: verify_cli_test.sh DISTCKPT SCENARIO_DIR
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1
 scenarios=$2
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 expect() {  # expect CODE cmd...
   local want=$1; shift
   set +e; "$@" >"$w/out" 2>"$w/err"; local got=$?; set -e

@@ -6,9 +6,9 @@
 # state is left out, verl's config.json is copied; a bad --config is exit 2.
 #   verl_export_test.sh DISTCKPT FIXTURE
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 fixture=$2
-work=$(mktemp -d /tmp/distckpt-verl-hf-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work verl-hf
 for format in native dcp; do
   "$d" import-verl "$fixture" --dir "$work/$format" --format "$format" >/dev/null
   "$d" export "$work/$format" --to hf "$work/hf-$format" --spec names \

@@ -16,19 +16,9 @@
 #     INCOMPLETE in manage list, refused by inspect (exit 2); no fixture file changed.
 #   verl_megatron_runs_cli_test.sh DISTCKPT FIXTURES_DIR
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 fixtures=$2
-work=$(mktemp -d /tmp/distckpt-vmruns-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-expect_rc() {  # expect_rc RC CMD...
-  local want=$1; shift
-  set +e
-  "$@" > "$work/out" 2>&1
-  local rc=$?
-  set -e
-  [ $rc = "$want" ] || { cat "$work/out"; fail "exit $rc (want $want): $*"; }
-}
-sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+make_work vmruns
 # dump_equal CK EXPECTED_JSON [model|all]: every tensor of the expected file dumped from CK
 # has the sha256 verl's load gave.
 dump_equal() {

@@ -7,9 +7,9 @@
 # sha256 of the bytes), Adam's step too; then manage list on the roots.
 #   verl_runs_cli_test.sh DISTCKPT FIXTURES
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 d=$1 fixtures=$2
-work=$(mktemp -d /tmp/distckpt-verl-runs-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work verl-runs
 check() {  # root step [source folder]
   local root=$1 step=$2 out=$work/$1-$2-$(basename "${3:-x}")
   "$d" import-verl "${3:-$fixtures/$root/$step}/actor" --dir "$out" >/dev/null

@@ -6,12 +6,12 @@
 # and reshard with the fixture's spec; damage refused naming the file.
 #   zarr_cli_test.sh DISTCKPT FIXTURES
 set -euo pipefail
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 exe=$1 fixtures=$2
 ck=$fixtures/gpt-tp2-pp2
 expected=$fixtures/expected/gpt-tp2-pp2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$exe" inspect "$ck" >"$work/inspect"
 grep -q "zarr format v1" "$work/inspect" || fail "inspect: $(cat "$work/inspect")"

@@ -1,4 +1,4 @@
-// libFuzzer target: scenario / spec JSON (harness/spec.h Scenario::FromJson)
+// libFuzzer target: scenario / spec JSON (harness/spec/spec.h Scenario::FromJson)
 // and the expansion of every topology it names for rank 0. Any input is
 // accepted or throws CheckpointError (JSON syntax errors included).
 #include <algorithm>
@@ -8,8 +8,8 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "harness/rank_state.h"
-#include "harness/spec.h"
+#include "harness/expand/rank_state.h"
+#include "harness/spec/spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -17,7 +17,7 @@
 #include "engine/load.h"
 #include "engine/load_plan.h"
 #include "format/format.h"
-#include "harness/expand.h"
+#include "harness/expand/expand.h"
 #include "mapping/dict_utils.h"
 #include "property/generators.h"
 #include "property/harness.h"

@@ -17,8 +17,8 @@
 #include "engine/checkpoint_diff.h"
 #include "engine/load.h"
 #include "engine/save.h"
-#include "harness/expand.h"
-#include "harness/resave.h"
+#include "harness/expand/expand.h"
+#include "harness/expand/resave.h"
 #include "property/generators.h"
 #include "property/harness.h"
 #include "property/steps.h"
@@ -60,7 +60,7 @@ Loaded LoadUnder(const Scenario& s, const Topology& saved, const Topology& topo,
 }
 
 // Loads A's checkpoint under B and saves the loaded state under B (what a
-// pair's "resave" does: harness/resave.h).
+// pair's "resave" does: harness/expand/resave.h).
 std::optional<std::string> Resave(const Scenario& s, const Topology& a, const Topology& b,
                                   const std::string& from, const std::string& to) {
   return OnThreads(b.world_size(), [&](Communicator& comm) {

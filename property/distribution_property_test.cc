@@ -31,7 +31,7 @@
 #include <random>
 
 #include "comm/thread_world.h"
-#include "harness/rank_state.h"
+#include "harness/expand/rank_state.h"
 #include "mapping/validation.h"
 #include "property/generators.h"
 #include "property/harness.h"

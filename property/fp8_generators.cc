@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "harness/values.h"
+#include "harness/expand/values.h"
 
 namespace distckpt {
 namespace {

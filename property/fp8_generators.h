@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/spec.h"
+#include "harness/spec/spec.h"
 #include "property/generators.h"
 #include "topology/topology.h"
 

@@ -6,8 +6,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "harness/expand.h"
-#include "harness/rank_state.h"
+#include "harness/expand/expand.h"
+#include "harness/expand/rank_state.h"
 #include "property/fp8_generators.h"
 #include "property/optimizer_generators.h"
 

@@ -15,7 +15,7 @@
 //    stays within `max_elements`.
 //  - GenScenario: tensors, objects and, one case in three, an FSDP layout
 //    (Megatron-FSDP buckets or FSDP2 torch.chunk rows over DP x CP) that
-//    re-shards the eligible tensors (harness/rank_state.h FsdpEligible).
+//    re-shards the eligible tensors (harness/expand/rank_state.h FsdpEligible).
 //  - ReshardClasses: the classes of a case, for RC_TAG and class minimums.
 //
 // Thread-safety: generators are values; use them from one thread.
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/spec.h"
+#include "harness/spec/spec.h"
 #include "topology/topology.h"
 
 namespace distckpt {

@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "harness/values.h"
+#include "harness/expand/values.h"
 
 namespace distckpt {
 namespace {

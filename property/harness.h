@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "harness/spec.h"
+#include "harness/spec/spec.h"
 #include "property/scenario_shrink.h"
 
 namespace distckpt {

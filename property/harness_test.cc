@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/expand.h"
-#include "harness/spec.h"
+#include "harness/expand/expand.h"
+#include "harness/spec/spec.h"
 #include "io/env.h"
 #include "io/testing.h"
 #include "property/generators.h"

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "harness/gpt_model.h"
+#include "harness/expand/gpt_model.h"
 #include "property/generators.h"
 #include "topology/topology.h"
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/spec.h"
+#include "harness/spec/spec.h"
 
 namespace distckpt {
 

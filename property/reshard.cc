@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "harness/runner.h"
+#include "harness/run/runner.h"
 #include "topology/topology.h"
 
 namespace distckpt {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "harness/spec.h"
+#include "harness/spec/spec.h"
 #include "property/harness.h"
 
 namespace distckpt {

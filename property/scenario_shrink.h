@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "harness/spec.h"
+#include "harness/spec/spec.h"
 #include "property/generators.h"
 
 namespace distckpt {

@@ -6,8 +6,8 @@
 
 #include "comm/thread_world.h"
 #include "format/format.h"
-#include "harness/expand.h"
-#include "harness/runner.h"
+#include "harness/expand/expand.h"
+#include "harness/run/runner.h"
 #include "mapping/dict_utils.h"
 #include "topology/topology.h"
 

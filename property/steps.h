@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "harness/spec.h"
+#include "harness/spec/spec.h"
 #include "mapping/sharded_tensor.h"
 #include "topology/topology.h"
 

@@ -19,8 +19,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "harness/expand.h"
-#include "harness/runner.h"
+#include "harness/expand/expand.h"
+#include "harness/run/runner.h"
 #include "mapping/py_format.h"
 #include "mapping/validation.h"
 #include "property/generators.h"

@@ -12,7 +12,7 @@
 
 #include "comm/thread_world.h"
 #include "format/format.h"
-#include "harness/runner.h"
+#include "harness/run/runner.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
 

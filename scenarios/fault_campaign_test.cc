@@ -1,5 +1,5 @@
 // The crash and power-loss campaign over the public save paths
-// (harness/fault_campaign.h): every mutating file operation of a save over
+// (harness/run/fault_campaign.h): every mutating file operation of a save over
 // an existing checkpoint, for native and DCP, plain / fully parallel / async
 // saves, in place (overwrite), beside the previous checkpoint (a new
 // directory) and local checkpoints, on a 4-rank thread world. After each
@@ -9,7 +9,7 @@
 //
 // fault_campaign_test runs DISTCKPT_CAMPAIGN_SAMPLE points per campaign (the
 // default suite); fault_campaign_full_test (label slow) runs every point.
-#include "harness/fault_campaign.h"
+#include "harness/run/fault_campaign.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 
 #include "comm/thread_world.h"
 #include "format/format.h"
-#include "harness/runner.h"
+#include "harness/run/runner.h"
 #include "io/testing.h"
 
 #ifndef DISTCKPT_CAMPAIGN_SAMPLE

@@ -15,7 +15,7 @@
 #include "comm/mpi_test_env.h"
 #include "engine/checkpoint_diff.h"
 #include "format/format.h"
-#include "harness/runner.h"
+#include "harness/run/runner.h"
 
 namespace distckpt {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "core/error.h"
 #include "core/error_testing.h"
-#include "harness/expand.h"
-#include "harness/rank_state.h"
-#include "harness/runner.h"
+#include "harness/expand/expand.h"
+#include "harness/expand/rank_state.h"
+#include "harness/run/runner.h"
 #include "mapping/dict_utils.h"
 
 namespace distckpt {

@@ -4,11 +4,18 @@
 // collective copies each payload only into the ranks that receive it.
 #include "comm/thread_world.h"
 
+#include <pthread.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <thread>
 #include <type_traits>
 
@@ -397,11 +404,68 @@ bool IsCommError(const std::exception_ptr& error) {
 
 }  // namespace
 
-std::vector<RankOutcome> RunRanksCollect(int world_size,
-                                         const std::function<void(Communicator&)>& fn) {
+namespace {
+
+// A number from a /proc file (its first field), or nullopt.
+std::optional<uint64_t> ProcNumber(const char* path) {
+  std::ifstream in(path);
+  uint64_t n = 0;
+  if (in >> n) return n;
+  return std::nullopt;
+}
+
+// The lines of /proc/self/maps (the process's memory mappings).
+uint64_t MappingCount() {
+  std::ifstream in("/proc/self/maps");
+  return static_cast<uint64_t>(std::count(std::istreambuf_iterator<char>(in), {}, '\n'));
+}
+
+}  // namespace
+
+void CheckThreadWorldFits(int world_size) {
   if (world_size < 1) {
     Fail(ErrorKind::kInvalidArgument, "world size must be at least 1, got {}", world_size);
   }
+  if (world_size <= 1024) return;  // well inside every limit below
+  // Each thread takes a task (threads-max, pid_max) and two mappings, its
+  // stack and the guard page (max_map_count), and its stack's address space
+  // (ulimit -v). A world past any of these fails only after thousands of
+  // threads have started (seconds, and GBs of resident memory).
+  struct Limit {
+    uint64_t threads;
+    std::string what;
+  };
+  std::vector<Limit> limits;
+  if (auto n = ProcNumber("/proc/sys/kernel/threads-max")) limits.push_back({*n, "threads-max"});
+  if (auto n = ProcNumber("/proc/sys/kernel/pid_max")) limits.push_back({*n, "pid_max"});
+  if (auto n = ProcNumber("/proc/sys/vm/max_map_count")) {
+    const uint64_t used = MappingCount();
+    limits.push_back({*n > used ? (*n - used) / 2 : 0, "vm.max_map_count, two mappings a thread"});
+  }
+  rlimit as{};
+  pthread_attr_t attr;
+  size_t stack = 0;
+  if (pthread_getattr_default_np(&attr) == 0) {
+    pthread_attr_getstacksize(&attr, &stack);
+    pthread_attr_destroy(&attr);
+  }
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && stack > 0) {
+    limits.push_back({as.rlim_cur / stack, fmt::format("ulimit -v {} KiB, {} KiB of stack a thread",
+                                                       as.rlim_cur >> 10, stack >> 10)});
+  }
+  for (const Limit& limit : limits) {
+    if (static_cast<uint64_t>(world_size) > limit.threads) {
+      Fail(ErrorKind::kInvalidArgument,
+           "a world of {} ranks runs one thread per rank, and this machine allows at most {} "
+           "threads ({}): use fewer ranks, or --backend mpi",
+           world_size, limit.threads, limit.what);
+    }
+  }
+}
+
+std::vector<RankOutcome> RunRanksCollect(int world_size,
+                                         const std::function<void(Communicator&)>& fn) {
+  CheckThreadWorldFits(world_size);  // before any thread, or per-rank state, is made
   std::vector<int> ranks(world_size);
   std::iota(ranks.begin(), ranks.end(), 0);
   auto world = std::make_shared<World>(world_size);

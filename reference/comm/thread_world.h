@@ -23,6 +23,11 @@ struct RankOutcome {
   std::exception_ptr error;  // null on success
 };
 
+// Refuses (kInvalidArgument, naming the limit) a world this process cannot
+// start a thread per rank for: threads-max, pid_max, vm.max_map_count, the
+// address-space limit over the default stack size. RunRanks checks it
+// first; a caller that keeps per-rank state checks it before making that.
+void CheckThreadWorldFits(int world_size);
 // Runs and returns every rank's outcome without rethrowing.
 std::vector<RankOutcome> RunRanksCollect(int world_size,
                                          const std::function<void(Communicator&)>& fn);

@@ -36,21 +36,29 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
                 const LoadOptions& options) {
   auto start = std::chrono::steady_clock::now();
   Env* env = options.env ? options.env : Env::Default();
+  std::unique_ptr<CheckpointReader> reader;
+  AgreeOnOutcome(comm, [&] { reader = DetectFormat(env, dir).OpenReader(env, dir); });
+  const double open_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  LoadResult result = Load(request, *reader, comm, options);
+  result.summary.seconds += open_seconds;  // the load's time includes the open
+  return result;
+}
+
+LoadResult Load(const Node& request, CheckpointReader& reader, Communicator& comm,
+                const LoadOptions& options) {
+  auto start = std::chrono::steady_clock::now();
   LoadResult result;
 
-  std::unique_ptr<CheckpointReader> reader;
   LoadPieces pieces;
-  AgreeOnOutcome(comm, [&] {
-    reader = DetectFormat(env, dir).OpenReader(env, dir);
-    pieces = LoadPreprocess(request);
-  });
+  AgreeOnOutcome(comm, [&] { pieces = LoadPreprocess(request); });
 
   if (RequiresExplicitCkptMismatchCheck(options.strict)) {
     std::set<std::string> mine = RequestedKeys(pieces.sharded());
     std::set<std::string> all;
     if (RequiresGlobalAppMetadata(options.strict)) all = AllRanksKeys(mine, comm);
     AgreeOnOutcome(comm, [&] {
-      std::vector<std::string> stored = reader->metadata().Keys();
+      std::vector<std::string> stored = reader.metadata().Keys();
       std::string log;
       result.mismatch = ApplyStrictHandling(options.strict, pieces.mutable_sharded(),
                                             {stored.begin(), stored.end()}, all, &log);
@@ -64,10 +72,10 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
   // than 16 threads contending for 2 cores).
   const int readers = ThreadsPerRank(comm);
   ReadShardsFn read = [&](const Node& sharded) {
-    return ReadShardedState(*reader, sharded, options.verify, &result.summary, readers);
+    return ReadShardedState(reader, sharded, options.verify, &result.summary, readers);
   };
   if (options.plan_only) {
-    AgreeOnOutcome(comm, [&] { PlanShardedState(*reader, pieces.sharded(), &result.summary); });
+    AgreeOnOutcome(comm, [&] { PlanShardedState(reader, pieces.sharded(), &result.summary); });
     result.summary.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
@@ -76,7 +84,7 @@ LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
       LoadSharded(options.strategy, pieces.sharded(), read, comm, &result.summary.exchange);
 
   AgreeOnOutcome(comm, [&] {
-    result.state_dict = AssembleLoadResult(reader->metadata().common, pieces, std::move(loaded));
+    result.state_dict = AssembleLoadResult(reader.metadata().common, pieces, std::move(loaded));
   });
   result.summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

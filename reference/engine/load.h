@@ -29,6 +29,7 @@
 
 #include "comm/communicator.h"
 #include "engine/options.h"
+#include "format/format.h"
 #include "mapping/state_dict.h"
 #include "mapping/strict.h"
 
@@ -41,6 +42,12 @@ struct LoadResult {
 };
 
 LoadResult Load(const Node& request, const std::string& dir, Communicator& comm,
+                const LoadOptions& options = {});
+// The same load from this rank's reader of a checkpoint the caller opened
+// (OpenCheckpoint, engine/metadata_api.h), e.g. to read its common state
+// before building the request: the checkpoint is opened once. Every rank
+// passes its own reader; `options.env` is not used (the reader has its Env).
+LoadResult Load(const Node& request, CheckpointReader& reader, Communicator& comm,
                 const LoadOptions& options = {});
 
 }  // namespace distckpt

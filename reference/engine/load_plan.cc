@@ -15,6 +15,20 @@ TensorPlan PlanTensorLoad(const StoredTensor& stored, const ShardedTensor& reque
          ShapeToString(stored.global_shape), ShapeToString(request.global_shape), request.key);
   }
   const Box want = request.GlobalBox();
+  // The common case of small tensors (a norm, a bias, an expert loaded as it
+  // was saved): the one stored chunk is exactly the request, inside the
+  // stored shape, neither side flat: one run, planned without building boxes.
+  // (The same plan as below; with an index the general path is taken.)
+  if (!index && !request.flattened_range && stored.chunks.size() == 1 && !stored.chunks[0].flat &&
+      stored.chunks[0].box == want && InsideShape(want, stored.global_shape)) {
+    TensorPlan plan;
+    plan.elements_needed = want.volume();
+    if (plan.elements_needed > 0) {
+      plan.chunks.push_back({0, {{0, 0, plan.elements_needed}}, plan.elements_needed});
+      plan.elements_covered = plan.elements_needed;
+    }
+    return plan;
+  }
   // With allow_shape_mismatch only the part inside the stored shape is read;
   // the rest of the destination stays zero (Megatron's trim / zero-pad).
   const Box stored_box{Shape(stored.global_shape.size(), 0), stored.global_shape};

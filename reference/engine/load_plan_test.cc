@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "engine/chunk_index.h"
 #include "io/testing.h"
 
 namespace distckpt {
@@ -108,6 +109,63 @@ TEST(LoadPlanTest, OverlappingStoredChunksAreCorruption) {
         PlanTensorLoad(stored, Request({6, 4}, Box{{0, 0}, {6, 4}}));
       },
       ThrowsError(ErrorKind::kCorruption, "stored chunks of key 'w' overlap"));
+}
+
+// A single stored chunk that is exactly the request takes a short path
+// (PlanTensorLoad without an index); it must give the general path's plan
+// (taken with an index), including the edges: an empty box, a chunk past the
+// stored shape under allow_shape_mismatch, a flat chunk, a partial request.
+TEST(LoadPlanTest, OneWholeChunkShortPathEqualsGeneralPath) {
+  struct Case {
+    Shape global;
+    Box chunk;
+    Box request;
+    std::optional<FlatRange> flat;
+    bool allow_mismatch;
+  };
+  const std::vector<Case> cases = {
+      {{6, 4}, Box{{0, 0}, {6, 4}}, Box{{0, 0}, {6, 4}}, std::nullopt, false},
+      {{5}, Box{{0}, {5}}, Box{{0}, {5}}, std::nullopt, false},
+      {{2, 3, 4}, Box{{0, 0, 0}, {2, 3, 4}}, Box{{0, 0, 0}, {2, 3, 4}}, std::nullopt, false},
+      {{6, 4}, Box{{0, 0}, {0, 4}}, Box{{0, 0}, {0, 4}}, std::nullopt, false},
+      {{6, 4}, Box{{0, 0}, {6, 4}}, Box{{0, 0}, {6, 4}}, FlatRange{0, 24}, false},
+      {{6, 4}, Box{{0, 0}, {6, 4}}, Box{{0, 0}, {3, 4}}, std::nullopt, false},
+      {{6, 4}, Box{{0, 0}, {8, 4}}, Box{{0, 0}, {8, 4}}, std::nullopt, true},
+  };
+  for (const Case& c : cases) {
+    StoredTensor stored;
+    stored.key = "w";
+    stored.dtype = DType::kF32;
+    stored.global_shape = c.global;
+    StoredChunk chunk;
+    chunk.box = c.chunk;
+    chunk.flat = c.flat;
+    chunk.length = static_cast<uint64_t>(c.chunk.volume()) * 4;
+    stored.chunks.push_back(chunk);
+    ShardedTensor request = Request(c.allow_mismatch ? c.request.shape : c.global, c.request);
+    request.allow_shape_mismatch = c.allow_mismatch;
+    const ChunkIndex index(stored);
+    auto plan = [&](const ChunkIndex* i) {
+      try {
+        return std::optional(PlanTensorLoad(stored, request, i));
+      } catch (const CheckpointError&) {
+        return std::optional<TensorPlan>();
+      }
+    };
+    const std::optional<TensorPlan> short_path = plan(nullptr), general = plan(&index);
+    SCOPED_TRACE(c.request.ToString());
+    ASSERT_EQ(short_path.has_value(), general.has_value());
+    if (short_path) {
+      EXPECT_EQ(*short_path, *general);
+    }
+  }
+  // The short path's plan itself: one run of every element.
+  const TensorPlan whole =
+      PlanTensorLoad(RowChunks({6, 4}, 1), Request({6, 4}, Box{{0, 0}, {6, 4}}));
+  ASSERT_EQ(whole.chunks.size(), 1u);
+  EXPECT_EQ(whole.chunks[0].runs, (std::vector<CopyRun>{{0, 0, 24}}));
+  EXPECT_EQ(whole.elements_needed, 24);
+  EXPECT_EQ(whole.elements_covered, 24);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/json_integer.h"
 #include "core/json_parse.h"
 #include "core/little_endian.h"
 #include "engine/common_state.h"
@@ -79,18 +80,28 @@ Node LoadLocalStateUnchecked(const std::string& blob, const Node& request, int64
   const std::string_view header_text = std::string_view(blob).substr(kMagicSize + 8, length);
   CheckJsonDepth(header_text, what);
   json header = json::parse(header_text, nullptr, false);
-  if (!header.is_object() || header.value("version", 0) != kVersion ||
-      header.value("iteration", int64_t{-1}) != iteration || header.value("rank", -1) != rank) {
+  // The header's integers: absent, or not an int64_t, reads as -1 (no match).
+  auto field = [&](const char* name) -> int64_t {
+    if (!header.is_object() || !header.contains(name)) return -1;
+    return JsonInteger<int64_t>(header[name], what + ": damaged header: " + name);
+  };
+  if (!header.is_object() || field("version") != kVersion || field("iteration") != iteration ||
+      field("rank") != rank) {
     Fail(ErrorKind::kCorruption, "{}: damaged header, or another rank's or iteration's file", what);
   }
   std::map<ShardId, std::pair<ShardedTensor, const json*>> tensors;
-  for (const json& entry : header.at("tensors")) {
-    ShardedTensor t = MetaFromJson<ShardedTensor>(entry.at("meta"));
-    tensors.emplace(ShardIdOf(t), std::pair{t, &entry});
-  }
   std::map<std::string, const json*> objects;
-  for (const json& entry : header.at("objects")) {
-    objects.emplace(MetaFromJson<ShardedObject>(entry.at("meta")).UniqueKey(), &entry.at("value"));
+  try {
+    for (const json& entry : header.at("tensors")) {
+      ShardedTensor t = MetaFromJson<ShardedTensor>(entry.at("meta"));
+      tensors.emplace(ShardIdOf(t), std::pair{t, &entry});
+    }
+    for (const json& entry : header.at("objects")) {
+      objects.emplace(MetaFromJson<ShardedObject>(entry.at("meta")).UniqueKey(),
+                      &entry.at("value"));
+    }
+  } catch (const CheckpointError& e) {  // a field of the metadata out of type or range
+    Fail(ErrorKind::kCorruption, "{}: damaged header: {}", what, e.what());
   }
 
   LoadPieces pieces = LoadPreprocess(request);
@@ -107,8 +118,10 @@ Node LoadLocalStateUnchecked(const std::string& blob, const Node& request, int64
         Fail(ErrorKind::kShapeMismatch, "{}: requested {}, the {} holds {}", want->key,
              want->ToString(), what, stored.ToString());
       }
-      const uint64_t offset = entry->at("offset").get<uint64_t>(),
-                     bytes = entry->at("length").get<uint64_t>();
+      const uint64_t offset = JsonInteger<uint64_t>(entry->at("offset"),
+                                                    what + ": damaged header: offset"),
+                     bytes = JsonInteger<uint64_t>(entry->at("length"),
+                                                   what + ": damaged header: length");
       if (offset > blob.size() - data_start || bytes > blob.size() - data_start - offset)
         Fail(ErrorKind::kCorruption, "{} is truncated", what);
       std::span<const std::byte> src(

@@ -272,6 +272,21 @@ TEST(LocalCheckpointTest, ADamagedHeaderIsRefused) {
       {"damaged header", [](nlohmann::json& h) { h["tensors"][0]["offset"] = "0"; }},
       {"damaged header", [](nlohmann::json& h) { h.erase("objects"); }},
       {"damaged header", [](nlohmann::json& h) { h["version"] = "1"; }},
+      // Floats past every integer type (a literal past 2^64 parses as one):
+      // get<T>() of them was undefined behaviour (UBSan), now refused by name.
+      {"damaged header: version: 1e+30 is not an integer",
+       [](nlohmann::json& h) { h["version"] = 1e30; }},
+      {"damaged header: rank: 1.5 is not an integer", [](nlohmann::json& h) { h["rank"] = 1.5; }},
+      {"damaged header: offset: 1e+30 is not an integer",
+       [](nlohmann::json& h) { h["tensors"][0]["offset"] = 1e30; }},
+      {"damaged header: length: -1 is not an integer of unsigned",
+       [](nlohmann::json& h) { h["tensors"][0]["length"] = -1; }},
+      {"damaged header: local_shape: 1e+30 is not an integer",
+       [](nlohmann::json& h) { h["tensors"][0]["meta"]["local_shape"][0] = 1e30; }},
+      {"damaged header: replica_id: true is not an integer",
+       [](nlohmann::json& h) { h["tensors"][0]["meta"]["replica_id"][0] = true; }},
+      {"damaged header: prepend_axis_num: 4294967296 is not an integer of signed 32",
+       [](nlohmann::json& h) { h["tensors"][0]["meta"]["prepend_axis_num"] = int64_t{1} << 32; }},
   };
   for (const auto& [message, edit] : cases) {
     EXPECT_THAT([&] { LoadLocalState(with(edit), State(0, 1, false), 1, 0, nullptr); },

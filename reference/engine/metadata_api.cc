@@ -7,11 +7,6 @@
 namespace distckpt {
 namespace {
 
-std::unique_ptr<CheckpointReader> Open(const std::string& dir, Env* env) {
-  if (!env) env = Env::Default();
-  return DetectFormat(env, dir).OpenReader(env, dir);
-}
-
 Dict TensorsMetadata(const CheckpointMetadata& md) {
   Dict out;
   for (const auto& [key, stored] : md.tensors) out[key] = Node(WholeTensorRequest(key, stored));
@@ -32,11 +27,11 @@ ShardedTensor WholeTensorRequest(const std::string& key, const StoredTensor& sto
 }
 
 Node LoadTensorsMetadata(const std::string& dir, Env* env) {
-  return Node(TensorsMetadata(Open(dir, env)->metadata()));
+  return Node(TensorsMetadata(OpenCheckpoint(dir, env)->metadata()));
 }
 
 Node LoadShardedMetadata(const std::string& dir, Env* env) {
-  auto reader = Open(dir, env);
+  auto reader = OpenCheckpoint(dir, env);
   Dict out = TensorsMetadata(reader->metadata());
   for (const auto& [unique_key, stored] : reader->metadata().objects) {
     ShardedObject o;
@@ -48,12 +43,21 @@ Node LoadShardedMetadata(const std::string& dir, Env* env) {
   return Node(std::move(out));
 }
 
+std::unique_ptr<CheckpointReader> OpenCheckpoint(const std::string& dir, Env* env) {
+  if (!env) env = Env::Default();
+  return DetectFormat(env, dir).OpenReader(env, dir);
+}
+
 Node LoadCommonStateDict(const std::string& dir, Env* env) {
-  return CommonFromJson(Open(dir, env)->metadata().common);
+  return LoadCommonStateDict(*OpenCheckpoint(dir, env));
+}
+
+Node LoadCommonStateDict(const CheckpointReader& reader) {
+  return CommonFromJson(reader.metadata().common);
 }
 
 Node LoadPlainTensors(const std::string& dir, Env* env, LoadSummary* summary) {
-  auto reader = Open(dir, env);
+  auto reader = OpenCheckpoint(dir, env);
   Node request(TensorsMetadata(reader->metadata()));
   return ReadShardedState(*reader, request, VerifyPolicy::kWhenWhole, summary);
 }

@@ -6,10 +6,12 @@
 #ifndef DISTCKPT_ENGINE_METADATA_API_H_
 #define DISTCKPT_ENGINE_METADATA_API_H_
 
+#include <memory>
 #include <string>
 
 #include "engine/options.h"
 #include "format/checkpoint_metadata.h"
+#include "format/format.h"
 #include "mapping/state_dict.h"
 
 namespace distckpt {
@@ -26,6 +28,13 @@ Node LoadTensorsMetadata(const std::string& dir, Env* env = nullptr);
 // LoadTensorsMetadata plus every ShardedObject keyed by its unique key.
 Node LoadShardedMetadata(const std::string& dir, Env* env = nullptr);
 Node LoadCommonStateDict(const std::string& dir, Env* env = nullptr);
+
+// Opens the committed checkpoint in `dir` (its format detected), for callers
+// that read it more than once: LoadCommonStateDict(reader) and then
+// Load(request, reader, ...) (engine/load.h) open it once.
+std::unique_ptr<CheckpointReader> OpenCheckpoint(const std::string& dir, Env* env = nullptr);
+// The common state dict of an open checkpoint.
+Node LoadCommonStateDict(const CheckpointReader& reader);
 // key -> full global Tensor in its stored dtype (common state not included).
 Node LoadPlainTensors(const std::string& dir, Env* env = nullptr, LoadSummary* summary = nullptr);
 

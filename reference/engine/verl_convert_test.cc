@@ -181,6 +181,16 @@ TEST(VerlFilesTest, RefusesMissingAndForeignFiles) {
   }
   EXPECT_THAT([&] { VerlWorldSize(dir.path()); },
               ThrowsError(ErrorKind::kCorruption, "world_size 8"));
+  // 2^32 + 4 is not 4 (get<int>() truncated it to the model files' world).
+  std::ofstream(fs::path(dir.path()) / "fsdp_config.json", std::ios::trunc)
+      << R"({"FSDP_version": 2, "world_size": 4294967300})";
+  EXPECT_THAT([&] { VerlWorldSize(dir.path()); },
+              ThrowsError(ErrorKind::kCorruption, "world_size 4294967300 but"));
+  std::ofstream(fs::path(dir.path()) / "fsdp_config.json", std::ios::trunc)
+      << R"({"FSDP_version": 2, "world_size": 18446744073709551615})";
+  EXPECT_THAT([&] { VerlWorldSize(dir.path()); },
+              ThrowsError(ErrorKind::kCorruption,
+                          "fsdp_config.json: world_size: 18446744073709551615 is not an integer"));
 }
 
 // The device mesh is read from the file: a mesh of size 0 (before: a

@@ -3,22 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "format/dcp/dcp_format.h"
-#include "format/zarr/zarr_format.h"
 
 namespace distckpt {
-namespace {
-
-std::string FormatNames() {
-  std::string names;
-  for (const Format* format : AllFormats()) {
-    if (!names.empty()) names += ", ";
-    names += format->name();
-  }
-  return names;
-}
-
-}  // namespace
 
 void CheckpointReader::StreamChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                                    std::span<const ReadRun> ranges, VerifyPolicy policy,
@@ -63,35 +49,6 @@ void CheckTensorStored(CheckpointReader& reader, const StoredTensor& tensor) {
 
 void CheckpointReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy) {
   for (const ChunkRead& read : reads) ReadChunk(*read.tensor, *read.chunk, read.runs, policy);
-}
-
-const std::vector<const Format*>& AllFormats() {
-  // New formats are added here; detection tries them in order ("dcp" reads
-  // every DCP checkpoint, so "dcp-1.13", "dcp-common-pt" and "fsdp-dtensor"
-  // are only ever chosen by name; "zarr", Megatron's legacy backend, is read only).
-  static const std::vector<const Format*> formats = {
-      &NativeFormat(),          &DcpFormat(DcpTarget::kTorch2), &DcpFormat(DcpTarget::kTorch113),
-      &DcpFormatWithCommonPt(), &FsdpDtensorFormat(),           &ZarrFormat()};
-  return formats;
-}
-
-const Format& FormatByName(std::string_view name) {
-  for (const Format* format : AllFormats()) {
-    if (format->name() == name) return *format;
-  }
-  Fail(ErrorKind::kInvalidArgument, "unknown checkpoint format '{}' (known: {})", name,
-       FormatNames());
-}
-
-const Format& DetectFormat(Env* env, const std::string& dir) {
-  if (!env->IsDirectory(dir))
-    Fail(ErrorKind::kIncomplete, "Checkpoint directory {} does not exist", dir);
-  for (const Format* format : AllFormats()) {
-    if (format->Detect(env, dir)) return *format;
-  }
-  Fail(ErrorKind::kIncomplete,
-       "{} is not a distributed checkpoint (no committed checkpoint of a known format: {})", dir,
-       FormatNames());
 }
 
 std::string_view VerifyPolicyName(VerifyPolicy policy) {

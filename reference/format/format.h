@@ -225,7 +225,7 @@ class Format {
 };
 
 const Format& NativeFormat();
-// Every format this build knows, in detection order (format.cc lists them).
+// Every format this build knows, in detection order (formats.cc lists them).
 const std::vector<const Format*>& AllFormats();
 // The format called `name` ("native", ...); kInvalidArgument listing the known ones.
 const Format& FormatByName(std::string_view name);

@@ -31,6 +31,14 @@ std::string ComponentName(const std::string& c) { return c.empty() ? "." : c; }
 
 }  // namespace
 
+bool IsSaveDebris(Env* env, const std::string& dir) {
+  const std::string marker_temp = std::string(kStartedFile) + ".tmp";  // WriteFileAtomic's
+  for (const std::string& name : env->ListDir(dir)) {
+    if (name != marker_temp) return false;
+  }
+  return true;
+}
+
 void DeleteIterationDir(Env* env, const std::string& path,
                         const std::function<void()>& on_unlinked) {
   std::string manifest = JoinPath(path, kManifestFile);
@@ -39,6 +47,11 @@ void DeleteIterationDir(Env* env, const std::string& path,
     env->SyncDir(path);
   }
   if (on_unlinked) on_unlinked();
+  // The started marker last: a delete cut short leaves files distckpt may
+  // clear, never a directory that looks like another tool's.
+  for (const std::string& name : env->ListDir(path)) {
+    if (name != kStartedFile) env->RemoveAll(JoinPath(path, name));
+  }
   env->RemoveAll(path);
   // The engine's save lock beside it (io/file_lock.h), which a save leaves
   // behind: it would otherwise litter the root with one per deleted iteration.
@@ -73,10 +86,31 @@ CheckpointManager::CheckpointManager(ManagerOptions options, Communicator& comm)
           fmt::format("checkpoint root {} is held by another writer", options_.root));
     });
   }
+  if (options_.upload.env && !options_.transient) {
+    AgreeOnOutcome(comm_, [&] {
+      if (comm_.rank() != 0) return;
+      uploader_ =
+          std::make_unique<Uploader>(env(), options_.root, options_.layout, options_.retention,
+                                     options_.upload, options_.on_phase);
+    });
+  }
   queue_ = std::make_unique<AsyncCallsQueue>(comm_, options_.async_timeout);
 }
 
-CheckpointManager::~CheckpointManager() = default;
+CheckpointManager::~CheckpointManager() {
+  queue_.reset();  // pending async saves never commit: nothing more to upload
+  uploader_.reset();
+}
+
+std::string CheckpointManager::WaitUploads() { return uploader_ ? uploader_->Wait() : ""; }
+
+std::vector<std::string> CheckpointManager::TakeUploadLog() {
+  return uploader_ ? uploader_->TakeLog() : std::vector<std::string>{};
+}
+
+std::vector<int64_t> CheckpointManager::Uploaded() const {
+  return uploader_ ? uploader_->uploaded() : std::vector<int64_t>{};
+}
 
 Env* CheckpointManager::env() const {
   return options_.save.env ? options_.save.env : Env::Default();
@@ -114,7 +148,7 @@ void CheckpointManager::ClearForSave(int64_t iteration) {
              iteration);
       }
       CatalogEntry entry = InspectIterationDir(e, dir, iteration, options_.layout);
-      if (entry.foreign) {
+      if (entry.foreign && !IsSaveDebris(e, dir)) {
         Fail(ErrorKind::kInvalidArgument,
              "{}: iteration {} holds {} that distckpt did not write; refusing to delete or "
              "replace it (move it away, or save into another root)",
@@ -248,6 +282,7 @@ void CheckpointManager::Commit(int64_t iteration) {
   });
   events_.push_back({"committed", iteration, dir});
   if (comm_.rank() == 0) Phase("committed", iteration);
+  if (uploader_) uploader_->Enqueue(iteration);
   if (comm_.rank() == 0) ApplyRetention(iteration);
   comm_.Barrier();
 }
@@ -273,8 +308,10 @@ void CheckpointManager::ApplyRetention(int64_t committed) {
           doomed.push_back(entry.iteration);
       }
     }
+    const std::vector<int64_t> held = uploader_ ? uploader_->Held() : std::vector<int64_t>{};
     for (int64_t it : doomed) {
       if (it == committed) continue;  // never what the tracker names
+      if (std::find(held.begin(), held.end(), it) != held.end()) continue;  // not uploaded yet
       const CatalogEntry* entry = catalog.Find(it);
       try {
         Phase("delete", it);
@@ -294,7 +331,10 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
   Catalog catalog;
   int64_t mine = -1;  // -1: nothing to resume
   bool release = false;
+  bool remote = false;  // in the upload root
   std::string path_dir;
+  Env* const upload = options_.upload.env;
+  const std::string& upload_root = options_.upload.root;
   AgreeOnOutcome(comm_, [&] {
     Env* e = env();
     catalog = Scan();
@@ -304,8 +344,19 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
         mine = catalog.tracker->iteration;
         release = catalog.tracker->release;
       }
+      // The remote root's tracker, when newer (the local root lost or behind).
+      if (upload) {
+        std::optional<Tracker> there = ReadTracker(upload, upload_root);
+        if (there && !there->release && (!catalog.tracker || there->iteration > mine)) {
+          mine = there->iteration;
+          release = false;
+          remote = true;
+        }
+      }
     } else if (std::optional<int64_t> it = ParseIteration(spec)) {
       mine = *it;
+      remote = upload && !e->IsDirectory(IterationDir(mine)) &&
+               upload->IsDirectory(JoinPath(upload_root, IterationDirName(options_.layout, mine)));
     } else {
       path_dir = spec;
       while (path_dir.size() > 1 && path_dir.back() == '/') path_dir.pop_back();
@@ -329,7 +380,7 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
       }
     }
   });
-  std::vector<int64_t> agreed = {mine, release ? 1 : 0};
+  std::vector<int64_t> agreed = {mine, release ? 1 : 0, remote ? 1 : 0};
   comm_.AllReduce(agreed, ReduceOp::kMax);
   if (agreed[0] != mine) {
     point.warnings.push_back(
@@ -344,11 +395,15 @@ ResumePoint CheckpointManager::Resume(const std::string& spec) {
   point.found = true;
   point.iteration = agreed[1] ? 0 : agreed[0];
   point.release = agreed[1] != 0;
+  point.remote = agreed[2] != 0 && path_dir.empty() && !point.release;
+  point.env = point.remote ? upload : nullptr;
   point.dir = !path_dir.empty() ? path_dir
               : point.release   ? JoinPath(options_.root, kReleaseDir)
-                                : IterationDir(point.iteration);
+              : point.remote
+                  ? JoinPath(upload_root, IterationDirName(options_.layout, point.iteration))
+                  : IterationDir(point.iteration);
   AgreeOnOutcome(comm_, [&] {
-    Env* e = env();
+    Env* e = point.remote ? upload : env();
     if (point.release && !e->FileExists(JoinPath(point.dir, kManifestFile))) {
       // A release checkpoint written by a converter: one component, model only.
       point.manifest.iteration = 0;
@@ -397,7 +452,7 @@ LoadResult CheckpointManager::Load(const ResumePoint& point, const std::string& 
     }
   });
   LoadOptions load = options;
-  if (!load.env) load.env = options_.save.env;
+  if (!load.env) load.env = point.env ? point.env : options_.save.env;
   return distckpt::Load(Node(std::move(tree)), ComponentDir(point.dir, component), comm_, load);
 }
 

@@ -36,7 +36,16 @@
 // and the ranks agree on the iteration with a max all-reduce (Megatron's
 // read_metadata); a rank that saw another iteration is reported. Incomplete
 // directories are ignored and reported; a tracker naming an incomplete or
-// missing directory is CheckpointError(kIncomplete).
+// missing directory is CheckpointError(kIncomplete). With options.upload,
+// "auto" takes the remote tracker's iteration when it is newer than the
+// local one (the local root lost or behind: another machine) and an
+// iteration missing locally is looked for there; such a point is read
+// remotely (ResumePoint::remote), nothing is downloaded.
+//
+// Upload (options.upload, upload.h): after the local tracker names a
+// committed iteration, rank 0 hands it to the Uploader, whose thread copies
+// it to the remote root while training goes on; local retention keeps the
+// iterations still queued or in flight there.
 //
 // One writer per root: the constructor (collective when options.lock_root)
 // has rank 0 take ROOT/kWriterLockFile (io/file_lock.h) for the manager's
@@ -71,6 +80,7 @@
 #include "manager/catalog.h"
 #include "manager/layout.h"
 #include "manager/retention.h"
+#include "manager/upload.h"
 #include "mapping/state_dict.h"
 #include "strategy/async_queue.h"
 
@@ -93,6 +103,9 @@ struct ManagerOptions {
   bool transient = false;  // a non-persistent root (above)
   bool lock_root = true;   // one writer per root (above)
   std::chrono::milliseconds async_timeout = std::chrono::minutes(10);
+  // A remote root each committed iteration is copied to (upload.h); rank 0
+  // takes its writer lease at construction. Not for a transient root.
+  UploadOptions upload;
   // Called at each step of a save, for logs and crash tests: "save" and
   // "written" (every rank: before the components are saved / after they
   // were, or for async once their writers are scheduled), "manifest",
@@ -106,7 +119,9 @@ struct ResumePoint {
   bool found = false;  // false: start from scratch (iteration 0)
   int64_t iteration = 0;
   bool release = false;
-  std::string dir;  // the iteration directory
+  std::string dir;      // the iteration directory
+  Env* env = nullptr;   // the storage of `dir` (nullptr: the manager's)
+  bool remote = false;  // `dir` lies in the upload root (options.upload)
   IterationManifest manifest;
   bool foreign = false;               // written by another tool (catalog.h): no contents listed
   std::vector<std::string> ignored;   // incomplete directories seen, with why
@@ -148,6 +163,12 @@ class CheckpointManager {
 
   // Rank-local view of the root (no collectives).
   Catalog Scan() const;
+  // Rank 0 with options.upload (others: nothing): waits for the uploads
+  // queued; "" or why the newest committed iteration is not uploaded
+  // (Uploader::Wait). The progress lines of the uploads since the last call.
+  std::string WaitUploads();
+  std::vector<std::string> TakeUploadLog();
+  std::vector<int64_t> Uploaded() const;
   const std::vector<ManagerEvent>& events() const { return events_; }
 
  private:
@@ -160,13 +181,21 @@ class CheckpointManager {
   ManagerOptions options_;
   Communicator& comm_;
   std::unique_ptr<FileLock> root_lock_;  // rank 0, options.lock_root; outlives queue_
+  std::unique_ptr<Uploader> uploader_;   // rank 0, options.upload
   std::unique_ptr<AsyncCallsQueue> queue_;
   std::map<int, int64_t> async_iteration_;  // queue call index -> iteration it commits
   std::vector<ManagerEvent> events_;
 };
 
+// Whether iteration directory `dir` holds nothing but what a save (or an
+// upload) killed before its kStartedFile marker leaves: nothing, or the
+// marker's temp file. Such a directory is distckpt's to clear.
+bool IsSaveDebris(Env* env, const std::string& dir);
+
 // Deletes one iteration directory crash-safely: manifest first (then a
-// directory fsync), then the rest, then a fsync of the root.
+// directory fsync), then the rest, kStartedFile last (a delete cut short
+// leaves a directory distckpt clears, never one that looks like another
+// tool's), then a fsync of the root.
 // `on_unlinked` (optional) runs between the manifest removal and the rest.
 void DeleteIterationDir(Env* env, const std::string& path,
                         const std::function<void()>& on_unlinked = nullptr);

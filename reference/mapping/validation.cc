@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_integer.h"
 #include "mapping/dict_utils.h"
 #include "mapping/py_format.h"
 #include "mapping/validation_internal.h"
@@ -45,16 +46,17 @@ ShardedTensor TensorFromJson(const json& j) {
   ShardedTensor t;
   t.key = j.at("key").get<std::string>();
   t.dtype = DTypeFromName(j.at("dtype").get<std::string>());
-  t.local_shape = j.at("local_shape").get<Shape>();
-  t.global_shape = j.at("global_shape").get<Shape>();
-  t.global_offset = j.at("global_offset").get<Shape>();
+  t.local_shape = JsonIntegers<int64_t>(j.at("local_shape"), "local_shape");
+  t.global_shape = JsonIntegers<int64_t>(j.at("global_shape"), "global_shape");
+  t.global_offset = JsonIntegers<int64_t>(j.at("global_offset"), "global_offset");
   if (!j.at("axis_fragmentations").is_null())
-    t.axis_fragmentations = j["axis_fragmentations"].get<Shape>();
-  t.replica_id = j.at("replica_id").get<ReplicaId>();
-  t.prepend_axis_num = j.at("prepend_axis_num").get<int>();
+    t.axis_fragmentations = JsonIntegers<int64_t>(j["axis_fragmentations"], "axis_fragmentations");
+  t.replica_id = JsonIntegers<int64_t>(j.at("replica_id"), "replica_id");
+  t.prepend_axis_num = JsonInteger<int>(j.at("prepend_axis_num"), "prepend_axis_num");
   t.allow_shape_mismatch = j.at("allow_shape_mismatch").get<bool>();
   if (const json& range = j.at("flattened_range"); !range.is_null()) {
-    t.flattened_range = FlatRange{range.at(0).get<int64_t>(), range.at(1).get<int64_t>()};
+    t.flattened_range = FlatRange{JsonInteger<int64_t>(range.at(0), "flattened_range"),
+                                  JsonInteger<int64_t>(range.at(1), "flattened_range")};
   }
   t.ValidateMetadataIntegrity();
   return t;
@@ -71,9 +73,9 @@ json ObjectToJson(const ShardedObject& o) {
 ShardedObject ObjectFromJson(const json& j) {
   ShardedObject o;
   o.key = j.at("key").get<std::string>();
-  o.global_shape = j.at("global_shape").get<Shape>();
-  o.global_offset = j.at("global_offset").get<Shape>();
-  o.replica_id = j.at("replica_id").get<ReplicaId>();
+  o.global_shape = JsonIntegers<int64_t>(j.at("global_shape"), "global_shape");
+  o.global_offset = JsonIntegers<int64_t>(j.at("global_offset"), "global_offset");
+  o.replica_id = JsonIntegers<int64_t>(j.at("replica_id"), "replica_id");
   o.ValidateMetadataIntegrity();
   return o;
 }

@@ -11,19 +11,10 @@
 #     full tensors, and after `reshard` under dp=2 (and tp=2,dp=3) too.
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON).
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1 scenario=$2 peer=$3
-python=${DISTCKPT_TORCH2_PYTHON:-}
-root=/opt/distckpt-torch2
-if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-   mountpoint -q "$root/tmp"; then
-  python="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
-fi
-if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
-  echo "SKIPPED: no torch 2 peer (run ci/setup-peers, as root, and export the line it prints)"
-  exit 77
-fi
-work=$(mktemp -d /tmp/distckpt-fsdp-dtensor-XXXXXX)  # the chroot sees /tmp at the same path
-trap 'rm -rf "$work"' EXIT
+need_torch2
+make_work fsdp-dtensor  # the chroot sees /tmp at the same path
 cp "$peer" "$work/peer.py"
 peer() { timeout 300 $python "$work/peer.py" "$@" 2>&1 | grep -v -i -e warn -e "storage()" || true; }
 # dump DIR OUT: every tensor of DIR (per .metadata) as OUT/<key>.bin

@@ -17,6 +17,7 @@
 # the real `transformers` package, `python3 DIR/hf_transformers.py DIR/<name>-hf
 # DIR/<name>.megatron.pt 1e-4` loads each export with AutoModelForCausalLM instead.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 d=$1 runs=$2
 here=$(cd "$(dirname "$0")" && pwd)
 root=/opt/distckpt-torch2
@@ -28,8 +29,7 @@ if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ "$(id -u)" -ne 0 ] || [ ! -x "$root/usr/
 fi
 case "$src" in /tmp/*) ;; *) echo "SKIPPED: MEGATRON_SRC must be under /tmp (the chroot sees the host's /tmp)"; exit 77 ;; esac
 py="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
-work=$(mktemp -d /tmp/distckpt-hf-forward-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work hf-forward
 cp "$runs"/megatron_run.py "$runs"/megatron_cpu.py "$here/hf_forward.py" "$work/"
 for name in mixtral-ep2 qwen2-tp2 qwen2moe-ep2; do
   $py "$work/hf_forward.py" train "$work" "$name" "$src" "$work/$name" > "$work/$name.train.out" 2>&1 ||

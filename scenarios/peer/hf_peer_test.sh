@@ -8,20 +8,11 @@
 # library itself wrote (distckpt import --from hf) and exports it again.
 # Skipped (77) without the peer.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1 scenario=$2
 here=$(cd "$(dirname "$0")" && pwd)
-python=${DISTCKPT_TORCH2_PYTHON:-}
-root=/opt/distckpt-torch2
-if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-   mountpoint -q "$root/tmp" && chroot "$root" python3 -c 'import safetensors.torch' 2>/dev/null; then
-  python="chroot $root env USE_LIBUV=0 python3"
-fi
-if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
-  echo "SKIPPED: no torch 2 peer with python3-safetensors (ci/setup-peers --torch2 DIR)"
-  exit 77
-fi
-work=$(mktemp -d /tmp/distckpt-hf-peer-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+need_torch2 safetensors.torch
+make_work hf-peer
 cp "$here/hf_peer.py" "$scenario" "$work/"
 "$exe" save "$scenario" --topology tp=2,pp=2 --dir "$work/ck"
 "$exe" export "$work/ck" --to hf "$work/hf" --spec "$scenario" --max-shard-size 8KB

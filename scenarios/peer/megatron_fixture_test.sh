@@ -13,14 +13,14 @@
 # Needs python3 (standard library) and sha256sum. Prints every failing command with its output, then
 # "N/M checks passed"; exit 1 on any failure.
 set -uo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1
 dir=${2:-$(cd "$(dirname "$0")/../../fixtures/megatron" && pwd)}
 spec=$dir/gpt-spec.json
 fixtures=(gpt-tp2-pp2 gpt-tp2-dp2-fullyparallel gpt-tp1-pp1 gpt-tp2-pp2-resaved-tp1pp2)
 resaved=$dir/gpt-tp2-pp2-resaved-tp1pp2
 command -v python3 >/dev/null || { echo "megatron_fixture_test: needs python3"; exit 1; }
-work=$(mktemp -d /tmp/distckpt-megatron-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work megatron
 start=$(date +%s)
 pass=0 total=0
 failed=()

@@ -14,27 +14,15 @@
 #    no common state keys Megatron did not save).
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON) or MEGATRON_SRC.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=${1:-}
 here=$(cd "$(dirname "$0")" && pwd)
 fixtures=$(cd "$here/../../fixtures/megatron" && pwd)
-python=${DISTCKPT_TORCH2_PYTHON:-}
-root=/opt/distckpt-torch2
-if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-   mountpoint -q "$root/tmp"; then
-  python="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
-fi
 src=${MEGATRON_SRC:-}
-if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
-  echo "SKIPPED: no torch 2 peer (run ci/setup-peers, as root, and export the line it prints)"
-  exit 77
-fi
-if [ -z "$src" ] || [ ! -f "$src/megatron/core/dist_checkpointing/serialization.py" ]; then
-  echo "SKIPPED: MEGATRON_SRC is not a Megatron-LM source tree (megatron/core/dist_checkpointing)"
-  exit 77
-fi
+need_torch2
+need_tree MEGATRON_SRC "a Megatron-LM source tree" megatron/core/dist_checkpointing/serialization.py
 start=$(date +%s)
-work=$(mktemp -d /tmp/distckpt-megatron-peer-XXXXXX)  # under /tmp: the chroot sees it
-trap 'rm -rf "$work"' EXIT
+make_work megatron-peer  # under /tmp: the chroot sees it
 # The chroot sees /tmp only: copy the source and the generator there.
 mkdir -p "$work/src"
 cp -r "$src/megatron" "$work/src/"

@@ -20,31 +20,19 @@
 #    optimizer under another TP refused by distckpt as by Megatron.
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON) or MEGATRON_SRC.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=${DISTCKPT:-}
 here=$(cd "$(dirname "$0")" && pwd)
 fixtures=$(cd "$here/../../fixtures/megatron-runs" && pwd)
-python=${DISTCKPT_TORCH2_PYTHON:-}
-root=/opt/distckpt-torch2
-if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-   mountpoint -q "$root/tmp"; then
-  python="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
-fi
 src=${MEGATRON_SRC:-}
-if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
-  echo "SKIPPED: no torch 2 peer (run ci/setup-peers, as root, and export the line it prints)"
-  exit 77
-fi
-if [ -z "$src" ] || [ ! -f "$src/megatron/training/training.py" ] || [ ! -f "$src/pretrain_gpt.py" ]; then
-  echo "SKIPPED: MEGATRON_SRC is not a Megatron-LM tree (megatron/training, pretrain_gpt.py)"
-  exit 77
-fi
+need_torch2
+need_tree MEGATRON_SRC "a Megatron-LM tree" megatron/training/training.py pretrain_gpt.py
 roots=("$@")
 if [ ${#roots[@]} -eq 0 ]; then
   for f in "$fixtures"/expected/*.json; do roots+=("$(basename "$f" .json)"); done
 fi
 start=$(date +%s)
-work=$(mktemp -d /tmp/distckpt-megatron-runs-XXXXXX)  # under /tmp: the chroot sees it
-trap 'rm -rf "$work"' EXIT
+make_work megatron-runs  # under /tmp: the chroot sees it
 mkdir -p "$work/src"
 cp -r "$src/megatron" "$src/pretrain_gpt.py" "$src/gpt_builders.py" "$src/model_provider.py" "$work/src/"
 cp "$fixtures"/*.py "$work/"

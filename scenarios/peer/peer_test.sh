@@ -11,6 +11,7 @@
 #  2. distckpt reads what torch wrote: `dump` of every tensor equals torch's
 #     bytes, `inspect` lists it, and the bytes items come back as common state.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1 peer=$2 scenario=$3 format=$4
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -42,8 +43,7 @@ if [ -z "$python" ]; then
   exit 77
 fi
 
-work=$(mktemp -d /tmp/distckpt-peer-XXXXXX)  # under /tmp: the chroot sees it at the same path
-trap 'rm -rf "$work"' EXIT
+make_work peer  # under /tmp: the chroot sees it at the same path
 cp "$here/torch_peer.py" "$here/dataclass_shim.py" "$work/"
 peer() { $python "$work/torch_peer.py" "$@"; }
 

@@ -15,32 +15,20 @@
 # never equals step 2's.
 # Skipped (exit 77) without the torch 2 chroot, VERL_SRC or the Megatron 0.15 tree.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1
 here=$(cd "$(dirname "$0")" && pwd)
 fixtures=$(cd "$here/../../fixtures/verl-runs" && pwd)
-python=${DISTCKPT_TORCH2_PYTHON:-}
-root=/opt/distckpt-torch2
-if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-   mountpoint -q "$root/tmp"; then
-  python="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
-fi
 src=${VERL_SRC:-}
 msrc=${MEGATRON_015_SRC:-/tmp/megatron-0.15}
-if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
-  echo "SKIPPED: no torch 2 peer (run ci/setup-peers, as root, and export the line it prints)"
-  exit 77
-fi
-if [ -z "$src" ] || [ ! -f "$src/verl/utils/checkpoint/megatron_checkpoint_manager.py" ]; then
-  echo "SKIPPED: VERL_SRC is not a verl tree (verl/utils/checkpoint/megatron_checkpoint_manager.py)"
-  exit 77
-fi
+need_torch2
+need_tree VERL_SRC "a verl tree" verl/utils/checkpoint/megatron_checkpoint_manager.py
 if [ ! -f "$msrc/megatron/core/optimizer/distrib_optimizer.py" ]; then
   echo "SKIPPED: MEGATRON_015_SRC ($msrc) is not a Megatron-LM core_v0.15.0 tree"
   exit 77
 fi
 # The chroot sees the host's /tmp only.
-work=$(mktemp -d /tmp/distckpt-verl-mruns-peer-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work verl-mruns-peer
 mkdir -p "$work/verl-runs" "$work/megatron-runs"
 cp "$fixtures"/*.py "$work/verl-runs/"
 cp "$fixtures"/../megatron-runs/*.py "$work/megatron-runs/"

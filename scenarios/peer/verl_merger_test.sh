@@ -9,24 +9,14 @@
 # bytes; without --dtype the export keeps the stored float32 and every tensor differs in
 # dtype (the negative control). env VERL_SRC: a verl tree; skipped (77) without it or the chroot.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1
 here=$(cd "$(dirname "$0")" && pwd)
 fixtures=$(cd "$here/../../fixtures/verl-runs" && pwd)
-python=${DISTCKPT_TORCH2_PYTHON:-}
-root=/opt/distckpt-torch2
-if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-   mountpoint -q "$root/tmp"; then
-  python="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
-fi
 src=${VERL_SRC:-}
-if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
-  echo "SKIPPED: no torch 2 peer"; exit 77
-fi
-if [ -z "$src" ] || [ ! -f "$src/verl/model_merger/fsdp_model_merger.py" ]; then
-  echo "SKIPPED: VERL_SRC is not a verl tree (verl/model_merger/fsdp_model_merger.py)"; exit 77
-fi
-work=$(mktemp -d /tmp/distckpt-verl-merger-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+need_torch2
+need_tree VERL_SRC "a verl tree" verl/model_merger/fsdp_model_merger.py
+make_work verl-merger
 cp "$fixtures/verl_merger.py" "$work/"
 for name in fsdp1-w4 fsdp2-w3 fsdp1-tied-w2 fsdp2-tied-w2; do
   cp -r "$fixtures/$name" "$work/$name"

@@ -12,19 +12,10 @@
 #    safetensors library, equals torch's full state dict.
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON).
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1 convert_test=$2 make_fixture=$3
-python=${DISTCKPT_TORCH2_PYTHON:-}
-root=/opt/distckpt-torch2
-if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-   mountpoint -q "$root/tmp"; then
-  python="chroot $root env USE_LIBUV=0 python3"
-fi
-if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
-  echo "SKIPPED: no torch 2 peer (run ci/setup-peers, as root, and export the line it prints)"
-  exit 77
-fi
-work=$(mktemp -d /tmp/distckpt-verl-XXXXXX)  # under /tmp: the chroot sees it at the same path
-trap 'rm -rf "$work"' EXIT
+need_torch2
+make_work verl  # under /tmp: the chroot sees it at the same path
 cp "$make_fixture" "$work/make.py"
 echo "== torch writes a verl FSDP2 checkpoint on 4 gloo ranks"
 $python "$work/make.py" "$work/verl" 4 2>&1 | grep -v -i warn || true

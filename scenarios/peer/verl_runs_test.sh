@@ -11,27 +11,15 @@
 # from the source under its own world size (expected/<root>/global_step_2.json).
 # Skipped (exit 77) without the torch 2 chroot (DISTCKPT_TORCH2_PYTHON) or VERL_SRC.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1
 here=$(cd "$(dirname "$0")" && pwd)
 fixtures=$(cd "$here/../../fixtures/verl-runs" && pwd)
-python=${DISTCKPT_TORCH2_PYTHON:-}
-root=/opt/distckpt-torch2
-if [ -z "$python" ] && [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/bin/python3" ] &&
-   mountpoint -q "$root/tmp"; then
-  python="chroot $root env USE_LIBUV=0 OMP_NUM_THREADS=1 python3"
-fi
 src=${VERL_SRC:-}
-if [ -n "${DISTCKPT_NO_PEERS:-}" ] || [ -z "$python" ]; then
-  echo "SKIPPED: no torch 2 peer (run ci/setup-peers, as root, and export the line it prints)"
-  exit 77
-fi
-if [ -z "$src" ] || [ ! -f "$src/verl/utils/checkpoint/fsdp_checkpoint_manager.py" ]; then
-  echo "SKIPPED: VERL_SRC is not a verl tree (verl/utils/checkpoint/fsdp_checkpoint_manager.py)"
-  exit 77
-fi
+need_torch2
+need_tree VERL_SRC "a verl tree" verl/utils/checkpoint/fsdp_checkpoint_manager.py
 # The chroot sees the host's /tmp only.
-work=$(mktemp -d /tmp/distckpt-verl-runs-peer-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+make_work verl-runs-peer
 cp "$fixtures"/*.py "$work/"
 cases=${VERL_RUNS_CASES:-"fsdp1-w4:3:1 fsdp1-w4:6:1 fsdp2-w4:3:2 fsdp2-w4:6:2 fsdp1-w4:3:2 fsdp2-w3:4:1
   fsdp1-tied-w2:5:2 fsdp2-tied-w2:3:1 fsdp1-w4:1:1 fsdp2-w3:1:2 fsdp1-w3:8:1"}

@@ -12,11 +12,11 @@
 #    objects (random.getstate() still a tuple), args and iteration as the zarr save did.
 # Each part runs when its peer is there; skipped (exit 77) when neither is.
 set -euo pipefail
+. "$(dirname "$0")/../../ci/lib/testlib.sh"
 exe=$1
 here=$(cd "$(dirname "$0")" && pwd)
 fixtures=$(cd "$here/../../fixtures" && pwd)
-work=$(mktemp -d /tmp/distckpt-zarr-peer-XXXXXX)  # under /tmp: the chroot sees it
-trap 'rm -rf "$work"' EXIT
+make_work zarr-peer  # under /tmp: the chroot sees it
 ran=0
 mkdir -p "$work/megatron-zarr" "$work/megatron"
 cp "$fixtures/megatron-zarr/make_zarr_fixtures.py" "$work/megatron-zarr/"

@@ -132,14 +132,21 @@ bool GathersWhole(const ChunkRead& read, VerifyPolicy policy) {
 
 void NativeReader::ReadWholeWithSums(const RandomAccessFile& file,
                                      std::span<const ChunkRead> reads) {
-  std::vector<std::vector<uint64_t>> sums(reads.size());
+  // Every chunk's block checksums in one allocation (sums[i]: chunk i's).
+  std::vector<uint64_t> storage;
+  std::vector<std::span<uint64_t>> sums(reads.size());
+  uint64_t words = 0;
+  for (const ChunkRead& read : reads) words += SumsBytes(*read.chunk) / 8;
+  storage.resize(words);
   std::vector<std::span<std::byte>> parts;
   parts.reserve(2 * reads.size());
+  words = 0;
   for (size_t i = 0; i < reads.size(); ++i) {
     const StoredChunk& chunk = *reads[i].chunk;
-    sums[i].resize(SumsBytes(chunk) / 8);
+    sums[i] = std::span(storage).subspan(words, SumsBytes(chunk) / 8);
+    words += sums[i].size();
     parts.push_back(std::span(reads[i].runs[0].dst, chunk.length));
-    parts.push_back(std::as_writable_bytes(std::span(sums[i])));
+    parts.push_back(std::as_writable_bytes(sums[i]));
   }
   file.ReadGathered(reads[0].chunk->offset, parts);
   uint64_t bytes = 0, sums_bytes = 0;
@@ -241,13 +248,28 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
   const bool verify = policy != VerifyPolicy::kNever && chunk.checksum.has_value();
 
   if (verify && !whole && policy == VerifyPolicy::kAlways) {
-    std::vector<std::byte> scratch(chunk.length);
-    file.Read(chunk.offset, scratch);
-    stats_.bytes_read += chunk.length;
-    VerifyChecksum(Checksum(scratch), *chunk.checksum, file, what);
-    for (const ReadRun& run : runs) {
-      std::memcpy(run.dst, scratch.data() + run.offset_in_chunk, run.length);
+    // A part of a chunk with one checksum (version 1): the whole chunk is
+    // hashed, read in windows of kPieceBytes, and the runs are copied out of
+    // each window: one window staged, not the chunk (a load allocates its
+    // destinations and a bounded window). A mismatch throws after the copies.
+    Checksummer checksummer;
+    std::vector<std::byte> window(std::min(kPieceBytes, chunk.length));
+    size_t r = 0;  // the first run that may reach into the window
+    for (uint64_t from = 0; from < chunk.length; from += window.size()) {
+      const uint64_t to = std::min(chunk.length, from + window.size());
+      const std::span<std::byte> piece(window.data(), to - from);
+      file.Read(chunk.offset + from, piece);
+      checksummer.Update(piece);
+      while (r < runs.size() && runs[r].offset_in_chunk + runs[r].length <= from) ++r;
+      for (size_t k = r; k < runs.size() && runs[k].offset_in_chunk < to; ++k) {
+        const uint64_t a = std::max(from, runs[k].offset_in_chunk);
+        const uint64_t b = std::min(to, runs[k].offset_in_chunk + runs[k].length);
+        if (a < b)
+          std::memcpy(runs[k].dst + (a - runs[k].offset_in_chunk), &piece[a - from], b - a);
+      }
     }
+    stats_.bytes_read += chunk.length;
+    VerifyChecksum(checksummer.Digest(), *chunk.checksum, file, what);
     ++stats_.chunks_verified;
     return;
   }

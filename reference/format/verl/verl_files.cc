@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/json_integer.h"
 #include "core/json_parse.h"
 #include "format/dcp/allow_list.h"
 #include "format/dcp/torch_save.h"
@@ -368,9 +369,11 @@ int VerlWorldSize(const std::string& dir, Env* env) {
         !j["world_size"].is_number_integer()) {
       Fail(ErrorKind::kCorruption, "{}: no integer world_size", config);
     }
-    if (j["world_size"].get<int>() != worlds[0]) {
+    // As int64_t: a world_size of 2^32 + 2 is not 2 (get<int>() truncated it).
+    const int64_t world = JsonInteger<int64_t>(j["world_size"], config + ": world_size");
+    if (world != worlds[0]) {
       Fail(ErrorKind::kCorruption, "{}: world_size {} but the model files are of world size {}",
-           config, j["world_size"].get<int>(), worlds[0]);
+           config, world, worlds[0]);
     }
   }
   return worlds[0];

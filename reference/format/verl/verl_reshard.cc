@@ -3,15 +3,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "core/box.h"
 #include "core/error.h"
+#include "core/json_integer.h"
 #include "core/tensor.h"
 #include "format/dcp/pickler.h"
 #include "format/dcp/torch_save.h"
@@ -214,7 +217,11 @@ void EmitScalar(ArchiveOut& a, const nlohmann::json& v) {
     return;
   }
   Tensor t = Tensor::Empty(DType::kF32, {});
-  t.data_as<float>()[0] = v.get<float>();
+  // A double past float's range converts to infinity (a cast of it is undefined).
+  const double d = v.get<double>();
+  t.data_as<float>()[0] = std::fabs(d) > std::numeric_limits<float>::max()
+                              ? std::copysign(std::numeric_limits<float>::infinity(), d)
+                              : static_cast<float>(d);
   a.Tensor_(t);
 }
 
@@ -239,7 +246,7 @@ int SourceFsdpVersion(const std::string& src, const VerlRankState& r0) {
     std::ifstream f(config);
     nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
     if (j.is_object() && j.contains("FSDP_version") && j["FSDP_version"].is_number_integer()) {
-      return j["FSDP_version"].get<int>();
+      return JsonInteger<int>(j["FSDP_version"], config.string() + ": FSDP_version");
     }
   }
   return r0.common.contains("optimizer") && r0.common["optimizer"].contains("fsdp1_units") ? 1 : 2;

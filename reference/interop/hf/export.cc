@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_integer.h"
 #include "core/json_parse.h"
 #include "format/format.h"
 #include "format/safetensors/safetensors.h"
@@ -107,11 +108,13 @@ ExportSummary ExportToHf(const ExportArgs& args) {
     if (a->is_object() && a->contains("state")) a = &(*a)["state"];
     if (spec.topk == 0 && a->is_object() && a->contains("moe_router_topk") &&
         (*a)["moe_router_topk"].is_number_integer()) {
-      spec.topk = (*a)["moe_router_topk"].get<int64_t>();
+      spec.topk = JsonInteger<int64_t>((*a)["moe_router_topk"],
+                                       args.checkpoint + ": common args moe_router_topk");
     }
     if (spec.kv_channels == 0 && a->is_object() && a->contains("kv_channels") &&
         (*a)["kv_channels"].is_number_integer()) {
-      spec.kv_channels = (*a)["kv_channels"].get<int64_t>();
+      spec.kv_channels =
+          JsonInteger<int64_t>((*a)["kv_channels"], args.checkpoint + ": common args kv_channels");
     }
     HfExportPlan hf = PlanHfExport(spec, stored);
     summary.architecture = hf.architecture.class_name;
