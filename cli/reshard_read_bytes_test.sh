@@ -82,14 +82,14 @@ for root in "$fixtures"/megatron-runs/*/ "$fixtures"/verl-runs/megatron-*/; do
   # Every byte read is still checked: a flipped byte in the middle of the word embeddings,
   # which each rank under tp=2 reads in part (the tiles of its rows), is refused (exit 2)
   # naming the file and the key, and nothing is written.
-  if [ "$first" = tp=1 ]; then
+  if [ "$first" = tp=1 ] && "$d" verify "$work/resaved" --spec gpt -t tp=2 2>&1 |
+    grep -q "under tp=2: loads"; then
     read -r file at < <("$d" inspect "$work/resaved" --json 2>/dev/null | python3 -c '
 import json, sys
 c = json.load(sys.stdin)["tensors"]["embedding.word_embeddings.weight"]["chunks"][0]
 print(c["file"], c["byte_offset"] + 400 + c["length"] // 2)')
-    it=$(cat "$work/resaved/latest_checkpointed_iteration.txt" 2>/dev/null || true)
-    dir=$work/resaved
-    [ -n "$it" ] && dir=$work/resaved/$(printf "iter_%07d" "$it")
+    # Under a tracker's iter_N/ (Megatron) or dist_ckpt/ (verl).
+    dir=$(dirname "$(find "$work/resaved" -name "$file" | head -1)")
     python3 -c 'import sys; f, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(f, "rb").read())
 b[at] ^= 1; open(f, "wb").write(b)' "$dir/$file" "$at"
     rm -rf "$work/out"
