@@ -215,8 +215,13 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   try {
     Topology saved = Topology::Parse(saved_topology);
     topo = WorldTopology(topology, comm);
+    // Opened once: the optimizer check reads its common state, the load its chunks.
+    std::unique_ptr<CheckpointReader> reader;
     AgreeOnOutcome(comm, [&] {
-      if (s.optimizer) CheckOptimizerLoadable(s, LoadCommonStateDict(dir, strategy.env), topo);
+      if (s.optimizer) {
+        reader = OpenCheckpoint(dir, strategy.env);
+        CheckOptimizerLoadable(s, LoadCommonStateDict(*reader), topo);
+      }
       request = BuildLoadRequest(s, pair, saved, topo, comm.rank());
     });
     Node destinations;
@@ -238,7 +243,8 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
       options.strategy.group = dp.get();
     }
     if (strategy.local_dir.empty()) {
-      result = Load(destinations, dir, comm, options);
+      result = reader ? Load(destinations, *reader, comm, options)
+                      : Load(destinations, dir, comm, options);
     } else {
       LocalLoadResult local = LoadLocal(destinations, comm, LocalOptionsOf(strategy, comm.size()));
       result.state_dict = std::move(local.state_dict);
