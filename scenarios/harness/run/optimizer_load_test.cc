@@ -95,7 +95,7 @@ TEST(OptimizerLoadTest, LoadStepOpensTheCheckpointOncePerRank) {
   const std::map<std::string, int> one_open = opens.count;
   ASSERT_FALSE(one_open.empty());
   opens.count.clear();
-  StepStrategy step;
+  StepOptions step;
   step.env = &opens;
   RunRanks(2, [&](Communicator& comm) {
     StepReport r = LoadStep(s, nullptr, "dp=2", "dp=2", dir, comm,
