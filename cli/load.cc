@@ -17,11 +17,11 @@ namespace {
 
 int LoadCommand(const StepArgs& args) {
   CheckStepArgs(args);
-  const StepStrategy& strategy = args.strategy;
+  const StepOptions& step = args.step;
   Scenario s = LoadScenario(args.scenario);
   const PairSpec* pair = PairAt(s, args.pair);
   std::string saved = args.saved_topology;
-  if (saved.empty() && !strategy.local_dir.empty()) saved = args.topology;  // local: as loaded
+  if (saved.empty() && !step.local_dir.empty()) saved = args.topology;  // local: as loaded
   if (saved.empty()) {
     Env* env = Env::Default();
     saved = DetectFormat(env, args.dir).OpenReader(env, args.dir)->metadata().topology;
@@ -35,7 +35,7 @@ int LoadCommand(const StepArgs& args) {
                                             : ParseVerifyPolicy(args.verify);
   int world = Topology::Parse(args.topology).world_size();
   auto [report, prints] = OnRanks(args.backend, world, [&](Communicator& comm) {
-    return LoadStep(s, pair, saved, args.topology, args.dir, comm, strict, verify, strategy);
+    return LoadStep(s, pair, saved, args.topology, args.dir, comm, strict, verify, step);
   });
   int code = report.ok ? kExitOk : report.value_mismatch ? kExitVerdictFailed : kExitInputError;
   if (!prints) return code;

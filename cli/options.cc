@@ -67,9 +67,9 @@ std::optional<int> RelaunchUnderMpirun(int argc, char** argv, const std::string&
 }  // namespace
 
 // --comm: which communicator carries a load's exchange.
-void AddCommOption(CLI::App* cmd, StepStrategy& strategy, const char* help) {
+void AddCommOption(CLI::App* cmd, StepOptions& step, const char* help) {
   cmd->add_option_function<std::string>(
-         "--comm", [&strategy](const std::string& comm) { strategy.nccl = comm == "nccl"; }, help)
+         "--comm", [&step](const std::string& comm) { step.nccl = comm == "nccl"; }, help)
       ->check(CLI::IsMember({"default", "nccl"}));
 }
 
@@ -211,13 +211,13 @@ Scenario LoadScenario(const std::string& path) {
 
 // --device and --comm: a device this machine has, and NCCL only where it
 // has work (a fully parallel or two-stage load on CUDA tensors).
-void CheckDeviceStrategy(const StepStrategy& strategy) {
-  CheckDeviceUsable(strategy.device == "cuda" ? Device::Cuda() : Device::Parse(strategy.device));
-  if (!strategy.nccl) return;
-  if (strategy.device == "cpu") {
+void CheckStepDevice(const StepOptions& step) {
+  CheckDeviceUsable(step.device == "cuda" ? Device::Cuda() : Device::Parse(step.device));
+  if (!step.nccl) return;
+  if (step.device == "cpu") {
     Fail(ErrorKind::kInvalidArgument, "--comm nccl needs --device cuda");
   }
-  if (strategy.load.kind == LoadStrategy::Kind::kPlain) {
+  if (step.load.kind == LoadStrategy::Kind::kPlain) {
     Fail(ErrorKind::kInvalidArgument,
          "--comm nccl carries the exchange of --fully-parallel or --two-stage loads");
   }

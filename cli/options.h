@@ -20,7 +20,7 @@
 namespace distckpt {
 
 // --comm: which communicator carries a load's exchange.
-void AddCommOption(CLI::App* cmd, StepStrategy& strategy, const char* help);
+void AddCommOption(CLI::App* cmd, StepOptions& step, const char* help);
 // --report, --junit, --markdown (cli/report.h); `per`: what a testcase is.
 void AddReportOptions(CLI::App* cmd, ReportPaths& paths, const char* per);
 // --spec (required) and --set.
@@ -55,7 +55,7 @@ void RunOnBackend(const std::string& backend, int world,
 Scenario LoadScenario(const std::string& path);
 // --device and --comm: a device this machine has, and NCCL only where it
 // has work (a fully parallel or two-stage load on CUDA tensors).
-void CheckDeviceStrategy(const StepStrategy& strategy);
+void CheckStepDevice(const StepOptions& step);
 // a / b with three decimals, "-" for b = 0.
 std::string Ratio(uint64_t a, uint64_t b);
 

@@ -30,7 +30,7 @@ struct RunArgs {
   bool keep = false;
   std::string junit, markdown;  // CI reports (cli/report.h); `report` is the JSON one
   // Every step's: --device, --fully-parallel (saves and loads), --comm (loads).
-  StepStrategy strategy;
+  StepOptions step;
 };
 
 std::string SelfExe() {
@@ -49,8 +49,8 @@ int RunCommand(const RunArgs& args) {
   options.keep = args.keep;
   options.self_exe = SelfExe();
   options.progress = [](const std::string& line) { std::cerr << line << std::endl; };
-  options.strategy = args.strategy;
-  CheckDeviceStrategy(options.strategy);
+  options.step = args.step;
+  CheckStepDevice(options.step);
   std::string embedded_copy;
   if (args.backend == "mpi") {
     options.backend = Backend::kMpi;
@@ -72,9 +72,9 @@ int RunCommand(const RunArgs& args) {
   bool matrix = args.matrix || s.pairs.empty();
   size_t passed = 0;
   for (const PairResult& r : results) passed += r.ok;
-  const std::string& device = args.strategy.device;
-  const bool fully_parallel = args.strategy.load.kind == LoadStrategy::Kind::kFullyParallel;
-  const bool nccl = args.strategy.nccl;
+  const std::string& device = args.step.device;
+  const bool fully_parallel = args.step.load.kind == LoadStrategy::Kind::kFullyParallel;
+  const bool nccl = args.step.nccl;
   std::cout << fmt::format("scenario {} ({} backend{}{}{})\n", s.name, args.backend,
                            device == "cpu" ? "" : ", device " + device,
                            fully_parallel ? ", fully parallel" : "", nccl ? ", NCCL exchange" : "");
@@ -130,17 +130,17 @@ Command AddRunCommand(CLI::App& app) {
   run->add_option("--work-dir", args->work_dir,
                   "where checkpoints are written (default: a temp dir)");
   run->add_flag("--keep", args->keep, "keep the checkpoints");
-  run->add_option("--device", args->strategy.device,
+  run->add_option("--device", args->step.device,
                   "where the ranks' tensors live: cpu, cuda (rank r on device r mod the "
                   "devices) or cuda:N");
   run->add_flag_callback(
       "--fully-parallel",
       [args] {
-        args->strategy.save.kind = SaveStrategy::Kind::kFullyParallel;
-        args->strategy.load.kind = LoadStrategy::Kind::kFullyParallel;
+        args->step.save.kind = SaveStrategy::Kind::kFullyParallel;
+        args->step.load.kind = LoadStrategy::Kind::kFullyParallel;
       },
       "every save and load fully parallel within the DP groups");
-  AddCommOption(run, args->strategy,
+  AddCommOption(run, args->step,
                 "the loads' exchange: default or nccl (--device cuda --fully-parallel, "
                 "--backend mpi)");
   run->add_option("--junit", args->junit, "write a JUnit XML report (one testcase per pair)");

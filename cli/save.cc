@@ -29,25 +29,25 @@ void PrintRankBytesWritten(const StepReport& report, bool async) {
 
 int SaveCommand(const StepArgs& args) {
   CheckStepArgs(args);
-  const StepStrategy& strategy = args.strategy;
+  const StepOptions& step = args.step;
   Scenario s = LoadScenario(args.scenario);
   const PairSpec* pair = PairAt(s, args.pair);
   int world = Topology::Parse(args.topology).world_size();
   const Format& format = FormatByName(args.format);
   auto [report, prints] = OnRanks(args.backend, world, [&](Communicator& comm) {
-    return SaveStep(s, pair, args.topology, args.dir, comm, &format, strategy);
+    return SaveStep(s, pair, args.topology, args.dir, comm, &format, step);
   });
   if (prints) {
     WriteReport(args.report_json, report);
     if (!report.ok)
       std::cerr << "distckpt save: " << report.error << "\n";
     else
-      std::cout << fmt::format(
-          "saved {} under {} to {}: {} bytes written in {:.3f} s\n", s.name, args.topology,
-          strategy.local_dir.empty() ? args.dir : strategy.local_dir + " (local)",
-          report.bytes_written, report.seconds);
-    if (report.ok && (strategy.save.kind != SaveStrategy::Kind::kPlain || strategy.async))
-      PrintRankBytesWritten(report, strategy.async);
+      std::cout << fmt::format("saved {} under {} to {}: {} bytes written in {:.3f} s\n", s.name,
+                               args.topology,
+                               step.local_dir.empty() ? args.dir : step.local_dir + " (local)",
+                               report.bytes_written, report.seconds);
+    if (report.ok && (step.save.kind != SaveStrategy::Kind::kPlain || step.async))
+      PrintRankBytesWritten(report, step.async);
   }
   return report.ok ? kExitOk : kExitInputError;
 }

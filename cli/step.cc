@@ -7,7 +7,7 @@
 namespace distckpt {
 
 void AddStepOptions(CLI::App* cmd, StepArgs& a, bool load) {
-  StepStrategy& strategy = a.strategy;
+  StepOptions& step = a.step;
   cmd->add_option("scenario", a.scenario, "scenario file (default: the embedded default scenario)");
   cmd->add_option("--topology,-t", a.topology, "topology, e.g. tp=2,pp=2,dp=2")->required();
   cmd->add_option("--dir,-d", a.dir, "checkpoint directory (required unless --local)");
@@ -19,58 +19,55 @@ void AddStepOptions(CLI::App* cmd, StepArgs& a, bool load) {
     cmd->add_option("--format", a.format,
                     "checkpoint format: native or dcp (also dcp-1.13, dcp-common-pt: Megatron's "
                     "common.pt layout before Megatron-Core 0.20, fsdp-dtensor)");
-  cmd->add_option("--local", strategy.local_dir,
+  cmd->add_option("--local", step.local_dir,
                   "a local checkpoint: rank r uses DIR/r (node-local storage), instead of --dir");
   cmd->add_option_function<std::string>(
       "--replication",
-      [&strategy](const std::string& text) {
+      [&step](const std::string& text) {
         try {
-          strategy.replication = ParseReplicationParams(text);
+          step.replication = ParseReplicationParams(text);
         } catch (const CheckpointError& e) {
           throw CLI::ValidationError("--replication", e.what());
         }
       },
       "local: J,F = cliques {n, n+J, ..., n+(F-1)J}, each rank's files copied to its clique "
       "(default 1,1: no copies)");
-  cmd->add_option("--device", strategy.device,
+  cmd->add_option("--device", step.device,
                   "where the ranks' tensors live: cpu, cuda (rank r on device r mod the "
                   "devices) or cuda:N");
   if (!load) {
     cmd->add_flag_callback(
-        "--fully-parallel",
-        [&strategy] { strategy.save.kind = SaveStrategy::Kind::kFullyParallel; },
+        "--fully-parallel", [&step] { step.save.kind = SaveStrategy::Kind::kFullyParallel; },
         "spread the writing of replicated shards over each DP group");
-    cmd->add_flag("--overwrite", strategy.overwrite,
+    cmd->add_flag("--overwrite", step.overwrite,
                   "replace a committed checkpoint in --dir, of any format (a staging directory "
                   "swapped in at commit); without it such a save is refused");
-    cmd->add_flag("--async", strategy.async,
+    cmd->add_flag("--async", step.async,
                   "stage, write in background threads, then finalize (commit)");
-    cmd->add_option("--writers", strategy.save.writers,
+    cmd->add_option("--writers", step.save.writers,
                     "async: writer threads per rank, one data file each")
         ->check(CLI::PositiveNumber);
     return;
   }
-  AddCommOption(cmd, strategy,
+  AddCommOption(cmd, step,
                 "the exchange of --fully-parallel / --two-stage loads: default (the ranks' "
                 "communicator) or nccl (--device cuda, --backend mpi)");
   CLI::Option* fully_parallel = cmd->add_flag_callback(
-      "--fully-parallel", [&strategy] { strategy.load.kind = LoadStrategy::Kind::kFullyParallel; },
+      "--fully-parallel", [&step] { step.load.kind = LoadStrategy::Kind::kFullyParallel; },
       "read each shard once per DP group and exchange it between the ranks");
   cmd->add_option_function<std::string>(
          "--exchange",
-         [&strategy](const std::string& name) {
-           strategy.load.exchange = ParseExchangeAlgorithm(name);
-         },
+         [&step](const std::string& name) { step.load.exchange = ParseExchangeAlgorithm(name); },
          "fully parallel exchange: broadcast (default) or gather_rounds")
       ->check(CLI::IsMember({"broadcast", "gather_rounds"}));
   cmd->add_flag_callback(
-         "--two-stage", [&strategy] { strategy.load.kind = LoadStrategy::Kind::kTwoStage; },
+         "--two-stage", [&step] { step.load.kind = LoadStrategy::Kind::kTwoStage; },
          "the lowest DP rank holding a shard reads it and broadcasts it, one shard at a time")
       ->excludes(fully_parallel);
   cmd->add_option("--saved-topology", a.saved_topology,
                   "topology the checkpoint was saved under (default: recorded in it)");
   cmd->add_option("--strict", a.strict, "strict handling mode (default: the scenario's)");
-  cmd->add_option("--resave-dir", strategy.resave_dir,
+  cmd->add_option("--resave-dir", step.resave_dir,
                   "after a good load, save the loaded state again under --topology into this "
                   "directory");
   cmd->add_option("--verify", a.verify,
@@ -80,8 +77,8 @@ void AddStepOptions(CLI::App* cmd, StepArgs& a, bool load) {
 }
 
 void CheckStepArgs(const StepArgs& args) {
-  CheckDeviceStrategy(args.strategy);
-  if (args.dir.empty() && args.strategy.local_dir.empty()) {
+  CheckStepDevice(args.step);
+  if (args.dir.empty() && args.step.local_dir.empty()) {
     Fail(ErrorKind::kInvalidArgument, "--dir is required (or --local DIR for a local checkpoint)");
   }
 }

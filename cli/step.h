@@ -1,5 +1,5 @@
 // What `distckpt save` and `distckpt load` share (cli/save.cc, cli/load.cc):
-// the step's flags, parsed straight into its StepStrategy (harness/run/runner.h),
+// the step's flags, parsed straight into its StepOptions (harness/run/runner.h),
 // and a step run on every rank of the chosen backend.
 //
 // Thread-safety: OnRanks runs the step on the ranks' threads; the rest is
@@ -27,9 +27,9 @@ struct StepArgs {
   std::string verify;             // load: whole | always | never (default: the pair's, else whole)
   std::string report_json;
   int pair = -1;  // scenario pair whose extras apply
-  // The step's strategies and what the harness does around them
+  // The step's options: strategies and what the harness does around them
   // (harness/run/runner.h: --fully-parallel, --async, --local, --device, ...).
-  StepStrategy strategy;
+  StepOptions step;
 };
 
 // The flags of save (load = false) or load (load = true) into `a`.

@@ -39,12 +39,11 @@ class DiskFaultsTest : public testing::TestWithParam<std::string> {
  protected:
   StepReport Save(const Scenario& s, const std::string& dir, Env* env = nullptr) {
     StepReport report;
-    StepStrategy strategy;
-    strategy.env = env;
-    strategy.overwrite = true;
+    StepOptions step;
+    step.env = env;
+    step.overwrite = true;
     RunRanks(2, [&](Communicator& comm) {
-      StepReport r =
-          SaveStep(s, nullptr, kTopology, dir, comm, &FormatByName(GetParam()), strategy);
+      StepReport r = SaveStep(s, nullptr, kTopology, dir, comm, &FormatByName(GetParam()), step);
       if (comm.rank() == 0) report = r;
     });
     return report;

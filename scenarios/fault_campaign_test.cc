@@ -89,8 +89,8 @@ class FaultCampaignTest : public testing::TestWithParam<Config> {
  protected:
   const Config& config() const { return GetParam(); }
 
-  StepStrategy Strategy(Env* env) const {
-    StepStrategy s;
+  StepOptions Options(Env* env) const {
+    StepOptions s;
     s.env = env;
     if (config().fully_parallel) {
       s.save.kind = SaveStrategy::Kind::kFullyParallel;
@@ -111,7 +111,7 @@ class FaultCampaignTest : public testing::TestWithParam<Config> {
     StepReport report;
     const Format* format = &FormatByName(config().format);
     RunRanks(kWorld, [&](Communicator& comm) {
-      StepReport r = SaveStep(s, nullptr, kTopology, dir, comm, format, Strategy(env));
+      StepReport r = SaveStep(s, nullptr, kTopology, dir, comm, format, Options(env));
       if (comm.rank() == 0) report = r;
     });
     return report;
@@ -121,7 +121,7 @@ class FaultCampaignTest : public testing::TestWithParam<Config> {
     RunRanks(kWorld, [&](Communicator& comm) {
       StepReport r =
           LoadStep(s, nullptr, kTopology, kTopology, dir, comm, StrictHandling::kAssumeOkUnexpected,
-                   VerifyPolicy::kAlways, Strategy(nullptr));
+                   VerifyPolicy::kAlways, Options(nullptr));
       if (comm.rank() == 0) report = r;
     });
     return report;

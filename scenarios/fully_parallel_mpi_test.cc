@@ -62,11 +62,11 @@ TEST(FullyParallelMpiTest, DpReplicatedModelIsWrittenOnceAndEvenly) {
   Scenario s = Scenario::FromFile(DISTCKPT_SCENARIO_DIR "/dp4-replicated.json");
 
   StepReport plain = SaveStep(s, nullptr, kTopology, tmp.path() + "/plain", world);
-  StepStrategy fully_parallel;
+  StepOptions fully_parallel;
   fully_parallel.save.kind = SaveStrategy::Kind::kFullyParallel;
   StepReport fp =
       SaveStep(s, nullptr, kTopology, tmp.path() + "/fp", world, nullptr, fully_parallel);
-  StepStrategy async = fully_parallel;
+  StepOptions async = fully_parallel;
   async.async = true;
   async.save.writers = 2;
   StepReport fp_async =
@@ -129,7 +129,7 @@ TEST(FullyParallelMpiTest, DpReplicatedModelIsWrittenOnceAndEvenly) {
     EXPECT_TRUE(DiffCheckpoints(tmp.path() + "/plain", tmp.path() + "/fp-async").identical());
   }
 
-  StepStrategy load_fp;
+  StepOptions load_fp;
   load_fp.load.kind = LoadStrategy::Kind::kFullyParallel;
   StepReport loaded = LoadStep(s, nullptr, kTopology, "tp=4,dp=2", tmp.path() + "/fp", world,
                                s.strict, VerifyPolicy::kWhenWhole, load_fp);

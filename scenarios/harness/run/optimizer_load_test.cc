@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "comm/thread_world.h"
+#include "engine/metadata_api.h"
 #include "harness/run/runner.h"
+#include "io/forwarding_env.h"
 
 namespace distckpt {
 namespace {
@@ -59,6 +63,46 @@ TEST(OptimizerLoadTest, DpReshardableRefusesOtherTpPpOrEpBeforeReadingAnything) 
     EXPECT_TRUE(r.ok) << r.error;
     EXPECT_GT(r.bytes_read, 0u);
   }
+  fs::remove_all(dir);
+}
+
+// LoadStep of an optimizer scenario reads the common state (the optimizer
+// check) and the chunks through one open of the checkpoint per rank: each
+// rank reads the metadata as often as one OpenCheckpoint does, not again for
+// the common state.
+TEST(OptimizerLoadTest, LoadStepOpensTheCheckpointOncePerRank) {
+  struct Opens : ForwardingEnv {
+    Opens() : ForwardingEnv(Env::Default()) {}
+    void OnAccess(const char* op, const std::string& path) override {
+      std::lock_guard<std::mutex> lock(mu);
+      if (std::string(op) == "open" && path.find("optimizer_open_test_") != std::string::npos)
+        ++count[path];
+    }
+    std::mutex mu;
+    std::map<std::string, int> count;
+  } opens;
+  Scenario s = Scenario::FromJson(nlohmann::json::parse(R"({
+      "model": {"kind": "gpt", "layers": 2, "hidden": 8, "ffn": 16, "heads": 2, "vocab": 64},
+      "optimizer": {"format": "dp_reshardable", "step": 3}})"),
+                                  "t.json");
+  const std::string dir =
+      (fs::temp_directory_path() / ("optimizer_open_test_" + std::to_string(getpid()))).string();
+  fs::remove_all(dir);
+  RunRanks(2, [&](Communicator& comm) { ASSERT_TRUE(SaveStep(s, nullptr, "dp=2", dir, comm).ok); });
+  // What one open reads (the metadata file, once or twice: detection, then
+  // the reader), then what LoadStep reads on 2 ranks.
+  OpenCheckpoint(dir, &opens);
+  const std::map<std::string, int> one_open = opens.count;
+  ASSERT_FALSE(one_open.empty());
+  opens.count.clear();
+  StepOptions step;
+  step.env = &opens;
+  RunRanks(2, [&](Communicator& comm) {
+    StepReport r = LoadStep(s, nullptr, "dp=2", "dp=2", dir, comm,
+                            StrictHandling::kAssumeOkUnexpected, VerifyPolicy::kWhenWhole, step);
+    EXPECT_TRUE(r.ok) << r.error;
+  });
+  for (const auto& [path, n] : one_open) EXPECT_EQ(opens.count[path], 2 * n) << path;
   fs::remove_all(dir);
 }
 

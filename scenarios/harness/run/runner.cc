@@ -130,31 +130,29 @@ StepReport OnMpi(const RunOptions& options, int world, std::vector<std::string> 
 }
 
 // The distckpt flags (cli/step.cc) that give an MPI job's save or load
-// step `strategy`: the CLI parses them back into a StepStrategy.
-std::vector<std::string> StrategyFlags(const StepStrategy& strategy, bool load) {
-  std::vector<std::string> flags{"--device", strategy.device};
+// step's options: the CLI parses them back into a StepOptions.
+std::vector<std::string> StepFlags(const StepOptions& step, bool load) {
+  std::vector<std::string> flags{"--device", step.device};
   if (!load) {
-    if (strategy.save.kind == SaveStrategy::Kind::kFullyParallel)
-      flags.push_back("--fully-parallel");
-    if (strategy.async) {
-      flags.insert(flags.end(), {"--async", "--writers", std::to_string(strategy.save.writers)});
+    if (step.save.kind == SaveStrategy::Kind::kFullyParallel) flags.push_back("--fully-parallel");
+    if (step.async) {
+      flags.insert(flags.end(), {"--async", "--writers", std::to_string(step.save.writers)});
     }
     return flags;
   }
-  switch (strategy.load.kind) {
+  switch (step.load.kind) {
     case LoadStrategy::Kind::kPlain:
       break;
     case LoadStrategy::Kind::kFullyParallel:
       flags.insert(flags.end(), {"--fully-parallel", "--exchange",
-                                 std::string(ExchangeAlgorithmName(strategy.load.exchange))});
+                                 std::string(ExchangeAlgorithmName(step.load.exchange))});
       break;
     case LoadStrategy::Kind::kTwoStage:
       flags.push_back("--two-stage");
       break;
   }
-  if (strategy.nccl) flags.insert(flags.end(), {"--comm", "nccl"});
-  if (!strategy.resave_dir.empty())
-    flags.insert(flags.end(), {"--resave-dir", strategy.resave_dir});
+  if (step.nccl) flags.insert(flags.end(), {"--comm", "nccl"});
+  if (!step.resave_dir.empty()) flags.insert(flags.end(), {"--resave-dir", step.resave_dir});
   return flags;
 }
 
@@ -164,12 +162,12 @@ StepReport RunSave(const Scenario& s, const PairSpec* pair, int pair_index, cons
   if (options.backend == Backend::kThreads) {
     const Format& format = FormatByName(options.format);
     return OnThreads(world, [&](Communicator& comm) {
-      return SaveStep(s, pair, topo, dir, comm, &format, options.strategy);
+      return SaveStep(s, pair, topo, dir, comm, &format, options.step);
     });
   }
   std::vector<std::string> args{"save",     options.scenario_path, "--topology", topo, "--dir", dir,
                                 "--format", options.format};
-  std::vector<std::string> flags = StrategyFlags(options.strategy, /*load=*/false);
+  std::vector<std::string> flags = StepFlags(options.step, /*load=*/false);
   args.insert(args.end(), flags.begin(), flags.end());
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".save.json");
@@ -181,11 +179,11 @@ StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index,
                    const std::string& resave_dir = "") {
   int world = Topology::Parse(topo).world_size();
   const VerifyPolicy verify = pair ? pair->verify : VerifyPolicy::kWhenWhole;
-  StepStrategy strategy = options.strategy;
-  strategy.resave_dir = resave_dir;
+  StepOptions step = options.step;
+  step.resave_dir = resave_dir;
   if (options.backend == Backend::kThreads) {
     return OnThreads(world, [&](Communicator& comm) {
-      return LoadStep(s, pair, saved, topo, dir, comm, strict, verify, strategy);
+      return LoadStep(s, pair, saved, topo, dir, comm, strict, verify, step);
     });
   }
   std::vector<std::string> args{"load",
@@ -200,7 +198,7 @@ StepReport RunLoad(const Scenario& s, const PairSpec* pair, int pair_index,
                                 std::string(StrictHandlingName(strict)),
                                 "--verify",
                                 std::string(VerifyPolicyName(verify))};
-  std::vector<std::string> flags = StrategyFlags(strategy, /*load=*/true);
+  std::vector<std::string> flags = StepFlags(step, /*load=*/true);
   args.insert(args.end(), flags.begin(), flags.end());
   if (pair_index >= 0) args.insert(args.end(), {"--pair", std::to_string(pair_index)});
   return OnMpi(options, world, args, dir + ".load.json");
@@ -306,7 +304,7 @@ void CheckFitsInMemory(const Scenario& s, const std::vector<std::string>& topolo
 }  // namespace
 
 std::vector<PairResult> RunScenario(const Scenario& s, const RunOptions& options) {
-  if (options.strategy.device == "cpu") {
+  if (options.step.device == "cpu") {
     std::vector<std::string> topologies = s.topologies;
     for (const PairSpec& pair : s.pairs)
       topologies.insert(topologies.end(), {pair.save, pair.load});

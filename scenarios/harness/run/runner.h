@@ -50,11 +50,12 @@ struct StepReport {
   static StepReport FromJson(const nlohmann::json& j);
 };
 
-// The strategies of a step (strategy/strategy.h) and what the harness does
-// around them. The CLI parses its step flags straight into it (cli/step.cc:
+// A step's options: its save and load strategies (strategy/strategy.h) and
+// what the harness does around them (local checkpoint, resave, Env, device). The CLI parses its
+// step flags straight into it (cli/step.cc:
 // --fully-parallel, --two-stage, --exchange, --async, --writers, --local,
 // --replication, --resave-dir, --device, --comm).
-struct StepStrategy {
+struct StepOptions {
   // How the save and the load spread their work. Fully parallel and
   // two-stage strategies run within the DP-with-CP group of the topology:
   // the step sets their `group` on each rank. Leave `cache` null (a cache
@@ -89,12 +90,11 @@ struct StepStrategy {
 // rank returns the same report (sums over ranks). `format` nullptr = native.
 StepReport SaveStep(const Scenario& scenario, const PairSpec* pair, const std::string& topology,
                     const std::string& dir, Communicator& comm, const Format* format = nullptr,
-                    const StepStrategy& strategy = {});
+                    const StepOptions& step = {});
 StepReport LoadStep(const Scenario& scenario, const PairSpec* pair,
                     const std::string& saved_topology, const std::string& topology,
                     const std::string& dir, Communicator& comm, StrictHandling strict,
-                    VerifyPolicy verify = VerifyPolicy::kWhenWhole,
-                    const StepStrategy& strategy = {});
+                    VerifyPolicy verify = VerifyPolicy::kWhenWhole, const StepOptions& step = {});
 
 struct PairResult {
   std::string save, load;
@@ -114,10 +114,10 @@ struct RunOptions {
   std::string scenario_path;             // passed to the MPI jobs
   std::vector<std::string> mpirun_args;  // extra flags, e.g. --oversubscribe
   std::function<void(const std::string&)> progress;  // one line per step
-  // Every step's strategy (the CLI's run --device / --fully-parallel /
+  // Every step's options (the CLI's run --device / --fully-parallel /
   // --comm): saves take `save`, `async` and `device`; loads `load`,
   // `device` and `nccl`, and a pair's resave directory.
-  StepStrategy strategy;
+  StepOptions step;
 };
 
 // Throws CheckpointError(kInvalidArgument) before any step when, on the cpu

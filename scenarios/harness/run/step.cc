@@ -100,23 +100,22 @@ Node OnHost(Node state) {
   return state;
 }
 
-LocalOptions LocalOptionsOf(const StepStrategy& strategy, int world) {
-  return {strategy.local_dir, strategy.env, Cliques(world, strategy.replication)};
+LocalOptions LocalOptionsOf(const StepOptions& step, int world) {
+  return {step.local_dir, step.env, Cliques(world, step.replication)};
 }
 
 SaveSummary SaveWithStrategy(const Node& state, const std::string& dir, Communicator& comm,
-                             const Topology& topo, SaveOptions options,
-                             const StepStrategy& strategy) {
-  if (!strategy.local_dir.empty()) {
-    return SaveLocal(state, kNextLocalIteration, comm, LocalOptionsOf(strategy, comm.size()));
+                             const Topology& topo, SaveOptions options, const StepOptions& step) {
+  if (!step.local_dir.empty()) {
+    return SaveLocal(state, kNextLocalIteration, comm, LocalOptionsOf(step, comm.size()));
   }
-  options.strategy = strategy.save;
+  options.strategy = step.save;
   std::unique_ptr<Communicator> dp;
-  if (strategy.save.kind != SaveStrategy::Kind::kPlain) {
+  if (step.save.kind != SaveStrategy::Kind::kPlain) {
     dp = DataParallelGroup(topo, comm);
     options.strategy.group = dp.get();
   }
-  if (!strategy.async) return Save(state, dir, comm, options);
+  if (!step.async) return Save(state, dir, comm, options);
   AsyncCallsQueue queue(comm);
   AsyncSave save = SaveAsync(state, dir, comm, options);
   queue.Schedule(save.request);
@@ -170,7 +169,7 @@ StepReport StepReport::FromJson(const nlohmann::json& j) {
 
 StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& topology,
                     const std::string& dir, Communicator& comm, const Format* format,
-                    const StepStrategy& strategy) {
+                    const StepOptions& step) {
   StepReport r;
   std::string error;
   SaveSummary summary;
@@ -179,14 +178,14 @@ StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& 
     Node state;
     AgreeOnOutcome(comm, [&] {
       state = OnDevice(BuildSaveState(s, pair, topo, comm.rank()),
-                       RankDevice(strategy.device, comm.rank()));
+                       RankDevice(step.device, comm.rank()));
     });
     SaveOptions options;
     options.format = format;
     options.topology = topo.ToString();
-    options.env = strategy.env;
-    options.overwrite = strategy.overwrite;
-    summary = SaveWithStrategy(state, dir, comm, topo, options, strategy);
+    options.env = step.env;
+    options.overwrite = step.overwrite;
+    summary = SaveWithStrategy(state, dir, comm, topo, options, step);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -203,7 +202,7 @@ StepReport SaveStep(const Scenario& s, const PairSpec* pair, const std::string& 
 
 StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& saved_topology,
                     const std::string& topology, const std::string& dir, Communicator& comm,
-                    StrictHandling strict, VerifyPolicy verify, const StepStrategy& strategy) {
+                    StrictHandling strict, VerifyPolicy verify, const StepOptions& step) {
   StepReport r;
   std::string error;
   bool mismatch = false;
@@ -215,38 +214,44 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   try {
     Topology saved = Topology::Parse(saved_topology);
     topo = WorldTopology(topology, comm);
+    // Opened once: the optimizer check reads its common state, the load its chunks.
+    std::unique_ptr<CheckpointReader> reader;
     AgreeOnOutcome(comm, [&] {
-      if (s.optimizer) CheckOptimizerLoadable(s, LoadCommonStateDict(dir, strategy.env), topo);
+      if (s.optimizer) {
+        reader = OpenCheckpoint(dir, step.env);
+        CheckOptimizerLoadable(s, LoadCommonStateDict(*reader), topo);
+      }
       request = BuildLoadRequest(s, pair, saved, topo, comm.rank());
     });
     Node destinations;
     AgreeOnOutcome(comm, [&] {
-      destinations = DestinationsOn(request, RankDevice(strategy.device, comm.rank()));
+      destinations = DestinationsOn(request, RankDevice(step.device, comm.rank()));
     });
     LoadOptions options;
     options.strict = strict;
     options.verify = verify;
-    options.env = strategy.env;
-    options.strategy = strategy.load;
+    options.env = step.env;
+    options.strategy = step.load;
     std::unique_ptr<Communicator> dp;
-    if (strategy.load.kind != LoadStrategy::Kind::kPlain) {
+    if (step.load.kind != LoadStrategy::Kind::kPlain) {
       dp = DataParallelGroup(topo, comm);
-      if (strategy.nccl) {
+      if (step.nccl) {
         dp = CreateNcclCommunicator(std::shared_ptr<Communicator>(std::move(dp)),
-                                    RankDevice(strategy.device, comm.rank()));
+                                    RankDevice(step.device, comm.rank()));
       }
       options.strategy.group = dp.get();
     }
-    if (strategy.local_dir.empty()) {
-      result = Load(destinations, dir, comm, options);
+    if (step.local_dir.empty()) {
+      result = reader ? Load(destinations, *reader, comm, options)
+                      : Load(destinations, dir, comm, options);
     } else {
-      LocalLoadResult local = LoadLocal(destinations, comm, LocalOptionsOf(strategy, comm.size()));
+      LocalLoadResult local = LoadLocal(destinations, comm, LocalOptionsOf(step, comm.size()));
       result.state_dict = std::move(local.state_dict);
       result.summary = local.summary;
     }
     result.state_dict = OnHost(std::move(result.state_dict));
     std::optional<std::string> bad = CheckLoaded(s, pair, saved, topo, comm.rank(), result);
-    if (!strategy.resave_dir.empty()) as_loaded = result.state_dict;
+    if (!step.resave_dir.empty()) as_loaded = result.state_dict;
     if (!s.fp8.empty()) {
       fp8 = CheckFp8Loaded(s, pair, topo, comm.rank(), result.state_dict);
       if (!bad) bad = fp8.error;
@@ -265,12 +270,12 @@ StepReport LoadStep(const Scenario& s, const PairSpec* pair, const std::string& 
   r.ok = r.error.empty();
   r.value_mismatch = Sum(comm, mismatch ? 1 : 0) > 0;
   r.other_exception = Sum(comm, other ? 1 : 0) > 0;
-  if (r.ok && !strategy.resave_dir.empty()) {  // every rank: the verdict is agreed
+  if (r.ok && !step.resave_dir.empty()) {  // every rank: the verdict is agreed
     std::string resave_error;
     try {
       SaveOptions options;
       options.topology = topo.ToString();
-      Save(ResaveState(request, as_loaded), strategy.resave_dir, comm, options);
+      Save(ResaveState(request, as_loaded), step.resave_dir, comm, options);
     } catch (const std::exception& e) {
       resave_error = e.what();
     }
