@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "core/device.h"
+#include "core/device.h"  // internal: the CUDA probe this report prints
 
 namespace distckpt {
 

@@ -19,7 +19,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "engine/metadata_api.h"
-#include "engine/read_state.h"
+#include "engine/read_state.h"  // internal: dump prints the stored state as read
 #include "format/format.h"
 
 namespace distckpt {

@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
-#include "core/json_parse.h"
+#include "core/json_parse.h"  // internal: the bounded JSON reader of user files
 #include "format/format.h"
 #include "harness/expand/gpt_model.h"
 #include "harness/expand/param.h"

@@ -8,9 +8,9 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
-#include "format/block_checksums.h"
+#include "format/block_checksums.h"  // internal: inspect --check reports the blocks
 #include "format/format.h"
-#include "format/native/metadata_json.h"
+#include "format/native/metadata_json.h"  // internal: inspect shows the native metadata as stored
 
 namespace distckpt {
 namespace {

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
-#include "format/dcp/unknown_globals.h"
+#include "format/dcp/unknown_globals.h"  // internal: --strict-globals sets the unpickler policy
 #include "io/storage_path.h"
 
 int main(int argc, char** argv) {

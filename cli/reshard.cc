@@ -14,8 +14,8 @@
 #include "cli/options.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
-#include "core/json_parse.h"
-#include "format/dcp/megatron_files.h"
+#include "core/json_parse.h"            // internal: the bounded JSON reader of user files
+#include "format/dcp/megatron_files.h"  // internal: Megatron's metadata.json beside a reshard
 #include "format/format.h"
 #include "format/verl/verl_megatron.h"
 #include "format/verl/verl_reshard.h"

@@ -18,7 +18,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "format/format.h"
-#include "io/file_lock.h"
+#include "io/file_lock.h"  // internal: the writer lock's name, to name its holder
 #include "io/storage_path.h"
 #include "manager/layout.h"
 #include "topology/topology.h"

@@ -24,11 +24,13 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
-// Storage and ranks: the file-system interface, communicators (threads; Open
-// MPI when the package was built with it), parallel topologies.
+// Storage and ranks: the file-system interface and the storage a path or
+// URI names (POSIX, s3://), communicators (threads; Open MPI when the package
+// was built with it), parallel topologies.
 #include "comm/communicator.h"
 #include "comm/thread_world.h"
 #include "io/env.h"
+#include "io/storage_path.h"
 #include "topology/topology.h"
 #ifdef DISTCKPT_HAVE_MPI
 #include "comm/mpi_communicator.h"
@@ -72,15 +74,28 @@
 #include "engine/save_async.h"
 
 // Training runs: the checkpoint manager (Megatron's and verl's directory
-// layouts, tracker, retention, resume) over the entry points above.
+// layouts, tracker, retention, resume) over the entry points above, and what
+// a run's root holds: its layout, its iterations, its tracker.
+#include "manager/catalog.h"
+#include "manager/layout.h"
 #include "manager/manager.h"
+#include "manager/retention.h"
+#include "manager/tracker.h"
 
 // Conversions: a checkpoint as a Hugging Face model (architecture chosen
-// from the model; exact or refused) and back, other formats.
+// from the model; exact or refused) and back, other formats, Megatron's
+// fsdp_dtensor; verl's checkpoints (FSDP per-rank files imported and
+// resharded to another world size, the Megatron backend's component folders).
+#include "engine/verl_convert.h"
+#include "format/verl/verl_megatron.h"
+#include "format/verl/verl_reshard.h"
 #include "interop/convert.h"
+#include "interop/fsdp_dtensor_export.h"
+#include "interop/hf/accounting.h"
 #include "interop/hf/export.h"
 #include "interop/hf/import.h"
 #include "interop/hf/plan.h"
+#include "interop/verl_megatron_carry.h"
 
 // Model-state helpers: optimizer state, FSDP layouts, FP8 quantization.
 #include "fp8/quantize.h"

@@ -5,7 +5,9 @@ reference/CMakeLists.txt adds the layers lowest first; reference/README.md
 names them (the sentence and the table) and docs/api.md's "Targets:" names
 their distckpt::<layer> targets, each in that order. docs/api.md's table of
 public headers (a parenthesis there names internal headers a public one
-includes) holds exactly the headers reference/distckpt.h includes.
+includes) holds exactly the headers reference/distckpt.h includes. The CLI (cli/) calls
+the public API: an include there of any other library header says why on its
+line (`// internal: why`).
 
   layer_lists_test.py SOURCE_DIR
 """
@@ -53,11 +55,26 @@ def main():
     if len(public) < 20:
         problems.append(f"only {len(public)} headers found in reference/distckpt.h")
 
+    cli = os.path.join(src, "cli")
+    internal = 0
+    for name in sorted(os.listdir(cli)):
+        if not name.endswith((".cc", ".h")):
+            continue
+        for n, line in enumerate(read(src, os.path.join("cli", name)).splitlines(), 1):
+            m = re.match(r'#include "((\w+)/[\w/]+\.h)"(.*)', line)
+            if not m or m.group(2) not in layers or m.group(1) in public:
+                continue
+            internal += 1
+            if not re.search(r"// internal: \S", m.group(3)):
+                problems.append(f"cli/{name}:{n} includes the internal {m.group(1)} "
+                                "without `// internal: why`")
+
     for p in problems:
         print(p)
     if problems:
         sys.exit(f"doc_lists: {len(problems)} difference(s)")
-    print(f"doc_lists: {len(layers)} layers and {len(public)} public headers agree")
+    print(f"doc_lists: {len(layers)} layers and {len(public)} public headers agree; "
+          f"cli/ includes {internal} internal headers, each saying why")
 
 
 if __name__ == "__main__":

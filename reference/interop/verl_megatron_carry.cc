@@ -56,8 +56,8 @@ std::vector<std::string> CarryVerlMegatronFiles(Env* env, const VerlMegatronPath
       if (name == component) continue;
       const std::string path = JoinPath(v.step, name);
       if (env->IsDirectory(path)) {
-        notes.push_back(fmt::format("not carried: verl component {} (reshard carries {})", name,
-                                    component));
+        notes.push_back(
+            fmt::format("not carried: verl component {} (reshard carries {})", name, component));
         continue;
       }
       CopyTree(env, path, JoinPath(v.out_step, name));

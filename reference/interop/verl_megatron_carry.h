@@ -22,7 +22,7 @@ namespace distckpt {
 
 struct VerlMegatronPaths {
   std::string component, out_component;  // .../actor and its new copy
-  std::string step, out_step;            // global_step_N and its copy ("" when a component was given)
+  std::string step, out_step;  // global_step_N and its copy ("" when a component was given)
 };
 
 std::vector<std::string> CarryVerlMegatronFiles(Env* env, const VerlMegatronPaths& paths, int tp,

@@ -24,7 +24,7 @@ TEST(VerlMegatronCarry, CopiesSideFilesAndRewritesTheParallelSizes) {
   Put(&env, "/in/global_step_2/actor/dist_ckpt/.metadata", "old");
   Put(&env, "/in/global_step_2/actor/huggingface/config.json", "{\"a\": 1}");
   Put(&env, "/in/global_step_2/actor/transformer_config.json",
-                  R"({"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1,
+      R"({"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1,
                       "hidden_size": 16})");
   Put(&env, "/in/global_step_2/data.pt", "dataloader");
   Put(&env, "/in/global_step_2/critic/transformer_config.json", "{}");
