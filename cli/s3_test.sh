@@ -11,20 +11,7 @@ d=$1 scenario=$2 mpi=${3:-}
 root="s3://$DISTCKPT_S3_BUCKET/cli-$$-$RANDOM"
 work=$(mktemp -d /tmp/distckpt-s3-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-ok() {
-  "$@" >"$work/out" 2>"$work/err"
-  local rc=$?
-  [ $rc = 0 ] || { cat "$work/out" "$work/err"; fail "exit $rc from: $*"; }
-}
-refused() { # refused PATTERN COMMAND...: exit 2 and PATTERN in the output
-  local pattern=$1
-  shift
-  "$@" >"$work/out" 2>&1
-  local rc=$?
-  [ $rc = 2 ] || { cat "$work/out"; fail "exit $rc (want 2) from: $*"; }
-  grep -qE "$pattern" "$work/out" || { cat "$work/out"; fail "no /$pattern/ from: $*"; }
-}
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 # The object store, raw (curl signs as the Env does): s3 GET|DELETE KEY
 s3() {
   curl -sf -X "$1" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \

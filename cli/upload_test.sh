@@ -15,20 +15,7 @@ if [ "$kind" = s3 ]; then
 else
   remote="$work/remote"
 fi
-fail() { echo "FAIL: $*"; exit 1; }
-ok() {
-  "$@" >"$work/out" 2>"$work/err"
-  local rc=$?
-  [ $rc = 0 ] || { cat "$work/out" "$work/err"; fail "exit $rc from: $*"; }
-}
-refused() { # refused PATTERN COMMAND...: exit 2 and PATTERN in the output
-  local pattern=$1
-  shift
-  "$@" >"$work/out" 2>&1
-  local rc=$?
-  [ $rc = 2 ] || { cat "$work/out"; fail "exit $rc (want 2) from: $*"; }
-  grep -qE "$pattern" "$work/out" || { cat "$work/out"; fail "no /$pattern/ from: $*"; }
-}
+. "$(dirname "$0")/../ci/lib/testlib.sh"
 tracker_of() { # the tracker `manage list` reports for a root (exit 0: it names a complete one)
   "$d" manage list "$1" >"$work/list" 2>&1 || { cat "$work/list"; fail "manage list $1"; }
   sed -n 's/^tracker: //p' "$work/list"

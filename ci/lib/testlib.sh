@@ -7,6 +7,9 @@
 #                           chroot sees it at the same path), removed on exit
 #   fail MSG...             prints "FAIL: MSG" and exits 1
 #   expect_rc RC CMD...     runs CMD (output in $work/out); fails unless it exits RC
+#   ok CMD...               runs CMD without -e (output in $work/out, $work/err); fails
+#                           unless it exits 0
+#   refused PATTERN CMD...  fails unless CMD exits 2 with PATTERN (grep -E) in its output
 #   sums DIR                sha256 of every file under DIR, sorted by path (to show that
 #                           nothing under DIR changed)
 #   need_torch2 [MODULE]    sets $python to the torch 2 peer: DISTCKPT_TORCH2_PYTHON, else,
@@ -35,6 +38,20 @@ expect_rc() {  # expect_rc RC CMD...
   local rc=$?
   set -e
   [ $rc = "$want" ] || { cat "$work/out"; fail "exit $rc (want $want): $*"; }
+}
+
+ok() {  # ok CMD...
+  local rc=0
+  "$@" >"$work/out" 2>"$work/err" || rc=$?
+  [ $rc = 0 ] || { cat "$work/out" "$work/err"; fail "exit $rc from: $*"; }
+}
+
+refused() {  # refused PATTERN CMD...
+  local pattern=$1 rc=0
+  shift
+  "$@" >"$work/out" 2>&1 || rc=$?
+  [ $rc = 2 ] || { cat "$work/out"; fail "exit $rc (want 2) from: $*"; }
+  grep -qE "$pattern" "$work/out" || { cat "$work/out"; fail "no /$pattern/ from: $*"; }
 }
 
 sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
