@@ -94,6 +94,22 @@ int RunCommand(const RunArgs& args) {
   }
   std::cout << fmt::format("bytes read / needed over all loads: {} / {} ({})\n", read, needed,
                            Ratio(read, needed));
+  // The load that read the most beyond what it needed, by ratio: a matrix's
+  // total can hide one pair that pays several times its bytes.
+  const PairResult* worst = nullptr;
+  double worst_ratio = 0;
+  for (const PairResult& r : results) {
+    const StepReport& l = r.load_report;
+    if (l.bytes_needed == 0) continue;
+    const double ratio = static_cast<double>(l.bytes_read) / static_cast<double>(l.bytes_needed);
+    if (!worst || ratio > worst_ratio) worst = &r, worst_ratio = ratio;
+  }
+  if (worst) {
+    std::cout << fmt::format("most read / needed of one load: {} -> {}: {} / {} ({})\n",
+                             worst->save, worst->load, worst->load_report.bytes_read,
+                             worst->load_report.bytes_needed,
+                             Ratio(worst->load_report.bytes_read, worst->load_report.bytes_needed));
+  }
   std::cout << fmt::format("pairs: {} passed, {} failed\n", passed, results.size() - passed);
   Report report;
   report.command = "run";
