@@ -192,10 +192,11 @@ int ReshardCommand(const ReshardArgs& given) {
     if (verl) FinishVerlMegatron(*verl, Topology::Parse(args.topology));
     if (root) WriteTracker(Env::Default(), root->out_root, root->tracker);
     std::cout << fmt::format(
-        "resharded {} to {} under {} ({} format): {} bytes read of {} needed (read/needed {}), {} "
-        "bytes written, {:.3f} s{}\n",
+        "resharded {} to {} under {} ({} format): {} bytes read of {} needed (read/needed {}; "
+        "the tensor chunks touched hold {}), {} bytes written, {:.3f} s{}\n",
         args.dir, args.out, args.topology, args.format, result.bytes_read, result.bytes_needed,
-        Ratio(result.bytes_read, result.bytes_needed), result.bytes_written, result.seconds,
+        Ratio(result.bytes_read, result.bytes_needed), result.chunk_bytes, result.bytes_written,
+        result.seconds,
         root ? fmt::format("; tracker {} written in {}", root->tracker.ToString(), root->out_root)
              : "");
   }

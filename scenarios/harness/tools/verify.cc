@@ -277,6 +277,8 @@ ReshardResult ReshardRank(const Scenario& request_spec, const std::string& dir,
       comm.AllReduceOne(static_cast<int64_t>(loaded.summary.bytes_read), ReduceOp::kSum));
   result.bytes_needed = static_cast<uint64_t>(
       comm.AllReduceOne(static_cast<int64_t>(loaded.summary.bytes_needed), ReduceOp::kSum));
+  result.chunk_bytes = static_cast<uint64_t>(
+      comm.AllReduceOne(static_cast<int64_t>(loaded.summary.chunk_bytes), ReduceOp::kSum));
   result.bytes_written = static_cast<uint64_t>(
       comm.AllReduceOne(static_cast<int64_t>(written.bytes_written), ReduceOp::kSum));
   result.seconds = SecondsSince(start);

@@ -123,6 +123,10 @@ StoredLoad LoadStored(const Scenario& spec, const std::string& dir, const std::s
 struct ReshardResult {
   uint64_t bytes_read = 0, bytes_written = 0;
   uint64_t bytes_needed = 0;  // the stored bytes the ranks' requests overlap
+  // The sizes of the stored tensor chunks the reads touched, over the ranks:
+  // what a reader that reads every touched record whole (torch's
+  // FileSystemReader: torch.load of the item's byte range) reads at least.
+  uint64_t chunk_bytes = 0;
   double seconds = 0;
 };
 // One rank's part (collective over `comm`, whose size is T's world size).
