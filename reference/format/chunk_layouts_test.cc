@@ -53,24 +53,25 @@ TEST(ChunkLayoutsTest, KeepsEachChunkOfItsMetadataOnceAndEqualToChunkLayout) {
   for (int round = 0; round < 2; ++round) {
     for (const auto& [key, tensor] : md.tensors) {
       for (const StoredChunk& chunk : tensor.chunks) {
-        BlockLayout storage;
-        const BlockLayout& got = layouts.Get(md, tensor, chunk, storage);
+        ChunkLayouts::Chunk storage;
+        const ChunkLayouts::Chunk& got = layouts.Get(md, tensor, chunk, storage);
         EXPECT_NE(&got, &storage) << key;  // kept, not computed into storage
-        EXPECT_EQ(AllParts(got), AllParts(ChunkLayout(tensor, chunk))) << key;
+        EXPECT_EQ(AllParts(got.layout), AllParts(ChunkLayout(tensor, chunk))) << key;
+        EXPECT_EQ(got.seed, ChunkBindingSeed(tensor.key, tensor.dtype, chunk)) << key;
         EXPECT_EQ(&layouts.Get(md, tensor, chunk, storage), &got) << key;  // the same one
       }
     }
     EXPECT_EQ(layouts.kept(), 3u);
   }
-  BlockLayout spare;
+  ChunkLayouts::Chunk spare;
   const StoredTensor& w = md.tensors.at("w");
-  EXPECT_FALSE(layouts.Get(md, w, w.chunks[1], spare).contiguous());  // tiles of row pieces
+  EXPECT_FALSE(layouts.Get(md, w, w.chunks[1], spare).layout.contiguous());  // tiles of row pieces
 }
 
 TEST(ChunkLayoutsTest, OtherMetadataIsComputedNotKept) {
   const CheckpointMetadata md = TwoTensors(), copy = TwoTensors();
   ChunkLayouts layouts;
-  BlockLayout storage;
+  ChunkLayouts::Chunk storage;
   layouts.Get(md, md.tensors.at("b"), md.tensors.at("b").chunks[0], storage);
   const StoredTensor& w = copy.tensors.at("w");
   // A copy's chunk, with the copy's metadata or with the tied one's tensor.
@@ -78,7 +79,8 @@ TEST(ChunkLayoutsTest, OtherMetadataIsComputedNotKept) {
   EXPECT_EQ(&layouts.Get(md, md.tensors.at("w"), w.chunks[0], storage), &storage);
   StoredChunk loose = w.chunks[1];
   EXPECT_EQ(&layouts.Get(md, md.tensors.at("w"), loose, storage), &storage);
-  EXPECT_EQ(AllParts(storage), AllParts(ChunkLayout(w, loose)));
+  EXPECT_EQ(AllParts(storage.layout), AllParts(ChunkLayout(w, loose)));
+  EXPECT_EQ(storage.seed, ChunkBindingSeed(w.key, w.dtype, loose));
   EXPECT_EQ(layouts.kept(), 1u);
 }
 
@@ -86,7 +88,7 @@ TEST(ChunkLayoutsTest, AWrongTileCountThrowsEveryTimeAndKeepsNothing) {
   CheckpointMetadata md = TwoTensors();
   md.tensors.at("w").chunks[0].tiles += 1;
   ChunkLayouts layouts;
-  BlockLayout storage;
+  ChunkLayouts::Chunk storage;
   const StoredTensor& w = md.tensors.at("w");
   for (int i = 0; i < 2; ++i) {
     try {
@@ -104,16 +106,16 @@ TEST(ChunkLayoutsTest, ConcurrentGetsShareOneLayout) {
   const CheckpointMetadata md = TwoTensors();
   ChunkLayouts layouts;
   const StoredTensor& w = md.tensors.at("w");
-  std::vector<const BlockLayout*> seen(8);
+  std::vector<const ChunkLayouts::Chunk*> seen(8);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < seen.size(); ++i) {
     threads.emplace_back([&, i] {
-      BlockLayout storage;
+      ChunkLayouts::Chunk storage;
       seen[i] = &layouts.Get(md, w, w.chunks[1], storage);
     });
   }
   for (auto& t : threads) t.join();
-  for (const BlockLayout* p : seen) EXPECT_EQ(p, seen[0]);
+  for (const ChunkLayouts::Chunk* p : seen) EXPECT_EQ(p, seen[0]);
   EXPECT_EQ(layouts.kept(), 1u);
 }
 

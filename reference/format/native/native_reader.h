@@ -72,9 +72,10 @@ class NativeReader : public CheckpointReader {
                    std::span<const uint64_t> sums, uint64_t seed, uint64_t piece_bytes,
                    const ConsumeBytes& consume, const DataFiles::Describe& what);
 
-  // ChunkLayout(tensor, chunk), kept in layouts_ (`storage` otherwise).
-  const BlockLayout& Layout(const StoredTensor& tensor, const StoredChunk& chunk,
-                            BlockLayout& storage);
+  // ChunkLayout(tensor, chunk) and the chunk's binding seed, kept in
+  // layouts_ (`storage` otherwise).
+  const ChunkLayouts::Chunk& Layout(const StoredTensor& tensor, const StoredChunk& chunk,
+                                    ChunkLayouts::Chunk& storage);
 
   const std::shared_ptr<const CheckpointMetadata> metadata_;
   const std::shared_ptr<ChunkLayouts> layouts_;
