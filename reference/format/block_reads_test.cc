@@ -37,6 +37,19 @@ class MemoryFile : public RandomAccessFile {
   mutable uint64_t bytes_read_ = 0;
 };
 
+// Each run's buffer (a guard byte each side) holds its payload bytes and
+// nothing was written beside it.
+void ExpectRunsGotTheirBytes(const std::vector<ReadRun>& runs,
+                             const std::vector<std::vector<std::byte>>& dsts,
+                             const std::vector<std::byte>& payload, int trial) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(dsts[i].front(), std::byte{0x5a});
+    EXPECT_EQ(dsts[i].back(), std::byte{0x5a});
+    EXPECT_EQ(0, std::memcmp(runs[i].dst, payload.data() + runs[i].offset_in_chunk, runs[i].length))
+        << "trial " << trial << ", run " << i;
+  }
+}
+
 // Random payloads, block sizes and runs: the runs get their bytes and
 // nothing else is written; the check sees each touched block (every block
 // when `all`) once, in order, in calls that start at a block boundary, end
@@ -94,13 +107,7 @@ TEST(ReadCheckedBlocksTest, ChecksEveryTouchedBlockOnceInWholeBlockWindows) {
     for (uint64_t b : want) want_bytes += std::min(block, length - b * block);
     EXPECT_EQ(read, want_bytes);
     EXPECT_EQ(file.bytes_read(), want_bytes);
-    for (size_t i = 0; i < runs.size(); ++i) {
-      EXPECT_EQ(dsts[i].front(), std::byte{0x5a});
-      EXPECT_EQ(dsts[i].back(), std::byte{0x5a});
-      EXPECT_EQ(0,
-                std::memcmp(runs[i].dst, payload.data() + runs[i].offset_in_chunk, runs[i].length))
-          << "trial " << trial << ", run " << i;
-    }
+    ExpectRunsGotTheirBytes(runs, dsts, payload, trial);
   }
   // The cases that matter were drawn.
   EXPECT_GT(multi_block_calls, 100);
@@ -158,9 +165,8 @@ TEST(ReadCheckedTilesTest, ChecksEveryTouchedTileOnceAgainstItsStreamedChecksum)
     Checksummer streamed;
     for (uint64_t t = 0; t < layout.tiles(); ++t) {
       streamed.Reset(BlockSeed(seed, t));
-      layout.ForEachPart(t, [&](uint64_t at, uint64_t n) {
-        streamed.Update(std::span(payload.data() + at, n));
-      });
+      layout.ForEachPart(
+          t, [&](uint64_t at, uint64_t n) { streamed.Update(std::span(payload.data() + at, n)); });
       sums[t] = streamed.Digest();
     }
     const uint64_t base = rng() % 100;
@@ -175,8 +181,8 @@ TEST(ReadCheckedTilesTest, ChecksEveryTouchedTileOnceAgainstItsStreamedChecksum)
       const uint64_t c = b + rng() % (row - b), d = c + 1 + rng() % (row - c);
       for (uint64_t r = 0; r < length / row; ++r) {
         for (const auto& [from, to] : {std::pair{a, b}, std::pair{c, d}}) {
-          if (to <= from || (!runs.empty() && runs.back().offset_in_chunk + runs.back().length >
-                                                  r * row + from))
+          if (to <= from ||
+              (!runs.empty() && runs.back().offset_in_chunk + runs.back().length > r * row + from))
             continue;
           dsts.emplace_back(to - from + 2, std::byte{0x5a});
           runs.push_back({r * row + from, to - from, nullptr});
@@ -213,13 +219,7 @@ TEST(ReadCheckedTilesTest, ChecksEveryTouchedTileOnceAgainstItsStreamedChecksum)
                      });
     ASSERT_EQ(checked, want_tiles) << "trial " << trial;
     EXPECT_EQ(read, want_bytes) << "trial " << trial;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      EXPECT_EQ(dsts[i].front(), std::byte{0x5a});
-      EXPECT_EQ(dsts[i].back(), std::byte{0x5a});
-      EXPECT_EQ(0,
-                std::memcmp(runs[i].dst, payload.data() + runs[i].offset_in_chunk, runs[i].length))
-          << "trial " << trial << ", run " << i;
-    }
+    ExpectRunsGotTheirBytes(runs, dsts, payload, trial);
     // A flipped byte of a touched tile (a byte no run asks for, when there is one).
     if (want_tiles.empty()) continue;
     const uint64_t tile = want_tiles[rng() % want_tiles.size()];
