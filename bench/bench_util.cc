@@ -14,11 +14,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <span>
 #include <stdexcept>
 
 #include "comm/thread_world.h"
 #include "core/helper_pool.h"
+#include "engine/load.h"
 #include "engine/save.h"
 
 namespace distckpt::bench {
@@ -344,6 +347,56 @@ void RunPaired(benchmark::State& state, const std::string& name,
   state.counters[name] = n == 0  ? 0
                          : n % 2 ? ratios[n / 2]
                                  : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+}
+
+void WarmLoadBreakdown(benchmark::State& state, const std::string& dir, const Node& touched,
+                       const Node& fresh, const std::string& raw,
+                       std::vector<std::vector<std::byte>>& buffers) {
+  LoadOptions unverified;
+  unverified.verify = VerifyPolicy::kNever;
+  std::map<std::string, std::vector<double>> seconds;
+  RunRanks(1, [&](Communicator& comm) {
+    const int readers = ThreadsPerRank(comm);
+    Load(touched, dir, comm);  // warm
+    RawRead(raw, buffers, readers);
+    auto timed = [](auto f) {
+      auto start = Clock::now();
+      f();
+      return SecondsSince(start);
+    };
+    const std::vector<std::pair<std::string, std::function<double()>>> parts = {
+        {"raw_touched", [&] { return BestRawRead(raw, buffers, readers, false); }},
+        {"raw_fresh",
+         [&] {
+           std::vector<std::unique_ptr<std::byte[]>> memory;
+           std::vector<std::span<std::byte>> spans;
+           for (const auto& buffer : buffers) {
+             memory.emplace_back(new std::byte[buffer.size()]);  // not touched
+             spans.emplace_back(memory.back().get(), buffer.size());
+           }
+           return timed([&] { RawRead(raw, spans, readers); });
+         }},
+        {"unverified", [&] { return timed([&] { Load(touched, dir, comm, unverified); }); }},
+        {"verified", [&] { return timed([&] { Load(touched, dir, comm); }); }},
+        {"fresh", [&] { return timed([&] { Load(fresh, dir, comm); }); }},
+    };
+    size_t turn = 0;
+    for (auto _ : state) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const auto& [name, f] = parts[(turn + i) % parts.size()];
+        seconds[name].push_back(f());
+      }
+      ++turn;
+      state.SetIterationTime(seconds["verified"].back());
+    }
+  });
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+  };
+  const double base = median(seconds["raw_touched"]);
+  for (const auto& [name, v] : seconds) state.counters[name] = median(v) / base;
+  state.counters["raw_touched_ms"] = base * 1e3;
 }
 
 std::string SizeName(uint64_t bytes) {

@@ -102,6 +102,21 @@ void SaveOnOneRank(const Node& state, const std::string& dir);
 void RunPaired(benchmark::State& state, const std::string& name,
                const std::function<double()>& ours, const std::function<double()>& reference);
 
+// Where a warm verified load's time goes, with the load's parallelism, one
+// rank: each iteration times, in turn (the order rotated every iteration),
+//   raw_touched   the raw read of `raw` into `buffers` (already touched);
+//   raw_fresh     the same read into fresh, untouched memory (page faults);
+//   unverified    Load(touched, dir) with VerifyPolicy::kNever;
+//   verified      the verified Load(touched, dir);
+//   fresh         the verified Load(fresh, dir) (no data: Load allocates).
+// The iteration time is verified's; counters: each one's median over
+// raw_touched's (faults = raw_fresh - raw_touched, verification = verified
+// - unverified, the rest of the software = unverified - raw_touched), and
+// raw_touched_ms.
+void WarmLoadBreakdown(benchmark::State& state, const std::string& dir, const Node& touched,
+                       const Node& fresh, const std::string& raw,
+                       std::vector<std::vector<std::byte>>& buffers);
+
 // A planted regression, to show that the gate catches one
 // (bench/README.md): DISTCKPT_BENCH_PLANT names a side ("load" or "save");
 // the benchmarks of that side run distckpt's operation this many times per

@@ -173,71 +173,16 @@ void BM_LoadWarmUnverified(benchmark::State& state) {
 }
 
 // Where a warm verified load's time goes beyond a raw read into touched
-// buffers (not gated; the figures in docs/performance.md). Each iteration
-// times, in turn, with the load's parallelism:
-//   raw_touched   the raw read into buffers already touched;
-//   raw_fresh     the raw read into fresh, untouched memory (page faults);
-//   unverified    Load with VerifyPolicy::kNever into touched destinations;
-//   verified      the verified Load into touched destinations;
-//   fresh         the verified Load with no destinations (Load allocates).
-// Counters: each one's median seconds over raw_touched (faults =
-// raw_fresh - raw_touched, verification = verified - unverified, the
-// rest of the software = unverified - raw_touched).
+// buffers (not gated; the figures in docs/performance.md): WarmLoadBreakdown
+// (bench_util.h) of the state of `count` tensors of `bytes` bytes.
 void BM_WarmLoadBreakdown(benchmark::State& state) {
   const int64_t bytes = state.range(0), count = state.range(1);
   const std::string& dir = SavedCheckpoint(bytes, count);
-  const Node touched = RequestFor(MakeState(bytes, count, false));
-  const Node fresh = MakeState(bytes, count, false);
   ScratchDir raw("raw-read");
   auto buffers = RawBuffers(bytes, count);
   RawWriteFsync(raw.Sub("raw.bin"), buffers);
-  LoadOptions unverified;
-  unverified.verify = VerifyPolicy::kNever;
-  std::map<std::string, std::vector<double>> seconds;
-  RunRanks(1, [&](Communicator& comm) {
-    const int readers = ThreadsPerRank(comm);
-    Load(touched, dir, comm);  // warm
-    RawRead(raw.Sub("raw.bin"), buffers, readers);
-    auto timed = [](auto f) {
-      auto start = Clock::now();
-      f();
-      return SecondsSince(start);
-    };
-    const std::vector<std::pair<std::string, std::function<double()>>> parts = {
-        {"raw_touched", [&] { return BestRawRead(raw.Sub("raw.bin"), buffers, readers, false); }},
-        {"raw_fresh",
-         [&] {
-           std::vector<std::unique_ptr<std::byte[]>> memory;
-           std::vector<std::span<std::byte>> spans;
-           for (int64_t i = 0; i < count; ++i) {
-             memory.emplace_back(new std::byte[bytes]);  // not touched
-             spans.emplace_back(memory.back().get(), bytes);
-           }
-           return timed([&] { RawRead(raw.Sub("raw.bin"), spans, readers); });
-         }},
-        {"unverified", [&] { return timed([&] { Load(touched, dir, comm, unverified); }); }},
-        {"verified", [&] { return timed([&] { Load(touched, dir, comm); }); }},
-        {"fresh", [&] { return timed([&] { Load(fresh, dir, comm); }); }},
-    };
-    size_t turn = 0;
-    for (auto _ : state) {
-      for (size_t i = 0; i < parts.size(); ++i) {
-        const auto& [name, f] = parts[(turn + i) % parts.size()];
-        seconds[name].push_back(f());
-      }
-      ++turn;
-      state.SetIterationTime(seconds["verified"].back());
-    }
-  });
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
-  };
-  const double base = median(seconds["raw_touched"]);
-  for (const auto& [name, v] : seconds) {
-    state.counters[name] = median(v) / base;
-  }
-  state.counters["raw_touched_ms"] = base * 1e3;
+  WarmLoadBreakdown(state, dir, RequestFor(MakeState(bytes, count, false)),
+                    MakeState(bytes, count, false), raw.Sub("raw.bin"), buffers);
   state.SetBytesProcessed(state.iterations() * bytes * count);
 }
 

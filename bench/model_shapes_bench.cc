@@ -6,7 +6,8 @@
 // BM_LoadWarm / BM_LoadCold). Registered only when DISTCKPT_BENCH_SHAPES
 // names shape files (':'-separated; a line per tensor: "key<TAB>dtype d0 d1
 // ..." (keys may hold spaces), dtype as ParseDType reads it); the benchmark's name is the file's
-// stem: BM_ModelSave/<stem>, BM_ModelLoadWarm/<stem>, BM_ModelLoadCold/<stem>.
+// stem: BM_ModelSave/<stem>, BM_ModelLoadWarm/<stem>, BM_ModelLoadCold/<stem>, and
+// BM_ModelLoadBreakdown/<stem> (where the warm load's time goes: WarmLoadBreakdown).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -151,6 +152,22 @@ void ModelLoad(benchmark::State& state, const ModelShapes& m, bool cold) {
   state.SetBytesProcessed(state.iterations() * m.bytes);
 }
 
+// Where the warm load's time goes on these shapes (WarmLoadBreakdown).
+void ModelLoadBreakdown(benchmark::State& state, const ModelShapes& m) {
+  ScratchDir dir("model-breakdown");
+  SaveOnOneRank(ModelState(m), dir.Sub("ckpt"));
+  Node touched = ModelState(m), fresh = ModelState(m);
+  for (auto& [key, node] : touched.as<Dict>()) {
+    ShardedTensor& t = node.as<ShardedTensor>();
+    t.data = Tensor::Zeros(t.dtype, t.local_shape);
+  }
+  for (auto& [key, node] : fresh.as<Dict>()) node.as<ShardedTensor>().data = Tensor();
+  auto buffers = ModelBuffers(m);
+  RawWriteFsync(dir.Sub("raw.bin"), buffers);
+  WarmLoadBreakdown(state, dir.Sub("ckpt"), touched, fresh, dir.Sub("raw.bin"), buffers);
+  state.SetBytesProcessed(state.iterations() * m.bytes);
+}
+
 // Registers the benchmarks of every file in DISTCKPT_BENCH_SHAPES.
 const bool registered = [] {
   const char* list = std::getenv("DISTCKPT_BENCH_SHAPES");
@@ -174,6 +191,8 @@ const bool registered = [] {
                                       [m](benchmark::State& s) { ModelLoad(s, *m, false); }));
     each(benchmark::RegisterBenchmark(("BM_ModelLoadCold/" + m->name).c_str(),
                                       [m](benchmark::State& s) { ModelLoad(s, *m, true); }));
+    each(benchmark::RegisterBenchmark(("BM_ModelLoadBreakdown/" + m->name).c_str(),
+                                      [m](benchmark::State& s) { ModelLoadBreakdown(s, *m); }));
   }
   return true;
 }();

@@ -105,6 +105,10 @@ BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box, bool f
 }
 
 std::pair<uint64_t, uint64_t> BlockLayout::GroupRows(uint64_t g) const {
+  if (bands_.size() == 1) {  // no cuts (1-D and uniform chunks): no search
+    const uint64_t r0 = g * height_;
+    return {r0, std::min(r0 + height_, rows_)};
+  }
   auto band = std::upper_bound(bands_.begin(), bands_.end(), g,
                                [](uint64_t g, const Band& b) { return g < b.first_group; }) -
               1;
@@ -114,6 +118,7 @@ std::pair<uint64_t, uint64_t> BlockLayout::GroupRows(uint64_t g) const {
 }
 
 uint64_t BlockLayout::GroupOfRow(uint64_t row) const {
+  if (bands_.size() == 1) return row / height_;
   auto band = std::upper_bound(bands_.begin(), bands_.end(), row,
                                [](uint64_t r, const Band& b) { return r < b.first_row; }) -
               1;

@@ -67,6 +67,22 @@ class BlockLayout {
       fn(from, std::min(r * row_bytes_ + cols_[j + 1], length_) - from);
     }
   }
+  // Calls fn(offset, bytes) for the contiguous byte ranges that pieces
+  // [j0, j1) of group g cover, in payload order: one range when they are
+  // whole rows or the group is one row, else one per row.
+  template <typename Fn>
+  void ForEachGroupPart(uint64_t g, uint64_t j0, uint64_t j1, Fn&& fn) const {
+    const auto [r0, r1] = GroupRows(g);
+    if ((j0 == 0 && j1 == pieces()) || r1 - r0 == 1) {
+      const uint64_t from = r0 * row_bytes_ + cols_[j0];
+      fn(from, std::min((r1 - 1) * row_bytes_ + cols_[j1], length_) - from);
+      return;
+    }
+    for (uint64_t r = r0; r < r1; ++r) {
+      const uint64_t from = r * row_bytes_ + cols_[j0];
+      fn(from, std::min(r * row_bytes_ + cols_[j1], length_) - from);
+    }
+  }
   // Payload bytes [begin, end) of group g's rows.
   std::pair<uint64_t, uint64_t> GroupBytes(uint64_t g) const;
   // The tiles that `runs` (payload offsets; sorted, disjoint) touch, as
@@ -105,13 +121,18 @@ class BlockLayout {
 // The checksum of tile t of the payload `layout` describes, `at(offset)`
 // giving the address of payload byte `offset` (the tile's parts need not be
 // adjacent in memory), with `seed` (the tile's own seed): its parts hashed
-// as one byte string. `state` is scratch reused across calls.
-class Checksummer;
+// as one byte string (XXH3_64bits_withSeed of their concatenation). A tile
+// of several parts is gathered into `scratch` (reused across calls) and
+// hashed in one call: the same value as streaming its parts, without a
+// streaming update per part (a row piece of 128 bytes: the update's fixed
+// cost was most of the hash's; bench/README.md).
 template <typename At>
 uint64_t TileChecksum(const BlockLayout& layout, uint64_t t, uint64_t seed, At&& at,
-                      Checksummer& state);
+                      std::vector<std::byte>& scratch);
 
 }  // namespace distckpt
+
+#include <cstring>
 
 #include "io/checksum.h"
 
@@ -119,7 +140,7 @@ namespace distckpt {
 
 template <typename At>
 uint64_t TileChecksum(const BlockLayout& layout, uint64_t t, uint64_t seed, At&& at,
-                      Checksummer& state) {
+                      std::vector<std::byte>& scratch) {
   if (layout.contiguous()) {
     uint64_t sum = 0;
     layout.ForEachPart(t, [&](uint64_t offset, uint64_t bytes) {
@@ -127,11 +148,13 @@ uint64_t TileChecksum(const BlockLayout& layout, uint64_t t, uint64_t seed, At&&
     });
     return sum;
   }
-  state.Reset(seed);
+  size_t used = 0;
   layout.ForEachPart(t, [&](uint64_t offset, uint64_t bytes) {
-    state.Update(std::span<const std::byte>(at(offset), bytes));
+    if (scratch.size() < used + bytes) scratch.resize(std::max(used + bytes, 2 * scratch.size()));
+    std::memcpy(scratch.data() + used, at(offset), bytes);
+    used += bytes;
   });
-  return state.Digest();
+  return Checksum(std::span<const std::byte>(scratch.data(), used), seed);
 }
 
 }  // namespace distckpt

@@ -87,10 +87,10 @@ const std::byte* WindowBytes::operator()(uint64_t offset) const {
 void CheckTiles(const BlockLayout& layout, std::span<const std::byte> bytes,
                 std::span<const uint64_t> sums, uint64_t seed,
                 const std::function<void(uint64_t tile, uint64_t actual)>& mismatch) {
-  Checksummer state;
+  std::vector<std::byte> scratch;
   auto at = [&](uint64_t offset) { return bytes.data() + offset; };
   for (uint64_t t = 0; t < layout.tiles(); ++t) {
-    const uint64_t actual = TileChecksum(layout, t, BlockSeed(seed, t), at, state);
+    const uint64_t actual = TileChecksum(layout, t, BlockSeed(seed, t), at, scratch);
     if (actual != sums[t]) mismatch(t, actual);
   }
 }
@@ -99,11 +99,11 @@ uint64_t ReadCheckedTiles(const RandomAccessFile& file, uint64_t base, const Blo
                           std::span<const ReadRun> runs, bool all, std::span<const uint64_t> sums,
                           uint64_t seed,
                           const std::function<void(uint64_t tile, uint64_t actual)>& mismatch) {
-  Checksummer state;
+  std::vector<std::byte> scratch;
   return ReadCheckedTiles(
       file, base, layout, runs, all, [&](std::span<const uint64_t> tiles, const WindowBytes& at) {
         for (uint64_t t : tiles) {
-          const uint64_t actual = TileChecksum(layout, t, BlockSeed(seed, t), at, state);
+          const uint64_t actual = TileChecksum(layout, t, BlockSeed(seed, t), at, scratch);
           if (actual != sums[t]) mismatch(t, actual);
         }
       });
@@ -119,32 +119,49 @@ uint64_t ReadCheckedTiles(
   } else {
     touched = layout.Touched(runs);
   }
-  std::vector<uint64_t> batch;  // tiles
+  // A window: pieces [j0, j1) of groups, in tile order.
+  struct Segment {
+    uint64_t group, j0, j1;
+  };
+  std::vector<Segment> segments;
+  std::vector<uint64_t> batch;  // their tiles
   std::vector<Range> ranges;
   std::vector<std::byte> scratch;
   uint64_t bytes_read = 0;
   size_t r = 0;  // first run that may reach into the current batch
-  auto process = [&] {
-    ranges.clear();
-    for (uint64_t t : batch) {
-      layout.ForEachPart(t, [&](uint64_t offset, uint64_t bytes) {
-        if (bytes > 0) ranges.push_back({offset, offset + bytes, 0});
-      });
+  auto add = [&](uint64_t offset, uint64_t bytes) {
+    if (bytes == 0) return;
+    if (!ranges.empty() && ranges.back().end == offset) {
+      ranges.back().end += bytes;
+    } else {
+      ranges.push_back({offset, offset + bytes, 0});
     }
-    if (!layout.contiguous()) {
+  };
+  auto process = [&] {
+    // The window's byte ranges, coalesced: a group's rows in order, so
+    // sorted, unless a group holds two segments whose tiles are not
+    // contiguous (a partial read of separate pieces of the same rows).
+    ranges.clear();
+    bool sorted = true;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const Segment& s = segments[i];
+      if (i > 0 && segments[i - 1].group == s.group && !layout.contiguous()) sorted = false;
+      layout.ForEachGroupPart(s.group, s.j0, s.j1, add);
+    }
+    if (!sorted) {
       std::sort(ranges.begin(), ranges.end(),
                 [](const Range& a, const Range& b) { return a.begin < b.begin; });
-    }
-    size_t n = 0;
-    uint64_t total = 0;
-    for (const Range& range : ranges) {
-      if (n > 0 && ranges[n - 1].end == range.begin) {
-        ranges[n - 1].end = range.end;
-      } else {
-        ranges[n++] = range;
+      size_t n = 0;
+      for (const Range& range : ranges) {
+        if (n > 0 && ranges[n - 1].end == range.begin) {
+          ranges[n - 1].end = range.end;
+        } else {
+          ranges[n++] = range;
+        }
       }
+      ranges.resize(n);
     }
-    ranges.resize(n);
+    uint64_t total = 0;
     for (Range& range : ranges) {
       range.at = total;
       total += range.end - range.begin;
@@ -180,17 +197,23 @@ uint64_t ReadCheckedTiles(
       }
     }
   };
+  // Windows of about kWindowBytes, cut between tiles where tiles are
+  // contiguous, else between groups (a group's tiles share its rows).
   const uint64_t m = layout.pieces();
   uint64_t batch_bytes = 0;
   for (const auto& [first, last] : touched) {
-    for (uint64_t t = first; t < last; ++t) {
-      if (batch_bytes >= kWindowBytes && (t % m == 0 || layout.contiguous())) {
+    for (uint64_t t = first; t < last;) {
+      const uint64_t g = t / m, j0 = t % m;
+      const uint64_t j1 = layout.contiguous() ? j0 + 1 : std::min(m, last - g * m);
+      if (batch_bytes >= kWindowBytes && (j0 == 0 || layout.contiguous())) {
         process();
+        segments.clear();
         batch.clear();
         batch_bytes = 0;
       }
-      batch.push_back(t);
-      layout.ForEachPart(t, [&](uint64_t, uint64_t bytes) { batch_bytes += bytes; });
+      segments.push_back({g, j0, j1});
+      layout.ForEachGroupPart(g, j0, j1, [&](uint64_t, uint64_t bytes) { batch_bytes += bytes; });
+      for (; t < g * m + j1; ++t) batch.push_back(t);
     }
   }
   process();

@@ -3,6 +3,7 @@
 // byte layout and the crash windows of an overwrite.
 #include "core/error.h"
 #include "core/json_parse.h"
+#include "format/chunk_layouts.h"
 #include "format/format.h"
 #include "format/metadata_cache.h"
 #include "format/native/metadata_json.h"
@@ -31,8 +32,13 @@ const StagedLayout& Layout() {
 // 8 MiB of metadata.json text in all (about 40,000 chunks; a larger file,
 // such as a 16,384-rank dense model's 15 MB, is parsed on every open rather
 // than kept in every rank's memory).
-MetadataCache& ParsedMetadata() {
-  static MetadataCache cache(4, 8 << 20);
+// Each entry keeps its chunks' block layouts (chunk_layouts.h) with it.
+struct ParsedNative {
+  CheckpointMetadata metadata;
+  std::shared_ptr<ChunkLayouts> layouts = std::make_shared<ChunkLayouts>();
+};
+ParsedTextCache<ParsedNative>& ParsedMetadata() {
+  static ParsedTextCache<ParsedNative> cache(4, 8 << 20);
   return cache;
 }
 
@@ -112,7 +118,7 @@ class NativeFormatImpl : public Format {
            "{} is not a distributed checkpoint (metadata.json missing: save did not commit)", dir);
     }
     // Parsed once per text (metadata_cache.h): a changed file is parsed again.
-    std::shared_ptr<const CheckpointMetadata> metadata =
+    std::shared_ptr<const ParsedNative> parsed =
         ParsedMetadata().Get(path, ReadFileToString(env, path), [&](std::string_view text) {
           CheckpointMetadata parsed = MetadataFromText(text, path);
           if (parsed.format != name()) {
@@ -120,9 +126,10 @@ class NativeFormatImpl : public Format {
                  parsed.format);
           }
           CheckChunkTiling(parsed, path);
-          return parsed;
+          return ParsedNative{std::move(parsed)};
         });
-    return std::make_unique<NativeReader>(env, dir, std::move(metadata));
+    std::shared_ptr<const CheckpointMetadata> metadata(parsed, &parsed->metadata);
+    return std::make_unique<NativeReader>(env, dir, std::move(metadata), parsed->layouts);
   }
 };
 

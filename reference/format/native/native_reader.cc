@@ -154,9 +154,9 @@ void NativeReader::ReadWholeWithSums(const RandomAccessFile& file,
     const StoredTensor& tensor = *reads[i].tensor;
     const StoredChunk& chunk = *reads[i].chunk;
     const Describe what = [&] { return ChunkName(tensor, chunk); };
-    const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
+    ChunkLayouts::Chunk own;
+    const auto& [layout, seed] = Layout(tensor, chunk, own);
     CheckSums(file, chunk, sums[i], seed, what);
-    const BlockLayout layout = ChunkLayout(tensor, chunk);
     CheckTiles(layout, std::span(reads[i].runs[0].dst, chunk.length), sums[i], seed,
                [&](uint64_t t, uint64_t actual) {
                  BlockMismatch(file, chunk, layout, t, sums[i][t], actual, what);
@@ -217,8 +217,17 @@ std::span<const uint64_t> NativeReader::BlockSums(const RandomAccessFile& file,
 }
 
 NativeReader::NativeReader(Env* env, std::string dir,
-                           std::shared_ptr<const CheckpointMetadata> metadata)
-    : metadata_(std::move(metadata)), files_(env, std::move(dir), kMetadataFileName) {}
+                           std::shared_ptr<const CheckpointMetadata> metadata,
+                           std::shared_ptr<ChunkLayouts> layouts)
+    : metadata_(std::move(metadata)),
+      layouts_(layouts ? std::move(layouts) : std::make_shared<ChunkLayouts>()),
+      files_(env, std::move(dir), kMetadataFileName) {}
+
+const ChunkLayouts::Chunk& NativeReader::Layout(const StoredTensor& tensor,
+                                                const StoredChunk& chunk,
+                                                ChunkLayouts::Chunk& storage) {
+  return layouts_->Get(*metadata_, tensor, chunk, storage);
+}
 
 void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
                              std::span<const ReadRun> runs, VerifyPolicy policy) {
@@ -236,9 +245,9 @@ void NativeReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chun
     return;
   }
   if (blocks) {
-    const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
     std::vector<uint64_t> storage;
-    const BlockLayout layout = ChunkLayout(tensor, chunk);
+    ChunkLayouts::Chunk own;
+    const auto& [layout, seed] = Layout(tensor, chunk, own);
     const std::span<const uint64_t> sums = BlockSums(file, chunk, seed, what, storage);
     stats_.bytes_read += ReadVerifiedBlocks(file, chunk, layout, sums, seed, runs,
                                             policy == VerifyPolicy::kAlways, what);
@@ -381,7 +390,8 @@ void NativeReader::StreamTiles(const RandomAccessFile& file, const StoredTensor&
                                const StoredChunk& chunk, std::span<const ReadRun> ranges,
                                std::span<const uint64_t> sums, uint64_t seed, uint64_t piece_bytes,
                                const ConsumeBytes& consume, const Describe& what) {
-  const BlockLayout layout = ChunkLayout(tensor, chunk);
+  ChunkLayouts::Chunk own;
+  const BlockLayout& layout = Layout(tensor, chunk, own).layout;
   std::vector<ReadRun> group;
   std::vector<uint64_t> units;  // each group run's unit end
   std::vector<std::byte> buffer;

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "format/chunk_layouts.h"
 #include "format/data_files.h"
 #include "format/format.h"
 
@@ -35,8 +36,10 @@ namespace distckpt {
 
 class NativeReader : public CheckpointReader {
  public:
-  // `metadata` may be shared with other readers (format/metadata_cache.h).
-  NativeReader(Env* env, std::string dir, std::shared_ptr<const CheckpointMetadata> metadata);
+  // `metadata` may be shared with other readers (format/metadata_cache.h),
+  // and so may `layouts`, its chunks' block layouts (null: the reader's own).
+  NativeReader(Env* env, std::string dir, std::shared_ptr<const CheckpointMetadata> metadata,
+               std::shared_ptr<ChunkLayouts> layouts = nullptr);
 
   const CheckpointMetadata& metadata() const override { return *metadata_; }
   // kAlways on a partial read reads the whole chunk once, verifies it and
@@ -69,7 +72,13 @@ class NativeReader : public CheckpointReader {
                    std::span<const uint64_t> sums, uint64_t seed, uint64_t piece_bytes,
                    const ConsumeBytes& consume, const DataFiles::Describe& what);
 
+  // ChunkLayout(tensor, chunk) and the chunk's binding seed, kept in
+  // layouts_ (`storage` otherwise).
+  const ChunkLayouts::Chunk& Layout(const StoredTensor& tensor, const StoredChunk& chunk,
+                                    ChunkLayouts::Chunk& storage);
+
   const std::shared_ptr<const CheckpointMetadata> metadata_;
+  const std::shared_ptr<ChunkLayouts> layouts_;
   DataFiles files_;
   ReadStats stats_;
 };

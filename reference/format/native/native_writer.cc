@@ -23,10 +23,10 @@ constexpr size_t kPieceBytes = 256 << 10;
 // into out[first...].
 void HashTiles(const BlockLayout& layout, std::span<const std::byte> data, uint64_t seed,
                uint64_t first, uint64_t last, std::span<uint64_t> out) {
-  Checksummer state;
+  std::vector<std::byte> scratch;
   auto at = [&](uint64_t offset) { return data.data() + offset; };
   for (uint64_t t = first; t < last; ++t)
-    out[t] = TileChecksum(layout, t, BlockSeed(seed, t), at, state);
+    out[t] = TileChecksum(layout, t, BlockSeed(seed, t), at, scratch);
 }
 
 CheckpointMetadata NativeHeader() {
