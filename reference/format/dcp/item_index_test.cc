@@ -271,6 +271,17 @@ TEST(ItemIndexTest, FileIndexReadsTheGroupsOfTheItemsItFinds) {
   EXPECT_EQ(index.Find(0, DcpReadFrom(*f, &read))->data_offset, 300u);
   EXPECT_EQ(index.Find(16000, DcpReadFrom(*f, &read))->crcs_offset, n * 1000 + 8 * 3 * 4);
   EXPECT_EQ(read, groups[2].end - groups[0].begin + 96);  // the whole index, each byte once
+  // The groups of items (one that lists none: the group it would be in),
+  // and their bytes in runs of adjacent groups: what a load's owner of the
+  // file reads for its ranks (DcpReader::PrepareReads).
+  const uint64_t items[] = {0, 1000, 17000, 35000, 35500};
+  EXPECT_THAT(index.GroupsOf(items), testing::ElementsAre(0u, 1u, 2u));
+  const uint64_t apart[] = {0, 2}, adjacent[] = {1, 2};
+  EXPECT_THAT(index.GroupRuns(apart),
+              testing::ElementsAre(testing::Pair(groups[0].begin, groups[0].end),
+                                   testing::Pair(groups[2].begin, groups[2].end)));
+  EXPECT_THAT(index.GroupRuns(adjacent),
+              testing::ElementsAre(testing::Pair(groups[1].begin, groups[2].end)));
 
   // A flipped byte in group 1 is found when group 1 is read, not before.
   file[groups[1].begin + 5] ^= 1;
