@@ -9,7 +9,9 @@
 //   an entry), each read once, or (versions 1 to 3) the whole table, 48 to
 //   64 bytes an entry; shared by the readers open at the same time, e.g.
 //   the ranks of one load, of a local file of the same path, size,
-//   modification time and trailer. No zip header is read;
+//   modification time and trailer; and read once between a load's ranks in
+//   any process (PrepareReads: one reads each piece, sends it, the others
+//   check it). No zip header is read;
 // - else from the item's zip headers: a head (data.pkl, the storage record's
 //   local header) and a tail (zip directory) sized by what the file's first
 //   item needed; an item of at most 4 KiB is read whole, once, and kept.
