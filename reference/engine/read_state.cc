@@ -287,8 +287,7 @@ void PlanShardedState(const CheckpointReader& reader, const Node& sharded, LoadS
   }
 }
 
-std::vector<const StoredChunk*> PlannedChunks(const CheckpointReader& reader,
-                                              const Node& sharded) {
+std::vector<const StoredChunk*> PlannedChunks(const CheckpointReader& reader, const Node& sharded) {
   std::vector<const StoredChunk*> chunks;
   try {
     std::vector<ShardLeaf> leaves;

@@ -289,7 +289,8 @@ void DcpReader::ReadIndexBytes(const std::string& file, const RandomAccessFile& 
       if (it != pieces->second.begin()) {
         --it;
         const std::string& piece = it->second;
-        if (offset - it->first <= piece.size() && dst.size() <= piece.size() - (offset - it->first)) {
+        if (offset - it->first <= piece.size() &&
+            dst.size() <= piece.size() - (offset - it->first)) {
           std::memcpy(dst.data(), piece.data() + (offset - it->first), dst.size());
           return;  // read and counted by the rank that sent it
         }
@@ -440,7 +441,8 @@ void DcpReader::PrepareReads(const ChunksFn& chunks, Communicator& comm) {
         const uint64_t k = in.U64();
         const uint64_t offset = in.U64();
         const std::string_view bytes = in.Bytes();
-        if (k >= files.size()) Fail(ErrorKind::kComm, "malformed item index message from rank {}", r);
+        if (k >= files.size())
+          Fail(ErrorKind::kComm, "malformed item index message from rank {}", r);
         received_[*files[k]][offset] = std::string(bytes);
       }
     }

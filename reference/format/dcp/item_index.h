@@ -60,9 +60,9 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <utility>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/block_layout.h"
