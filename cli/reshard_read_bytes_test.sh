@@ -100,16 +100,21 @@ print(c["file"], c["byte_offset"] + 400 + c["length"] // 2)')
     dir=$(dirname "$(find "$work/resaved" -name "$file" | head -1)")
     python3 -c 'import sys; f, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(f, "rb").read())
 b[at] ^= 1; open(f, "wb").write(b)' "$dir/$file" "$at"
-    rm -rf "$work/out"
-    set +e
-    "$d" reshard "$work/resaved" --spec gpt -t tp=2 --out "$work/out" > "$work/r" 2>&1
-    rc=$?
-    set -e
-    [ $rc = 2 ] || { cat "$work/r"; fail "$name: a flipped byte: exit $rc, not 2"; }
-    grep -q "CRC32 mismatch in $dir/$file for key 'embedding.word_embeddings.weight'" "$work/r" ||
-      { cat "$work/r"; fail "$name: the refusal does not name the file and key"; }
-    [ ! -e "$work/out" ] || fail "$name: a refused reshard wrote $work/out"
-    echo "  $name: a flipped byte in a partly read tile refused, naming $file and the key"
+    # The same under --backend mpi (a process a rank, sharing the item index), where installed.
+    backends=threads
+    if command -v mpirun >/dev/null; then backends="threads mpi"; fi
+    for backend in $backends; do
+      rm -rf "$work/out"
+      set +e
+      "$d" reshard "$work/resaved" --spec gpt -t tp=2 --backend $backend --out "$work/out" > "$work/r" 2>&1
+      rc=$?
+      set -e
+      [ $rc = 2 ] || { cat "$work/r"; fail "$name: a flipped byte ($backend): exit $rc, not 2"; }
+      grep -q "CRC32 mismatch in $dir/$file for key 'embedding.word_embeddings.weight'" "$work/r" ||
+        { cat "$work/r"; fail "$name: the refusal ($backend) does not name the file and key"; }
+      [ ! -e "$work/out" ] || fail "$name: a refused reshard ($backend) wrote $work/out"
+      echo "  $name: a flipped byte in a partly read tile refused ($backend), naming $file and the key"
+    done
   fi
   roots=$((roots + 1))
 done
