@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -169,6 +170,55 @@ void ExpectRefused(const std::string& dir, const std::string& file, const std::s
                 ThrowsError(ErrorKind::kCorruption, file));
     EXPECT_THAT([&] { std::rethrow_exception(o.error); },
                 ThrowsError(ErrorKind::kCorruption, what));
+  }
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Rewrites the item index of every data file of `dir` as version 3 (one
+// table of 64-byte entries: distckpt before 2026-11-28).
+void RewriteAsVersion3(const std::string& dir) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".distcp") continue;
+    const std::string path = entry.path().string();
+    const std::string v4 = ReadBytes(path);
+    const auto bytes = std::as_bytes(std::span(v4.data(), v4.size()));
+    const DcpIndexTrailer trailer =
+        *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), v4.size(), path);
+    DcpIndexWriter writer;
+    for (const DcpIndexEntry& e :
+         ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
+                                          v4.size() - kDcpIndexTrailerBytes - trailer.table_offset),
+                            trailer, path)) {
+      writer.Add(e, ParseDcpBlockCrcs(bytes.subspan(e.crcs_offset, DcpBlockCount(e) * 4)));
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        << v4.substr(0, trailer.items_end) + writer.Finish(trailer.items_end, 3);
+  }
+}
+
+TEST(SharedIndexTest, Version3TablesTooAreReadOnceBetweenTheRanks) {
+  ScopedTempDir tmp;
+  const std::string dir = SaveDcp(tmp.path());
+  RewriteAsVersion3(dir);
+  UnsharedEnv unshared;
+  const uint64_t once = LoadThroughOneReader(dir, 4, &unshared);
+  EXPECT_EQ(LoadSeparately(dir, 4, &unshared), once);
+  EXPECT_EQ(LoadSeparately(dir, 4, Env::Default()), once);
+  // A flipped byte in a table one rank read and sent: every rank refuses it.
+  std::string file;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().starts_with("__1_")) file = entry.path().string();
+  }
+  ASSERT_FALSE(file.empty());
+  EXPECT_TRUE(ReadBytes(file).ends_with("DCPINDX3"));
+  FlipByte(file, fs::file_size(file) - kDcpIndexTrailerBytes - 64 + 20);  // an entry's size
+  for (Env* env : {static_cast<Env*>(&unshared), Env::Default()}) {
+    SCOPED_TRACE(env->name());
+    ExpectRefused(dir, file, "item index table", env);
   }
 }
 
