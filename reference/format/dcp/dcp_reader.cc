@@ -403,8 +403,11 @@ class MessageReader {
 }  // namespace
 
 void DcpReader::PrepareReads(const ChunksFn& chunks, Communicator& comm) {
-  // Decided alike on every rank: the checkpoint's writer, the communicator.
-  if (!layout_->metadata.writer.starts_with("distckpt") || comm.size() < 2) return;
+  // Decided alike on every rank: the checkpoint's writer. A load of one
+  // rank takes this path too: its reader threads then find every piece read
+  // (none reads a trailer or group another is reading: the same count each
+  // run).
+  if (!layout_->metadata.writer.starts_with("distckpt")) return;
   std::map<std::string, std::vector<uint64_t>> mine;  // the items this rank reads, by file
   try {
     for (const StoredChunk* chunk : chunks()) {

@@ -89,7 +89,7 @@ class DcpReader : public CheckpointReader {
   // AllGathers a round). A rank uses a received piece in place of reading
   // those bytes, checking it as read (the trailer's hash of the directory,
   // the directory's of each group), and counts only what it read. Nothing
-  // for a checkpoint torch wrote or a communicator of one rank.
+  // for a checkpoint torch wrote.
   void PrepareReads(const ChunksFn& chunks, Communicator& comm) override;
 
  private:
