@@ -238,7 +238,8 @@ class DcpFileIndex {
   // `item_offsets`, read or not; none for versions 1 to 3.
   std::vector<uint64_t> GroupsOf(std::span<const uint64_t> item_offsets) const;
   // The bytes [first, second) of each run of adjacent groups among `groups`
-  // (ascending, each < the directory's groups), as Prefetch would read them.
+  // (ascending; any past the directory's left out), as Prefetch would read
+  // them.
   std::vector<std::pair<uint64_t, uint64_t>> GroupRuns(std::span<const uint64_t> groups) const;
   int version() const { return trailer_.version; }
 

@@ -276,7 +276,7 @@ TEST(ItemIndexTest, FileIndexReadsTheGroupsOfTheItemsItFinds) {
   // file reads for its ranks (DcpReader::PrepareReads).
   const uint64_t items[] = {0, 1000, 17000, 35000, 35500};
   EXPECT_THAT(index.GroupsOf(items), testing::ElementsAre(0u, 1u, 2u));
-  const uint64_t apart[] = {0, 2}, adjacent[] = {1, 2};
+  const uint64_t apart[] = {0, 2, 3}, adjacent[] = {1, 2};  // no group 3
   EXPECT_THAT(index.GroupRuns(apart),
               testing::ElementsAre(testing::Pair(groups[0].begin, groups[0].end),
                                    testing::Pair(groups[2].begin, groups[2].end)));
