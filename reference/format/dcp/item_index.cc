@@ -527,8 +527,8 @@ std::vector<std::pair<uint64_t, uint64_t>> DcpFileIndex::GroupRuns(
     std::span<const uint64_t> groups) const {
   std::vector<std::pair<uint64_t, uint64_t>> runs;
   // Groups past the directory's (none from a rank that parsed the same one) are left out.
-  groups = groups.first(std::lower_bound(groups.begin(), groups.end(), groups_.size()) -
-                        groups.begin());
+  groups =
+      groups.first(std::lower_bound(groups.begin(), groups.end(), groups_.size()) - groups.begin());
   for (size_t i = 0; i < groups.size();) {
     size_t j = i + 1;
     while (j < groups.size() && groups[j] == groups[j - 1] + 1) ++j;
