@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Read amplification of resharded loads: the gpt-tiny matrix (`run --matrix`,
-# native and DCP; at most 1.05), then for the real-run fixtures: for each
+# native and DCP, DCP under --backend mpi too; at most 1.05), then for the real-run fixtures: for each
 # checkpoint root Megatron's own training loop wrote (fixtures/megatron-runs)
 # and each verl Megatron run (fixtures/verl-runs/megatron-*), `distckpt
 # reshard --spec gpt` under every topology of a list that `verify` says
@@ -53,14 +53,22 @@ matrix() {
     "print('%.3f' % ($sum_read / $sum_needed))"))"
   check_ratio "$name matrix" "$sum_read" "$sum_needed" "$bound_matrix"
 }
-# The embedded gpt-tiny scenario's matrix (every save x load pair), native and DCP: 1.05.
-for format in native dcp; do
-  "$d" run --matrix --format $format > "$work/m" 2>&1 || { tail "$work/m"; fail "run --matrix --format $format"; }
+# The embedded gpt-tiny scenario's matrix (every save x load pair), native and DCP: 1.05;
+# DCP again with each rank a process (--backend mpi, where mpirun is installed), whose ranks
+# share each file's item index through the load's communicator (read once between them).
+gpt_tiny() {
+  local format=$1 name=$1
+  shift
+  [ $# -eq 0 ] || name="$format $*"
+  "$d" run --matrix --format $format "$@" > "$work/m" 2>&1 || { tail "$work/m"; fail "run --matrix --format $name"; }
   line=$(grep "bytes read / needed over all loads" "$work/m") || fail "run --matrix: no total"
-  echo "gpt-tiny matrix, $format: ${line#*: }"
-  check_ratio "gpt-tiny matrix ($format)" "$(sed -nE 's/.*: ([0-9]+) \/ ([0-9]+) .*/\1/p' <<<"$line")" \
+  echo "gpt-tiny matrix, $name: ${line#*: }"
+  check_ratio "gpt-tiny matrix ($name)" "$(sed -nE 's/.*: ([0-9]+) \/ ([0-9]+) .*/\1/p' <<<"$line")" \
     "$(sed -nE 's/.*: ([0-9]+) \/ ([0-9]+) .*/\2/p' <<<"$line")" 1.05
-done
+}
+gpt_tiny native
+gpt_tiny dcp
+if command -v mpirun >/dev/null; then gpt_tiny dcp --backend mpi; fi
 roots=0
 for root in "$fixtures"/megatron-runs/*/ "$fixtures"/verl-runs/megatron-*/; do
   root=${root%/}
@@ -92,16 +100,21 @@ print(c["file"], c["byte_offset"] + 400 + c["length"] // 2)')
     dir=$(dirname "$(find "$work/resaved" -name "$file" | head -1)")
     python3 -c 'import sys; f, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(f, "rb").read())
 b[at] ^= 1; open(f, "wb").write(b)' "$dir/$file" "$at"
-    rm -rf "$work/out"
-    set +e
-    "$d" reshard "$work/resaved" --spec gpt -t tp=2 --out "$work/out" > "$work/r" 2>&1
-    rc=$?
-    set -e
-    [ $rc = 2 ] || { cat "$work/r"; fail "$name: a flipped byte: exit $rc, not 2"; }
-    grep -q "CRC32 mismatch in $dir/$file for key 'embedding.word_embeddings.weight'" "$work/r" ||
-      { cat "$work/r"; fail "$name: the refusal does not name the file and key"; }
-    [ ! -e "$work/out" ] || fail "$name: a refused reshard wrote $work/out"
-    echo "  $name: a flipped byte in a partly read tile refused, naming $file and the key"
+    # The same under --backend mpi (a process a rank, sharing the item index), where installed.
+    backends=threads
+    if command -v mpirun >/dev/null; then backends="threads mpi"; fi
+    for backend in $backends; do
+      rm -rf "$work/out"
+      set +e
+      "$d" reshard "$work/resaved" --spec gpt -t tp=2 --backend $backend --out "$work/out" > "$work/r" 2>&1
+      rc=$?
+      set -e
+      [ $rc = 2 ] || { cat "$work/r"; fail "$name: a flipped byte ($backend): exit $rc, not 2"; }
+      grep -q "CRC32 mismatch in $dir/$file for key 'embedding.word_embeddings.weight'" "$work/r" ||
+        { cat "$work/r"; fail "$name: the refusal ($backend) does not name the file and key"; }
+      [ ! -e "$work/out" ] || fail "$name: a refused reshard ($backend) wrote $work/out"
+      echo "  $name: a flipped byte in a partly read tile refused ($backend), naming $file and the key"
+    done
   fi
   roots=$((roots + 1))
 done

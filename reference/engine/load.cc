@@ -80,6 +80,10 @@ LoadResult Load(const Node& request, CheckpointReader& reader, Communicator& com
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
+  // Ranks share what each would read alike before its chunks (a DCP data
+  // file's item index): one reads each piece, the others check what they
+  // receive (collective; the same on every rank).
+  reader.PrepareReads([&] { return PlannedChunks(reader, pieces.sharded()); }, comm);
   Node loaded =
       LoadSharded(options.strategy, pieces.sharded(), read, comm, &result.summary.exchange);
 

@@ -287,6 +287,28 @@ void PlanShardedState(const CheckpointReader& reader, const Node& sharded, LoadS
   }
 }
 
+std::vector<const StoredChunk*> PlannedChunks(const CheckpointReader& reader, const Node& sharded) {
+  std::vector<const StoredChunk*> chunks;
+  try {
+    std::vector<ShardLeaf> leaves;
+    CollectShards(reader.metadata(), sharded, nullptr, leaves);
+    const ChunkIndexes indexes = IndexChunks(leaves);
+    for (const ShardLeaf& leaf : leaves) {
+      const ShardedTensor* t = leaf.leaf->get_if<ShardedTensor>();
+      if (!t || !leaf.stored) continue;
+      try {
+        for (const ChunkPlan& c : PlanWith(indexes, *leaf.stored, *t).chunks)
+          chunks.push_back(&leaf.stored->chunks[c.chunk_index]);
+      } catch (const std::exception&) {
+        // Its read reports it.
+      }
+    }
+  } catch (const std::exception&) {
+    // The read reports it.
+  }
+  return chunks;
+}
+
 Node AssembleLoadResult(const nlohmann::json& common, const LoadPieces& pieces, Node loaded) {
   Node merged = CommonFromJson(common);
   Merge(merged, pieces.nonpersistent);

@@ -25,6 +25,11 @@ Node ReadShardedState(CheckpointReader& reader, const Node& sharded, VerifyPolic
 // nothing: summary->bytes_needed counts the stored bytes a read would need.
 void PlanShardedState(const CheckpointReader& reader, const Node& sharded, LoadSummary* summary);
 
+// The stored chunks a ReadShardedState of `sharded` reads (each tensor
+// leaf's plan), for CheckpointReader::PrepareReads; a leaf that fails to
+// plan (an unknown key) is left out: its read reports it. Throws nothing.
+std::vector<const StoredChunk*> PlannedChunks(const CheckpointReader& reader, const Node& sharded);
+
 // Megatron's load result (docs/megatron-semantics.md §3.1): the checkpoint's `common` state ∪ the
 // request's nonpersistent values ∪ `loaded`, then the factory merges;
 // request-only plain values are dropped.

@@ -36,6 +36,8 @@
 
 namespace distckpt {
 
+class Communicator;  // comm/communicator.h
+
 // One chunk of CheckpointWriter::WriteTensorChunks: WriteTensorChunk's
 // arguments (the key and global shape by pointer, alive for the call).
 struct ChunkToWrite {
@@ -164,6 +166,18 @@ class CheckpointReader {
   // too). Metadata can claim any size: whoever allocates memory sized from
   // it calls this (or CheckTensorStored) first.
   virtual void CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) = 0;
+  // Collective over `comm`: a load's ranks call it after planning and before
+  // reading, each with `chunks` giving the chunks it is about to read (any,
+  // none included; called only by formats that use it). A format whose
+  // readers all read the same bytes before the chunks' own (DCP: a data
+  // file's item index) has one rank read each piece and send it to the
+  // others, which check it as they would a piece they read (ranks in
+  // separate processes read it once between them, not once each). Every
+  // rank's reader reads the same checkpoint in the same format, so every
+  // rank issues the same collectives (none: this default). A failure here
+  // reads nothing: the reads report it.
+  using ChunksFn = std::function<std::vector<const StoredChunk*>()>;
+  virtual void PrepareReads(const ChunksFn& chunks, Communicator& comm) {}
 };
 
 // CheckStored of every chunk of `tensor`, and that they hold at least the

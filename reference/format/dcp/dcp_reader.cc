@@ -6,9 +6,12 @@
 #include <cstring>
 #include <filesystem>
 #include <list>
+#include <set>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/error.h"
+#include "core/little_endian.h"
 #include "format/block_checksums.h"
 #include "format/block_reads.h"
 #include "format/dcp/megatron_files.h"
@@ -271,6 +274,39 @@ std::string SharedIndexKey(Env* env, const RandomAccessFile& file,
 
 }  // namespace
 
+bool DcpReader::FollowsTrailer(const std::string& file, const DcpIndexTrailer& trailer) const {
+  const auto first = layout_->items.lower_bound({file, 0});
+  const auto end = layout_->items.lower_bound({file + '\0', 0});
+  return trailer.count <= static_cast<uint64_t>(std::distance(first, end));
+}
+
+void DcpReader::ReadIndexBytes(const std::string& file, const RandomAccessFile& f, uint64_t offset,
+                               std::span<std::byte> dst) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto pieces = received_.find(file); pieces != received_.end()) {
+      auto it = pieces->second.upper_bound(offset);
+      if (it != pieces->second.begin()) {
+        --it;
+        const std::string& piece = it->second;
+        if (offset - it->first <= piece.size() &&
+            dst.size() <= piece.size() - (offset - it->first)) {
+          std::memcpy(dst.data(), piece.data() + (offset - it->first), dst.size());
+          return;  // read and counted by the rank that sent it
+        }
+      }
+    }
+  }
+  f.Read(offset, dst);
+  stats_.bytes_read += dst.size();
+}
+
+DcpIndexRead DcpReader::IndexRead(const std::string& file, const RandomAccessFile& f) {
+  return [this, &file, &f](uint64_t offset, std::span<std::byte> dst) {
+    ReadIndexBytes(file, f, offset, dst);
+  };
+}
+
 std::shared_ptr<DcpReader::FileIndex> DcpReader::FileIndexOf(const std::string& file,
                                                              const Describe& what) {
   if (!layout_->metadata.writer.starts_with("distckpt")) return nullptr;  // torch wrote it
@@ -282,24 +318,17 @@ std::shared_ptr<DcpReader::FileIndex> DcpReader::FileIndexOf(const std::string& 
   const RandomAccessFile& f = files_.Open(file, 0, 0, what);
   if (f.size() >= kDcpIndexTrailerBytes) {
     std::vector<std::byte> last(kDcpIndexTrailerBytes);
-    f.Read(f.size() - last.size(), last);
-    stats_.bytes_read += last.size();
+    ReadIndexBytes(file, f, f.size() - last.size(), last);
     const std::string source = fmt::format("{} (its item index)", f.path());
-    if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source)) {
-      // An index lists non-empty tensor items, which .metadata lists too. A
-      // trailer counting more (damaged) is not followed: reading what it
-      // claims could mean the whole file; the zip headers serve instead.
-      const auto first = layout_->items.lower_bound({file, 0});
-      const auto end = layout_->items.lower_bound({file + '\0', 0});
-      if (trailer->count <= static_cast<uint64_t>(std::distance(first, end))) {
-        // An index another live reader opened (IndexTables) is not read
-        // again, nor are the groups of it that reader read (version 4).
-        const std::string key = SharedIndexKey(env_, f, last);
-        loaded = key.empty() ? nullptr : SharedIndexes().Find(key);
-        if (!loaded) {
-          loaded = std::make_shared<FileIndex>(f, *trailer, source, &stats_.bytes_read);
-          if (!key.empty()) SharedIndexes().Put(key, loaded);
-        }
+    if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source);
+        trailer && FollowsTrailer(file, *trailer)) {
+      // An index another live reader opened (IndexTables) is not read
+      // again, nor are the groups of it that reader read (version 4).
+      const std::string key = SharedIndexKey(env_, f, last);
+      loaded = key.empty() ? nullptr : SharedIndexes().Find(key);
+      if (!loaded) {
+        loaded = std::make_shared<FileIndex>(*trailer, f.size(), source, IndexRead(file, f));
+        if (!key.empty()) SharedIndexes().Put(key, loaded);
       }
     }
   }
@@ -307,11 +336,188 @@ std::shared_ptr<DcpReader::FileIndex> DcpReader::FileIndexOf(const std::string& 
   return indexes_.emplace(file, std::move(loaded)).first->second;
 }
 
+std::map<uint64_t, std::string> DcpReader::ReadIndexHead(const std::string& file) {
+  std::map<uint64_t, std::string> pieces;
+  try {
+    const RandomAccessFile& f =
+        files_.Open(file, 0, 0, [&] { return fmt::format("the item index of {}", file); });
+    if (f.size() < kDcpIndexTrailerBytes) return pieces;
+    auto read = [&](uint64_t begin, uint64_t end) -> std::span<const std::byte> {
+      std::string& piece = pieces[begin];
+      piece.resize(end - begin);
+      f.Read(begin, std::as_writable_bytes(std::span(piece.data(), piece.size())));
+      stats_.bytes_read += piece.size();
+      return std::as_bytes(std::span(piece.data(), piece.size()));
+    };
+    const std::span<const std::byte> last = read(f.size() - kDcpIndexTrailerBytes, f.size());
+    const std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), f.path());
+    if (!trailer || !FollowsTrailer(file, *trailer)) return pieces;
+    const auto [begin, end] = DcpFileIndex::HeadBytes(*trailer, f.size());
+    read(begin, end);
+  } catch (const std::exception&) {
+    // A reader that uses the file reads and fails alike, and says so.
+  }
+  return pieces;
+}
+
+namespace {
+
+// PrepareReads' messages: little-endian u64s, strings as length and bytes.
+void PutU64(std::string& out, uint64_t value) { AppendLittleEndian(out, value, 8); }
+void PutBytes(std::string& out, std::string_view bytes) {
+  PutU64(out, bytes.size());
+  out += bytes;
+}
+
+// Reads a message PrepareReads built (every rank runs the same code): a
+// short one fails kComm naming the sender.
+class MessageReader {
+ public:
+  MessageReader(std::string_view in, int from_rank) : in_(in), from_rank_(from_rank) {}
+  bool done() const { return in_.empty(); }
+  uint64_t U64() {
+    Need(8);
+    const uint64_t value = LoadLittleEndian(in_.data(), 8);
+    in_.remove_prefix(8);
+    return value;
+  }
+  std::string_view Bytes() {
+    const uint64_t size = U64();
+    Need(size);
+    std::string_view bytes = in_.substr(0, size);
+    in_.remove_prefix(size);
+    return bytes;
+  }
+
+ private:
+  void Need(uint64_t bytes) const {
+    if (in_.size() < bytes) {
+      Fail(ErrorKind::kComm, "malformed item index message from rank {}: {} bytes short",
+           from_rank_, bytes - in_.size());
+    }
+  }
+  std::string_view in_;
+  const int from_rank_;
+};
+
+}  // namespace
+
+void DcpReader::PrepareReads(const ChunksFn& chunks, Communicator& comm) {
+  // Decided alike on every rank: the checkpoint's writer. A load of one
+  // rank takes this path too: its reader threads then find every piece read
+  // (none reads a trailer or group another is reading: the same count each
+  // run).
+  if (!layout_->metadata.writer.starts_with("distckpt")) return;
+  std::map<std::string, std::vector<uint64_t>> mine;  // the items this rank reads, by file
+  try {
+    for (const StoredChunk* chunk : chunks()) {
+      if (chunk->length > 0) mine[chunk->file].push_back(chunk->offset);
+    }
+  } catch (const std::exception&) {
+    mine.clear();  // its reads report it
+  }
+  for (auto& [file, offsets] : mine) {
+    std::sort(offsets.begin(), offsets.end());
+    offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+  }
+  // Every file any rank reads, with an owner among its readers (spread).
+  std::string out;
+  for (const auto& [file, offsets] : mine) PutBytes(out, file);
+  std::map<std::string, std::vector<int>> readers;
+  const std::vector<std::string> names = comm.AllGather(out);
+  for (int r = 0; r < static_cast<int>(names.size()); ++r) {
+    for (MessageReader in(names[r], r); !in.done();) readers[std::string(in.Bytes())].push_back(r);
+  }
+  std::vector<const std::string*> files;
+  std::vector<int> owners;
+  for (const auto& [file, ranks] : readers) {
+    owners.push_back(ranks[files.size() % ranks.size()]);
+    files.push_back(&file);
+  }
+  // Each round: the owners' pieces, (file, offset, bytes) each, all-gathered
+  // and kept by every rank (a fully parallel load may read another's items).
+  const auto exchange = [&](const std::string& pieces) {
+    const std::vector<std::string> all = comm.AllGather(pieces);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+      for (MessageReader in(all[r], r); !in.done();) {
+        const uint64_t k = in.U64();
+        const uint64_t offset = in.U64();
+        const std::string_view bytes = in.Bytes();
+        if (k >= files.size())
+          Fail(ErrorKind::kComm, "malformed item index message from rank {}", r);
+        received_[*files[k]][offset] = std::string(bytes);
+      }
+    }
+  };
+  const auto index_of = [&](const std::string& file) -> std::shared_ptr<FileIndex> {
+    try {
+      return FileIndexOf(file, [&] { return fmt::format("the item index of {}", file); });
+    } catch (const std::exception&) {
+      return nullptr;  // the reads report it
+    }
+  };
+  // Round 1: each file's trailer and directory (or table), read by its owner.
+  out.clear();
+  for (size_t k = 0; k < files.size(); ++k) {
+    if (owners[k] != comm.rank()) continue;
+    for (const auto& [offset, bytes] : ReadIndexHead(*files[k])) {
+      PutU64(out, k);
+      PutU64(out, offset);
+      PutBytes(out, bytes);
+    }
+  }
+  exchange(out);
+  // Round 2 (version 4): the groups of the items each rank reads; each
+  // group read once, by the owner, adjacent groups in one read.
+  out.clear();
+  for (size_t k = 0; k < files.size(); ++k) {
+    auto it = mine.find(*files[k]);
+    if (it == mine.end()) continue;
+    const std::shared_ptr<FileIndex> index = index_of(*files[k]);
+    if (!index) continue;
+    const std::vector<uint64_t> groups = index->GroupsOf(it->second);
+    if (groups.empty()) continue;
+    PutU64(out, k);
+    PutU64(out, groups.size());
+    for (uint64_t g : groups) PutU64(out, g);
+  }
+  std::map<uint64_t, std::set<uint64_t>> wanted;  // groups by file
+  const std::vector<std::string> asked = comm.AllGather(out);
+  for (int r = 0; r < static_cast<int>(asked.size()); ++r) {
+    for (MessageReader in(asked[r], r); !in.done();) {
+      std::set<uint64_t>& groups = wanted[in.U64()];
+      for (uint64_t n = in.U64(); n > 0; --n) groups.insert(in.U64());
+    }
+  }
+  out.clear();
+  for (const auto& [k, groups] : wanted) {
+    if (k >= files.size() || owners[k] != comm.rank()) continue;
+    const std::shared_ptr<FileIndex> index = index_of(*files[k]);
+    if (!index) continue;
+    try {
+      const RandomAccessFile& f = files_.Open(*files[k], 0, 0, [&] { return *files[k]; });
+      const std::vector<uint64_t> list(groups.begin(), groups.end());
+      for (const auto& [begin, end] : index->GroupRuns(list)) {
+        std::string bytes(end - begin, '\0');
+        f.Read(begin, std::as_writable_bytes(std::span(bytes.data(), bytes.size())));
+        stats_.bytes_read += bytes.size();
+        PutU64(out, k);
+        PutU64(out, begin);
+        PutBytes(out, bytes);
+      }
+    } catch (const std::exception&) {
+      // The reads of its items report it.
+    }
+  }
+  exchange(out);
+}
+
 const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t item_offset,
                                            const Describe& what) {
   const std::shared_ptr<FileIndex> index = FileIndexOf(file, what);
   if (!index) return nullptr;
-  return index->Find(item_offset, files_.Open(file, 0, 0, what), &stats_.bytes_read);
+  return index->Find(item_offset, IndexRead(file, files_.Open(file, 0, 0, what)));
 }
 
 DcpReader::TensorItem DcpReader::ZipItem(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -402,7 +608,7 @@ void DcpReader::PrefetchIndexes(std::span<const ChunkRead> reads) {
     const std::shared_ptr<FileIndex> index = FileIndexOf(file, what);
     if (!index) continue;
     std::sort(items.begin(), items.end());
-    index->Prefetch(items, files_.Open(file, 0, 0, what), &stats_.bytes_read);
+    index->Prefetch(items, IndexRead(file, files_.Open(file, 0, 0, what)));
   }
 }
 

@@ -9,7 +9,9 @@
 //   an entry), each read once, or (versions 1 to 3) the whole table, 48 to
 //   64 bytes an entry; shared by the readers open at the same time, e.g.
 //   the ranks of one load, of a local file of the same path, size,
-//   modification time and trailer. No zip header is read;
+//   modification time and trailer; and read once between a load's ranks in
+//   any process (PrepareReads: one reads each piece, sends it, the others
+//   check it). No zip header is read;
 // - else from the item's zip headers: a head (data.pkl, the storage record's
 //   local header) and a tail (zip directory) sized by what the file's first
 //   item needed; an item of at most 4 KiB is read whole, once, and kept.
@@ -79,6 +81,16 @@ class DcpReader : public CheckpointReader {
   std::shared_ptr<const ObjectRecord> CommonRecord() const override { return common_record_; }
   const ReadStats& stats() const override { return stats_; }
   void CheckStored(const StoredTensor& tensor, const StoredChunk& chunk) override;
+  // The item indexes of the files the ranks read (distckpt wrote them), each
+  // piece read once by one rank: in round 1 a rank that reads a file (its
+  // owner) reads its trailer and directory (version 4; table: versions 1
+  // to 3), in round 2 the union of the groups of entries the ranks need,
+  // adjacent groups in one read; each round's pieces are all-gathered (two
+  // AllGathers a round). A rank uses a received piece in place of reading
+  // those bytes, checking it as read (the trailer's hash of the directory,
+  // the directory's of each group), and counts only what it read. Nothing
+  // for a checkpoint torch wrote.
+  void PrepareReads(const ChunksFn& chunks, Communicator& comm) override;
 
  private:
   struct TensorItem {
@@ -126,6 +138,21 @@ class DcpReader : public CheckpointReader {
   // null when it has none.
   std::shared_ptr<FileIndex> FileIndexOf(const std::string& file,
                                          const std::function<std::string()>& what);
+  // Whether a reader follows `trailer` of `file`: an index lists non-empty
+  // tensor items, which .metadata lists too; a trailer counting more
+  // (damaged) is not followed (reading what it claims could mean the whole
+  // file): the zip headers serve instead.
+  bool FollowsTrailer(const std::string& file, const DcpIndexTrailer& trailer) const;
+  // Bytes [offset, offset + dst.size()) of `file`'s item index: a piece
+  // another rank read and sent (PrepareReads), else read from `f` and
+  // counted.
+  void ReadIndexBytes(const std::string& file, const RandomAccessFile& f, uint64_t offset,
+                      std::span<std::byte> dst);
+  DcpIndexRead IndexRead(const std::string& file, const RandomAccessFile& f);
+  // What FileIndexOf reads of `file`, read from it and counted (its
+  // trailer, then the table or directory a reader follows), by offset;
+  // the pieces before the first that fails to read or parse.
+  std::map<uint64_t, std::string> ReadIndexHead(const std::string& file);
   // The version-4 index groups of the items `reads` read, adjacent groups
   // of a file in one read.
   void PrefetchIndexes(std::span<const ChunkRead> reads);
@@ -159,6 +186,8 @@ class DcpReader : public CheckpointReader {
   };
   std::map<std::string, Edges> edges_;                         // guarded by mu_
   std::map<std::string, std::shared_ptr<FileIndex>> indexes_;  // guarded by mu_
+  // Item index pieces other ranks read (PrepareReads): by file, by offset.
+  std::map<std::string, std::map<uint64_t, std::string>> received_;  // guarded by mu_
   std::map<const DcpIndexEntry*, std::unique_ptr<const std::vector<uint32_t>>>
       block_crcs_;  // guarded by mu_
   ReadStats stats_;

@@ -436,22 +436,31 @@ std::vector<DcpIndexEntry> ParseDcpIndexGroup(std::span<const std::byte> bytes,
   return entries;
 }
 
-DcpFileIndex::DcpFileIndex(const RandomAccessFile& file, const DcpIndexTrailer& trailer,
-                           std::string source, std::atomic<uint64_t>* bytes_read)
+DcpIndexRead DcpReadFrom(const RandomAccessFile& file, std::atomic<uint64_t>* bytes_read) {
+  return [&file, bytes_read](uint64_t offset, std::span<std::byte> dst) {
+    file.Read(offset, dst);
+    *bytes_read += dst.size();
+  };
+}
+
+std::pair<uint64_t, uint64_t> DcpFileIndex::HeadBytes(const DcpIndexTrailer& trailer,
+                                                      uint64_t file_size) {
+  return {trailer.version < 4 ? trailer.table_offset : trailer.directory_offset,
+          file_size - kDcpIndexTrailerBytes};
+}
+
+DcpFileIndex::DcpFileIndex(const DcpIndexTrailer& trailer, uint64_t file_size, std::string source,
+                           const DcpIndexRead& read)
     : trailer_(trailer), source_(std::move(source)) {
-  const uint64_t table_end = file.size() - kDcpIndexTrailerBytes;
+  const auto [begin, end] = HeadBytes(trailer_, file_size);
+  std::vector<std::byte> head(end - begin);
+  read(begin, head);
   if (trailer_.version < 4) {
-    std::vector<std::byte> table(table_end - trailer_.table_offset);
-    file.Read(trailer_.table_offset, table);
-    *bytes_read += table.size();
-    for (const DcpIndexEntry& e : ParseDcpIndexTable(table, trailer_, source_))
+    for (const DcpIndexEntry& e : ParseDcpIndexTable(head, trailer_, source_))
       entries_.emplace(e.item_offset, e);
     return;
   }
-  std::vector<std::byte> directory(table_end - trailer_.directory_offset);
-  file.Read(trailer_.directory_offset, directory);
-  *bytes_read += directory.size();
-  groups_ = ParseDcpIndexDirectory(directory, trailer_, source_);
+  groups_ = ParseDcpIndexDirectory(head, trailer_, source_);
   loaded_.assign(groups_.size(), false);
 }
 
@@ -462,11 +471,9 @@ uint64_t DcpFileIndex::GroupOf(uint64_t item_offset) const {
   return it == groups_.begin() ? groups_.size() : static_cast<uint64_t>(it - groups_.begin() - 1);
 }
 
-void DcpFileIndex::LoadGroups(uint64_t first, uint64_t last, const RandomAccessFile& file,
-                              std::atomic<uint64_t>* bytes_read) {
+void DcpFileIndex::LoadGroups(uint64_t first, uint64_t last, const DcpIndexRead& read) {
   std::vector<std::byte> bytes(groups_[last - 1].end - groups_[first].begin);
-  file.Read(groups_[first].begin, bytes);
-  *bytes_read += bytes.size();
+  read(groups_[first].begin, bytes);
   for (uint64_t g = first; g < last; ++g) {
     const DcpIndexGroup& group = groups_[g];
     for (const DcpIndexEntry& e :
@@ -479,37 +486,56 @@ void DcpFileIndex::LoadGroups(uint64_t first, uint64_t last, const RandomAccessF
   }
 }
 
-const DcpIndexEntry* DcpFileIndex::Find(uint64_t item_offset, const RandomAccessFile& file,
-                                        std::atomic<uint64_t>* bytes_read) {
+const DcpIndexEntry* DcpFileIndex::Find(uint64_t item_offset, const DcpIndexRead& read) {
   std::lock_guard lock(mu_);
   if (trailer_.version >= 4) {
     const uint64_t g = GroupOf(item_offset);
     if (g == groups_.size()) return nullptr;
-    if (!loaded_[g]) LoadGroups(g, g + 1, file, bytes_read);
+    if (!loaded_[g]) LoadGroups(g, g + 1, read);
   }
   auto it = entries_.find(item_offset);
   return it == entries_.end() ? nullptr : &it->second;
 }
 
-void DcpFileIndex::Prefetch(std::span<const uint64_t> item_offsets, const RandomAccessFile& file,
-                            std::atomic<uint64_t>* bytes_read) {
+void DcpFileIndex::Prefetch(std::span<const uint64_t> item_offsets, const DcpIndexRead& read) {
   if (trailer_.version < 4) return;
   std::lock_guard lock(mu_);
-  std::vector<bool> wanted(groups_.size(), false);
+  std::vector<uint64_t> wanted;
+  for (uint64_t g : GroupsOf(item_offsets)) {
+    if (!loaded_[g]) wanted.push_back(g);
+  }
+  for (size_t i = 0; i < wanted.size();) {
+    size_t j = i + 1;
+    while (j < wanted.size() && wanted[j] == wanted[j - 1] + 1) ++j;
+    LoadGroups(wanted[i], wanted[j - 1] + 1, read);
+    i = j;
+  }
+}
+
+std::vector<uint64_t> DcpFileIndex::GroupsOf(std::span<const uint64_t> item_offsets) const {
+  std::vector<uint64_t> groups;
   for (uint64_t offset : item_offsets) {
     const uint64_t g = GroupOf(offset);
-    if (g < groups_.size() && !loaded_[g]) wanted[g] = true;
+    if (g < groups_.size()) groups.push_back(g);
   }
-  for (uint64_t g = 0; g < groups_.size();) {
-    if (!wanted[g]) {
-      ++g;
-      continue;
-    }
-    uint64_t end = g + 1;
-    while (end < groups_.size() && wanted[end]) ++end;
-    LoadGroups(g, end, file, bytes_read);
-    g = end;
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  return groups;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> DcpFileIndex::GroupRuns(
+    std::span<const uint64_t> groups) const {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  // Groups past the directory's (none from a rank that parsed the same one) are left out.
+  groups =
+      groups.first(std::lower_bound(groups.begin(), groups.end(), groups_.size()) - groups.begin());
+  for (size_t i = 0; i < groups.size();) {
+    size_t j = i + 1;
+    while (j < groups.size() && groups[j] == groups[j - 1] + 1) ++j;
+    runs.emplace_back(groups_[groups[i]].begin, groups_[groups[j - 1]].end);
+    i = j;
   }
+  return runs;
 }
 
 std::vector<uint32_t> ParseDcpBlockCrcs(std::span<const std::byte> bytes) {

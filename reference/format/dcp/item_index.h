@@ -62,6 +62,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/block_layout.h"
@@ -203,34 +204,48 @@ std::vector<DcpIndexEntry> ParseDcpIndexGroup(std::span<const std::byte> bytes,
                                               const DcpIndexGroup& group,
                                               const DcpIndexTrailer& trailer,
                                               const std::string& source);
+// Reads bytes [offset, offset + dst.size()) of an index's data file (and
+// counts them: DcpReader reads some from what another rank sent it instead).
+using DcpIndexRead = std::function<void(uint64_t offset, std::span<std::byte> dst)>;
+// A DcpIndexRead of `file` that adds what it reads to `*bytes_read`.
+DcpIndexRead DcpReadFrom(const RandomAccessFile& file, std::atomic<uint64_t>* bytes_read);
+
 // A data file's item index as a reader uses it: versions 1 to 3 whole (the
 // table read at once), version 4 by group, each group read (and checked) on
 // first use of one of its items, so a reader reads the entries of the items
 // it reads. Shared by the readers open at once (DcpReader).
 //
-// Thread-safety: Find may be called concurrently.
+// Thread-safety: Find and Prefetch may be called concurrently.
 class DcpFileIndex {
  public:
-  // Reads the table (versions 1 to 3) or the directory (version 4) of
-  // `file`, whose trailer is `trailer`, adding the bytes to `*bytes_read`;
-  // errors name `source`.
-  DcpFileIndex(const RandomAccessFile& file, const DcpIndexTrailer& trailer, std::string source,
-               std::atomic<uint64_t>* bytes_read);
+  // The bytes [first, second) of a file of `file_size` bytes that the
+  // constructor reads after the trailer: the table (versions 1 to 3) or the
+  // directory (version 4).
+  static std::pair<uint64_t, uint64_t> HeadBytes(const DcpIndexTrailer& trailer,
+                                                 uint64_t file_size);
+  // Reads HeadBytes of the file through `read` and parses them; errors name
+  // `source`.
+  DcpFileIndex(const DcpIndexTrailer& trailer, uint64_t file_size, std::string source,
+               const DcpIndexRead& read);
   // The entry of the item at `item_offset`, null when the index lists none;
-  // its group is read from `file` first (version 4). The entry lives as
-  // long as this index.
-  const DcpIndexEntry* Find(uint64_t item_offset, const RandomAccessFile& file,
-                            std::atomic<uint64_t>* bytes_read);
+  // its group is read first (version 4). The entry lives as long as this
+  // index.
+  const DcpIndexEntry* Find(uint64_t item_offset, const DcpIndexRead& read);
   // Reads the groups holding any of `item_offsets` (sorted) not read yet,
   // adjacent groups in one read.
-  void Prefetch(std::span<const uint64_t> item_offsets, const RandomAccessFile& file,
-                std::atomic<uint64_t>* bytes_read);
+  void Prefetch(std::span<const uint64_t> item_offsets, const DcpIndexRead& read);
+  // Version 4: the groups (ascending, once each) holding any of
+  // `item_offsets`, read or not; none for versions 1 to 3.
+  std::vector<uint64_t> GroupsOf(std::span<const uint64_t> item_offsets) const;
+  // The bytes [first, second) of each run of adjacent groups among `groups`
+  // (ascending; any past the directory's left out), as Prefetch would read
+  // them.
+  std::vector<std::pair<uint64_t, uint64_t>> GroupRuns(std::span<const uint64_t> groups) const;
   int version() const { return trailer_.version; }
 
  private:
   // Group g's entries in entries_; mu_ held.
-  void LoadGroups(uint64_t first, uint64_t last, const RandomAccessFile& file,
-                  std::atomic<uint64_t>* bytes_read);
+  void LoadGroups(uint64_t first, uint64_t last, const DcpIndexRead& read);
   uint64_t GroupOf(uint64_t item_offset) const;  // groups_.size() when none
 
   const DcpIndexTrailer trailer_;

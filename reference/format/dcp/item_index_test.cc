@@ -246,39 +246,50 @@ TEST(ItemIndexTest, FileIndexReadsTheGroupsOfTheItemsItFinds) {
   ASSERT_EQ(trailer.version, 4);
   ASSERT_EQ(trailer.groups, 3u);
   std::atomic<uint64_t> read{0};
-  DcpFileIndex index(*f, trailer, path, &read);
+  DcpFileIndex index(trailer, f->size(), path, DcpReadFrom(*f, &read));
   EXPECT_EQ(read, 3u * kDcpIndexDirectoryEntryBytes);  // the directory only
   std::vector<DcpIndexGroup> groups = ParseDcpIndexDirectory(
       std::as_bytes(std::span(file)).subspan(trailer.directory_offset, 96), trailer, path);
-  const DcpIndexEntry* e = index.Find(35000, *f, &read);  // group 2
+  const DcpIndexEntry* e = index.Find(35000, DcpReadFrom(*f, &read));  // group 2
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->binding, 35u);
   EXPECT_EQ(e->block_size, 0u);
   EXPECT_EQ(read, 96 + groups[2].end - groups[2].begin);
-  EXPECT_EQ(index.Find(35500, *f, &read), nullptr);  // no item there
-  EXPECT_EQ(index.Find(36000, *f, &read)->binding, 36u);
+  EXPECT_EQ(index.Find(35500, DcpReadFrom(*f, &read)), nullptr);  // no item there
+  EXPECT_EQ(index.Find(36000, DcpReadFrom(*f, &read))->binding, 36u);
   EXPECT_EQ(read, 96 + groups[2].end - groups[2].begin);  // read once
   // The block CRCs of each item follow those of the items before it.
-  const DcpIndexEntry* blocked = index.Find(38000, *f, &read);
+  const DcpIndexEntry* blocked = index.Find(38000, DcpReadFrom(*f, &read));
   EXPECT_EQ(blocked->crcs_offset, n * 1000 + 19 * 3 * 4);
   std::vector<std::byte> crcs(12);
   f->Read(blocked->crcs_offset, crcs);
   EXPECT_THAT(ParseDcpBlockCrcs(crcs), testing::ElementsAre(38, 39, 40));
   const uint64_t groups01 = groups[1].end - groups[0].begin;
   const uint64_t wanted[] = {0, 17000};
-  index.Prefetch(wanted, *f, &read);
+  index.Prefetch(wanted, DcpReadFrom(*f, &read));
   EXPECT_EQ(read, 96 + groups[2].end - groups[2].begin + groups01);
-  EXPECT_EQ(index.Find(0, *f, &read)->data_offset, 300u);
-  EXPECT_EQ(index.Find(16000, *f, &read)->crcs_offset, n * 1000 + 8 * 3 * 4);
+  EXPECT_EQ(index.Find(0, DcpReadFrom(*f, &read))->data_offset, 300u);
+  EXPECT_EQ(index.Find(16000, DcpReadFrom(*f, &read))->crcs_offset, n * 1000 + 8 * 3 * 4);
   EXPECT_EQ(read, groups[2].end - groups[0].begin + 96);  // the whole index, each byte once
+  // The groups of items (one that lists none: the group it would be in),
+  // and their bytes in runs of adjacent groups: what a load's owner of the
+  // file reads for its ranks (DcpReader::PrepareReads).
+  const uint64_t items[] = {0, 1000, 17000, 35000, 35500};
+  EXPECT_THAT(index.GroupsOf(items), testing::ElementsAre(0u, 1u, 2u));
+  const uint64_t apart[] = {0, 2, 3}, adjacent[] = {1, 2};  // no group 3
+  EXPECT_THAT(index.GroupRuns(apart),
+              testing::ElementsAre(testing::Pair(groups[0].begin, groups[0].end),
+                                   testing::Pair(groups[2].begin, groups[2].end)));
+  EXPECT_THAT(index.GroupRuns(adjacent),
+              testing::ElementsAre(testing::Pair(groups[1].begin, groups[2].end)));
 
   // A flipped byte in group 1 is found when group 1 is read, not before.
   file[groups[1].begin + 5] ^= 1;
   WriteFileBytes(path, file);
   f = Env::Default()->NewRandomAccessFile(path);
-  DcpFileIndex damaged(*f, trailer, path, &read);
-  EXPECT_EQ(damaged.Find(1000, *f, &read)->binding, 1u);
-  EXPECT_THAT([&] { damaged.Find(20000, *f, &read); },
+  DcpFileIndex damaged(trailer, f->size(), path, DcpReadFrom(*f, &read));
+  EXPECT_EQ(damaged.Find(1000, DcpReadFrom(*f, &read))->binding, 1u);
+  EXPECT_THAT([&] { damaged.Find(20000, DcpReadFrom(*f, &read)); },
               ThrowsError(ErrorKind::kCorruption, path + ": item index group 1"));
 }
 
