@@ -71,7 +71,8 @@ uint64_t SumsBytes(const StoredChunk& chunk) {
 }
 
 BlockLayout TileLayout(const StoredTensor& tensor, const StoredChunk& chunk) {
-  return BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat.has_value(),
+  return BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat,
+                            chunk.flat_rows ? BlockLayout::Flat::kRows : BlockLayout::Flat::kUniform,
                             DTypeSize(tensor.dtype), chunk.length, chunk.block_size);
 }
 

@@ -180,11 +180,10 @@ uint64_t ReadCheckedTiles(
       }
     }
   };
-  const uint64_t m = layout.pieces();
   uint64_t batch_bytes = 0;
   for (const auto& [first, last] : touched) {
     for (uint64_t t = first; t < last; ++t) {
-      if (batch_bytes >= kWindowBytes && (t % m == 0 || layout.contiguous())) {
+      if (batch_bytes >= kWindowBytes && (layout.StartsGroup(t) || layout.contiguous())) {
         process();
         batch.clear();
         batch_bytes = 0;
