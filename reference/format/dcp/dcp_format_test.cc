@@ -469,8 +469,14 @@ class FlatStateTest : public testing::Test {
     const std::string file = ReadFileBytes(RankFile());
     for (const StoredChunk& c : reader->metadata().tensors.at("state").chunks) {
       if (c.box.offset[1] != 24 || c.flat->start != start) continue;
-      ZipReader zip(std::string_view(file).substr(c.offset), "item");
-      return c.offset + zip.DataOffset(zip.Get("data/0")) + (row * 24 + column - start) * 4;
+      const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
+      const DcpIndexTrailer trailer = Trailer(file);
+      for (const DcpIndexEntry& e : ParseDcpIndexTable(
+               bytes.subspan(trailer.table_offset,
+                             file.size() - kDcpIndexTrailerBytes - trailer.table_offset),
+               trailer, "file")) {
+        if (e.item_offset == c.offset) return e.data_offset + (row * 24 + column - start) * 4;
+      }
     }
     ADD_FAILURE() << start;
     return 0;
@@ -708,7 +714,7 @@ TEST(DcpFormatTest, Version1ItemIndexesLoadAndVerifyByCrc32) {
   const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
   const DcpIndexTrailer trailer =
       *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), path);
-  ASSERT_EQ(trailer.version, 4);
+  ASSERT_EQ(trailer.version, kDcpIndexVersion);
   const std::vector<DcpIndexEntry> entries =
       ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
                                        file.size() - kDcpIndexTrailerBytes - trailer.table_offset),
