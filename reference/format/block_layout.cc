@@ -151,7 +151,8 @@ uint64_t BlockLayout::GroupOfRow(uint64_t row) const {
 
 std::pair<uint64_t, uint64_t> BlockLayout::GroupBytes(uint64_t g) const {
   const auto [r0, r1] = GroupRows(g);
-  return {std::max(r0 * row_bytes_, lead_) - lead_, std::min(r1 * row_bytes_, lead_ + length_) - lead_};
+  return {std::max(r0 * row_bytes_, lead_) - lead_,
+          std::min(r1 * row_bytes_, lead_ + length_) - lead_};
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> BlockLayout::Touched(

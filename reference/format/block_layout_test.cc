@@ -5,6 +5,8 @@
 #include <numeric>
 #include <vector>
 
+#include "format/tiles_testing.h"
+
 namespace distckpt {
 namespace {
 
@@ -143,16 +145,12 @@ void ExpectTouchedExactly(const BlockLayout& layout, std::span<const ReadRun> ru
   EXPECT_EQ(got, want);
 }
 
-// The runs of elements [c0, c1) of each row of a [rows, columns] box that
-// lie in the flat range [start, stop), as payload offsets of the flat chunk.
-std::vector<ReadRun> FlatColumnRuns(uint64_t rows, uint64_t columns, uint64_t c0, uint64_t c1,
-                                    uint64_t start, uint64_t stop, uint64_t element) {
-  std::vector<ReadRun> runs;
-  for (uint64_t r = 0; r < rows; ++r) {
-    const uint64_t a = std::max(r * columns + c0, start), b = std::min(r * columns + c1, stop);
-    if (a < b) runs.push_back({(a - start) * element, (b - a) * element, nullptr});
-  }
-  return runs;
+// A chunk of elements [start, stop) of `box`.
+StoredChunk FlatChunk(const Box& box, uint64_t start, uint64_t stop) {
+  StoredChunk chunk;
+  chunk.box = box;
+  chunk.flat = FlatRange{static_cast<int64_t>(start), static_cast<int64_t>(stop)};
+  return chunk;
 }
 
 // A distributed-optimizer state (a flat range of a row-parallel weight's box,
@@ -165,23 +163,29 @@ TEST(BlockLayoutTest, FlatChunksReadOnlyTheColumnsTheyNeed) {
     Box box;
     uint64_t element, block;
   };
-  for (const Case& c : {Case{{24, 48}, {{0, 0}, {24, 48}}, 4, 256},  // the whole weight
-                        Case{{24, 48}, {{0, 24}, {24, 24}}, 4, 128},  // a tp=2 shard of it
-                        Case{{16, 840}, {{0, 0}, {16, 840}}, 4, 4096},
-                        Case{{8, 120}, {{0, 0}, {8, 120}}, 2, 16}}) {
+  for (const Case& c :
+       {Case{{24, 48}, {{0, 0}, {24, 48}}, 4, 256},   // the whole weight
+        Case{{24, 48}, {{0, 24}, {24, 24}}, 4, 128},  // a tp=2 shard of it
+        Case{{16, 840}, {{0, 0}, {16, 840}}, 4, 4096}, Case{{8, 120}, {{0, 0}, {8, 120}}, 2, 16}}) {
     const uint64_t rows = static_cast<uint64_t>(c.box.shape[0]);
     const uint64_t columns = static_cast<uint64_t>(c.box.shape[1]);
     const uint64_t n = rows * columns;
-    for (const auto& [start, stop] : std::vector<std::pair<uint64_t, uint64_t>>{
-             {0, n}, {5, n - 3}, {columns, 3 * columns}, {columns - 1, 2 * columns + 1},
-             {columns + 2, columns + 7}, {7, n / 2 + 3}, {n / 2 - 1, n}, {n - 1, n}}) {
-      SCOPED_TRACE(testing::Message() << "global " << ShapeToString(c.global) << " box "
-                                      << ShapeToString(c.box.shape) << " flat [" << start
-                                      << ", " << stop << ")");
+    for (const auto& [start, stop] :
+         std::vector<std::pair<uint64_t, uint64_t>>{{0, n},
+                                                    {5, n - 3},
+                                                    {columns, 3 * columns},
+                                                    {columns - 1, 2 * columns + 1},
+                                                    {columns + 2, columns + 7},
+                                                    {7, n / 2 + 3},
+                                                    {n / 2 - 1, n},
+                                                    {n - 1, n}}) {
+      SCOPED_TRACE(testing::Message()
+                   << "global " << ShapeToString(c.global) << " box " << ShapeToString(c.box.shape)
+                   << " flat [" << start << ", " << stop << ")");
       const uint64_t length = (stop - start) * c.element;
-      const BlockLayout layout = BlockLayout::Tiles(c.global, c.box, FlatRange{int64_t(start),
-                                                    int64_t(stop)}, kRows, c.element, length,
-                                                    c.block);
+      const BlockLayout layout =
+          BlockLayout::Tiles(c.global, c.box, FlatRange{int64_t(start), int64_t(stop)}, kRows,
+                             c.element, length, c.block);
       ExpectTiling(layout);
       const uint64_t global_columns = static_cast<uint64_t>(c.global[1]);
       const uint64_t offset = static_cast<uint64_t>(c.box.offset[1]);
@@ -192,7 +196,7 @@ TEST(BlockLayoutTest, FlatChunksReadOnlyTheColumnsTheyNeed) {
           const uint64_t c0 = std::max(g, offset) - offset;
           const uint64_t c1 = std::min(g + step, offset + columns) - offset;
           const std::vector<ReadRun> runs =
-              FlatColumnRuns(rows, columns, c0, c1, start, stop, c.element);
+              ColumnRunsOf(FlatChunk(c.box, start, stop), c0 + offset, c1 + offset, c.element);
           uint64_t needed = 0;
           for (const ReadRun& run : runs) needed += run.length;
           EXPECT_EQ(TouchedBytes(layout, runs), needed) << "tp=" << tp << " columns " << c0;
@@ -227,25 +231,25 @@ TEST(BlockLayoutTest, FlatRangesInsideOneRowAndEmpty) {
   const Box box{{0, 0}, {4, 100}};
   // Row 1, elements [30, 70): pieces at multiples of 100 / t (t = 2, 4, 5):
   // 40, 50, 60 (and 25, 75, 20, 80 outside): [30, 40) [40, 50) [50, 60) [60, 70).
-  const BlockLayout inside = BlockLayout::Tiles({4, 100}, box, FlatRange{130, 170}, kRows, 4,
-                                                160, 4096);
+  const BlockLayout inside =
+      BlockLayout::Tiles({4, 100}, box, FlatRange{130, 170}, kRows, 4, 160, 4096);
   ExpectTiling(inside);
   std::vector<std::pair<uint64_t, uint64_t>> parts;
   for (uint64_t t = 0; t < inside.tiles(); ++t)
     inside.ForEachPart(t, [&](uint64_t o, uint64_t n) { parts.emplace_back(o, n); });
-  EXPECT_EQ(parts, (std::vector<std::pair<uint64_t, uint64_t>>{{0, 40}, {40, 40}, {80, 40},
-                                                               {120, 40}}));
-  const BlockLayout empty =
-      BlockLayout::Tiles({4, 100}, box, FlatRange{130, 130}, kRows, 4, 0, 16);
+  EXPECT_EQ(parts,
+            (std::vector<std::pair<uint64_t, uint64_t>>{{0, 40}, {40, 40}, {80, 40}, {120, 40}}));
+  const BlockLayout empty = BlockLayout::Tiles({4, 100}, box, FlatRange{130, 130}, kRows, 4, 0, 16);
   EXPECT_EQ(empty.tiles(), 0u);
   EXPECT_TRUE(empty.Touched({}).empty());
-  const BlockLayout one_d = BlockLayout::Tiles({96}, Box{{0}, {96}}, FlatRange{13, 77}, kRows, 2,
-                                               128, 16);
+  const BlockLayout one_d =
+      BlockLayout::Tiles({96}, Box{{0}, {96}}, FlatRange{13, 77}, kRows, 2, 128, 16);
   ExpectTiling(one_d);
   for (uint64_t tp = 2; tp <= 8; ++tp) {
     if (96 % tp != 0) continue;
     for (uint64_t g = 0; g < 96; g += 96 / tp) {
-      const std::vector<ReadRun> runs = FlatColumnRuns(1, 96, g, g + 96 / tp, 13, 77, 2);
+      const std::vector<ReadRun> runs =
+          ColumnRunsOf(FlatChunk(Box{{0, 0}, {1, 96}}, 13, 77), g, g + 96 / tp, 2);
       if (runs.empty()) continue;
       EXPECT_EQ(TouchedBytes(one_d, runs), runs[0].length) << "tp=" << tp << " at " << g;
     }
@@ -273,11 +277,11 @@ TEST(BlockLayoutTest, FlatRangesOfWholeRowsAreCutLikeTheirRows) {
 TEST(BlockLayoutTest, PiecesHoldWholeTiles) {
   for (const BlockLayout& layout :
        {BlockLayout::Tiles({24, 48}, Box{{0, 24}, {24, 24}}, kBox, kRows, 2, 1152, 128),
-        BlockLayout::Tiles({4, 100000}, Box{{0, 0}, {4, 100000}}, kBox, kRows, 4, 1600000,
-                           4096),
+        BlockLayout::Tiles({4, 100000}, Box{{0, 0}, {4, 100000}}, kBox, kRows, 4, 1600000, 4096),
         BlockLayout::Uniform(1000, 16),
         // Flat: partial first and last rows, in groups of rows, and long rows.
-        BlockLayout::Tiles({24, 48}, Box{{0, 24}, {24, 24}}, FlatRange{37, 530}, kRows, 2, 986, 128),
+        BlockLayout::Tiles({24, 48}, Box{{0, 24}, {24, 24}}, FlatRange{37, 530}, kRows, 2, 986,
+                           128),
         BlockLayout::Tiles({4, 100000}, Box{{0, 0}, {4, 100000}}, FlatRange{99999, 300001}, kRows,
                            4, 800008, 4096)}) {
     ExpectTiling(layout);

@@ -15,6 +15,7 @@
 #include "format/dcp/megatron_files.h"
 #include "format/dcp/testing.h"
 #include "format/dcp/torch_save.h"
+#include "format/tiles_testing.h"
 #include "io/checksum.h"
 #include "io/fault_env.h"
 
@@ -192,10 +193,18 @@ TEST(DcpFormatTest, MegatronHeadKeepsCommonStateAsAnObject) {
   EXPECT_TRUE(reader->metadata().objects.empty());  // the common dict is not a sharded object
 }
 
-// The item index trailer of the data file `file`.
+// The item index trailer of the data file `file`, and its entries.
 DcpIndexTrailer Trailer(const std::string& file) {
   const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
   return *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), "file");
+}
+std::vector<DcpIndexEntry> IndexEntries(const std::string& file) {
+  const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
+  const DcpIndexTrailer trailer = Trailer(file);
+  return ParseDcpIndexTable(
+      bytes.subspan(trailer.table_offset,
+                    file.size() - kDcpIndexTrailerBytes - trailer.table_offset),
+      trailer, "file");
 }
 
 // Two f32 (512, 512) chunks "a" and "b" (iota) in one data file, committed
@@ -313,9 +322,8 @@ TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   // Verified partial reads: the touched tile and, once, the record's tile
   // CRC32s (4 bytes per tile; counted apart from the payload).
   const StoredChunk& b = Stored("b").chunks[0];
-  const BlockLayout tiles =
-      BlockLayout::Tiles(Stored("b").global_shape, b.box, std::nullopt,
-                         BlockLayout::Flat::kRows, 4, b.length, 4096);
+  const BlockLayout tiles = BlockLayout::Tiles(Stored("b").global_shape, b.box, std::nullopt,
+                                               BlockLayout::Flat::kRows, 4, b.length, 4096);
   uint64_t before = BytesRead();
   ReadElements("b", VerifyPolicy::kWhenWhole);
   EXPECT_EQ(BytesRead(), before + 4096);  // one tile: 16 rows of 64 columns
@@ -387,10 +395,7 @@ TEST_F(LargeChunksTest, Version3ItemIndexesStillLoadTileByTile) {
   const auto bytes = std::as_bytes(std::span(v4.data(), v4.size()));
   const DcpIndexTrailer trailer = Trailer(v4);
   DcpIndexWriter writer;
-  for (DcpIndexEntry e :
-       ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
-                                        v4.size() - kDcpIndexTrailerBytes - trailer.table_offset),
-                          trailer, path_)) {
+  for (DcpIndexEntry e : IndexEntries(v4)) {
     std::vector<uint32_t> crcs =
         ParseDcpBlockCrcs(bytes.subspan(e.crcs_offset, DcpBlockCount(e) * 4));
     writer.Add(e, std::move(crcs));
@@ -441,22 +446,16 @@ class FlatStateTest : public testing::Test {
     const StoredTensor& state = reader->metadata().tensors.at("state");
     std::vector<float> out(24 * 16, -1);
     for (const StoredChunk& chunk : state.chunks) {
-      const int64_t c0 = std::max<int64_t>(16, chunk.box.offset[1]) - chunk.box.offset[1];
-      const int64_t c1 = std::min<int64_t>(32, chunk.box.offset[1] + 24) - chunk.box.offset[1];
-      std::vector<ReadRun> runs;
-      for (int64_t r = 0; r < 24; ++r) {
-        const int64_t a = std::max(r * 24 + c0, chunk.flat->start);
-        const int64_t b = std::min(r * 24 + c1, chunk.flat->stop);
-        if (a >= b) continue;
-        const int64_t column = chunk.box.offset[1] + a - r * 24 - 16;
-        runs.push_back({static_cast<uint64_t>((a - chunk.flat->start) * 4),
-                        static_cast<uint64_t>((b - a) * 4),
-                        reinterpret_cast<std::byte*>(&out[r * 16 + column])});
-      }
-      reader->ReadChunk(state, chunk, runs, policy);
+      reader->ReadChunk(state, chunk,
+                        ColumnRunsOf(chunk, 16, 32, 4,
+                                     [&](int64_t r, int64_t c) {
+                                       return reinterpret_cast<std::byte*>(&out[r * 16 + c - 16]);
+                                     }),
+                        policy);
     }
     for (int64_t r = 0; r < 24; ++r) {
-      for (int64_t c = 0; c < 16; ++c) EXPECT_EQ(out[r * 16 + c], Value(r, 16 + c)) << r << "," << c;
+      for (int64_t c = 0; c < 16; ++c)
+        EXPECT_EQ(out[r * 16 + c], Value(r, 16 + c)) << r << "," << c;
     }
     if (policy != VerifyPolicy::kNever) EXPECT_EQ(reader->stats().chunks_verified, 4u);
     return reader->stats().bytes_read;
@@ -469,12 +468,7 @@ class FlatStateTest : public testing::Test {
     const std::string file = ReadFileBytes(RankFile());
     for (const StoredChunk& c : reader->metadata().tensors.at("state").chunks) {
       if (c.box.offset[1] != 24 || c.flat->start != start) continue;
-      const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
-      const DcpIndexTrailer trailer = Trailer(file);
-      for (const DcpIndexEntry& e : ParseDcpIndexTable(
-               bytes.subspan(trailer.table_offset,
-                             file.size() - kDcpIndexTrailerBytes - trailer.table_offset),
-               trailer, "file")) {
+      for (const DcpIndexEntry& e : IndexEntries(file)) {
         if (e.item_offset == c.offset) return e.data_offset + (row * 24 + column - start) * 4;
       }
     }
@@ -485,8 +479,8 @@ class FlatStateTest : public testing::Test {
   // chunk from `start`: refused naming the file and key when `caught`, else
   // read (it is in no tile the read needs); then restores it.
   void ExpectFlip(int64_t start, int64_t row, int64_t column, bool caught) {
-    SCOPED_TRACE(testing::Message() << "flat start " << start << " row " << row << " column "
-                                    << column);
+    SCOPED_TRACE(testing::Message()
+                 << "flat start " << start << " row " << row << " column " << column);
     const std::string good = ReadFileBytes(RankFile());
     std::string bad = good;
     bad[At(start, row, column) + 1] ^= 0x10;
@@ -533,10 +527,7 @@ TEST_F(FlatStateTest, Version4ItemIndexesKeepUniformBlocksForFlatItems) {
     const auto bytes = std::as_bytes(std::span(v5.data(), v5.size()));
     const DcpIndexTrailer trailer = Trailer(v5);
     DcpIndexWriter writer;
-    for (DcpIndexEntry e : ParseDcpIndexTable(
-             bytes.subspan(trailer.table_offset,
-                           v5.size() - kDcpIndexTrailerBytes - trailer.table_offset),
-             trailer, path)) {
+    for (DcpIndexEntry e : IndexEntries(v5)) {
       ASSERT_TRUE(e.flat_rows);
       const BlockLayout uniform = BlockLayout::Uniform(e.data_size, e.block_size);
       e.tiles = uniform.tiles();

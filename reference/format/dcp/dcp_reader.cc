@@ -589,10 +589,10 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   // the recorded tiles is read whole.
   const BlockLayout tiles =
       item.index && item.index->tiles != 0
-          ? BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat,
-                               item.index->flat_rows ? BlockLayout::Flat::kRows
-                                                     : BlockLayout::Flat::kUniform,
-                               DTypeSize(tensor.dtype), item.record_size, item.index->block_size)
+          ? BlockLayout::Tiles(
+                tensor.global_shape, chunk.box, chunk.flat,
+                item.index->flat_rows ? BlockLayout::Flat::kRows : BlockLayout::Flat::kUniform,
+                DTypeSize(tensor.dtype), item.record_size, item.index->block_size)
           : BlockLayout();
   if (item.index && item.index->tiles != 0 && tiles.tiles() == item.index->tiles &&
       policy == VerifyPolicy::kWhenWhole && start == 0 && item.record_size == chunk.length) {

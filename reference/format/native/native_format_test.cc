@@ -169,7 +169,9 @@ TEST(NativeFormatTest, ReadsTheVersion4GoldenCheckpoint) {
   WriteFileAtomic(Env::Default(), path, bytes);
   std::unique_ptr<CheckpointReader> damaged = NativeFormat().OpenReader(Env::Default(), copy);
   EXPECT_THAT(
-      [&] { damaged->ReadChunk(flat, chunk, {&run, 1}, VerifyPolicy::kWhenWhole); },
+      [&] {
+        damaged->ReadChunk(flat, chunk, {&run, 1}, VerifyPolicy::kWhenWhole);
+      },
       ThrowsError(ErrorKind::kCorruption, "checksum mismatch in " + path + " for key 'flat'"));
 }
 

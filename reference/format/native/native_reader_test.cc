@@ -6,12 +6,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <tuple>
 
 #include "format/block_checksums.h"
 #include "format/native/example_checkpoint.h"
 #include "format/native/metadata_json.h"
+#include "format/tiles_testing.h"
 #include "io/fault_env.h"
 #include "io/forwarding_env.h"
 #include "io/testing.h"
@@ -555,6 +557,22 @@ TEST_F(NativeReaderTest, ConcurrentReadsShareOpenFiles) {
 namespace distckpt {
 namespace {
 
+// A native checkpoint at `dir` of what `write(rank, writer)` writes for ranks 0 and 1.
+void SaveTwoRanks(const std::string& dir,
+                  const std::function<void(int rank, CheckpointWriter& writer)>& write) {
+  Env* env = Env::Default();
+  const Format& format = NativeFormat();
+  const std::string write_dir = format.PrepareDirectory(env, dir, false);
+  CheckpointMetadata merged;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, rank);
+    write(rank, *writer);
+    merged.MergeFrom(writer->Finish());
+  }
+  merged.format_version = kNativeFormatVersion;
+  format.Commit(env, dir, write_dir, merged);
+}
+
 // Version 4: a row-parallel bf16 weight [24, 48] saved under tp=2 (columns
 // [0, 24) and [24, 48)) and read as tp=3 reads it (columns [16, 32): part of
 // each chunk's every row) reads exactly the bytes it needs, every one of them
@@ -564,21 +582,15 @@ TEST(NativeReaderTilesTest, ColumnReshardReadsAndVerifiesExactlyItsBytes) {
   Env* env = Env::Default();
   const std::string dir = JoinPath(tmp.path(), "ckpt");
   const Format& format = NativeFormat();
-  const std::string write_dir = format.PrepareDirectory(env, dir, false);
-  CheckpointMetadata merged;
   auto value = [](int64_t r, int64_t c) { return static_cast<uint16_t>(r * 131 + c * 7); };
-  for (int rank = 0; rank < 2; ++rank) {
-    std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, rank);
+  SaveTwoRanks(dir, [&](int rank, CheckpointWriter& writer) {
     std::vector<uint16_t> data;
     for (int64_t r = 0; r < 24; ++r) {
       for (int64_t c = 0; c < 24; ++c) data.push_back(value(r, rank * 24 + c));
     }
-    writer->WriteTensorChunk("proj", DType::kBF16, {24, 48}, Box{{0, rank * 24}, {24, 24}},
-                             std::nullopt, std::as_bytes(std::span(data)));
-    merged.MergeFrom(writer->Finish());
-  }
-  merged.format_version = kNativeFormatVersion;
-  format.Commit(env, dir, write_dir, merged);
+    writer.WriteTensorChunk("proj", DType::kBF16, {24, 48}, Box{{0, rank * 24}, {24, 24}},
+                            std::nullopt, std::as_bytes(std::span(data)));
+  });
 
   auto read_tp3 = [&](CheckpointReader& reader, std::vector<uint16_t>& out) {
     const StoredTensor& proj = reader.metadata().tensors.at("proj");
@@ -642,25 +654,18 @@ TEST(NativeReaderTilesTest, FlatColumnReshardReadsAndVerifiesExactlyItsBytes) {
   Env* env = Env::Default();
   const std::string dir = JoinPath(tmp.path(), "ckpt");
   const Format& format = NativeFormat();
-  const std::string write_dir = format.PrepareDirectory(env, dir, false);
-  CheckpointMetadata merged;
   auto value = [](int64_t r, int64_t c) { return static_cast<float>(r * 1000 + c); };
-  const std::vector<FlatRange> ranges = {{0, 250}, {250, 576}};
-  for (int rank = 0; rank < 2; ++rank) {
-    std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, rank);
+  SaveTwoRanks(dir, [&](int rank, CheckpointWriter& writer) {
     std::vector<float> box;
     for (int64_t r = 0; r < 24; ++r) {
       for (int64_t c = 0; c < 24; ++c) box.push_back(value(r, rank * 24 + c));
     }
-    for (const FlatRange& f : ranges) {
-      writer->WriteTensorChunk(
+    for (const FlatRange& f : {FlatRange{0, 250}, FlatRange{250, 576}}) {
+      writer.WriteTensorChunk(
           "state", DType::kF32, {24, 48}, Box{{0, rank * 24}, {24, 24}}, f,
           std::as_bytes(std::span(box).subspan(static_cast<size_t>(f.start), f.size())));
     }
-    merged.MergeFrom(writer->Finish());
-  }
-  merged.format_version = kNativeFormatVersion;
-  format.Commit(env, dir, write_dir, merged);
+  });
 
   uint64_t needed = 0;
   auto read_tp3 = [&](CheckpointReader& reader, std::vector<float>& out) {
@@ -668,19 +673,10 @@ TEST(NativeReaderTilesTest, FlatColumnReshardReadsAndVerifiesExactlyItsBytes) {
     out.assign(24 * 16, 0);
     needed = 0;
     for (const StoredChunk& chunk : state.chunks) {
-      const int64_t c0 = std::max<int64_t>(16, chunk.box.offset[1]) - chunk.box.offset[1];
-      const int64_t c1 = std::min<int64_t>(32, chunk.box.offset[1] + 24) - chunk.box.offset[1];
-      std::vector<ReadRun> runs;
-      for (int64_t r = 0; r < 24; ++r) {
-        const int64_t a = std::max(r * 24 + c0, chunk.flat->start);
-        const int64_t b = std::min(r * 24 + c1, chunk.flat->stop);
-        if (a >= b) continue;
-        const int64_t column = chunk.box.offset[1] + a - r * 24 - 16;
-        runs.push_back({static_cast<uint64_t>((a - chunk.flat->start) * 4),
-                        static_cast<uint64_t>((b - a) * 4),
-                        reinterpret_cast<std::byte*>(&out[r * 16 + column])});
-        needed += runs.back().length;
-      }
+      const std::vector<ReadRun> runs = ColumnRunsOf(chunk, 16, 32, 4, [&](int64_t r, int64_t c) {
+        return reinterpret_cast<std::byte*>(&out[r * 16 + c - 16]);
+      });
+      for (const ReadRun& run : runs) needed += run.length;
       reader.ReadChunk(state, chunk, runs, VerifyPolicy::kWhenWhole);
     }
   };
@@ -712,11 +708,11 @@ TEST(NativeReaderTilesTest, FlatColumnReshardReadsAndVerifiesExactlyItsBytes) {
     int64_t start, row, column;  // of the box
     bool caught;
   };
-  for (const Flip& flip : {Flip{0, 10, 4, true},     // the partial last row, needed
-                           Flip{0, 10, 9, false},    // ... not needed
-                           Flip{250, 10, 10, false}, // the partial first row: none needed
-                           Flip{250, 12, 3, true}, Flip{250, 12, 9, false},
-                           Flip{250, 23, 7, true}}) {
+  for (const Flip& flip :
+       {Flip{0, 10, 4, true},      // the partial last row, needed
+        Flip{0, 10, 9, false},     // ... not needed
+        Flip{250, 10, 10, false},  // the partial first row: none needed
+        Flip{250, 12, 3, true}, Flip{250, 12, 9, false}, Flip{250, 23, 7, true}}) {
     const StoredChunk& chunk = chunk_of(flip.start);
     const int64_t element = flip.row * 24 + flip.column - flip.start;
     const std::string path = JoinPath(dir, chunk.file);
