@@ -5,12 +5,14 @@
 # and each verl Megatron run (fixtures/verl-runs/megatron-*), `distckpt
 # reshard --spec gpt` under every topology of a list that `verify` says
 # loads, as written (torch_dist, torch's files) and resaved by distckpt
-# (--format dcp, with its item index). Prints read/needed per load and over
-# each matrix; fails when a load reads more than BOUND_LOAD times, or a
-# matrix more than BOUND_MATRIX times, the bytes it needs (every read still
-# verified: the default VerifyPolicy). Bounds, a little above what they read
-# on 2026-11-28: distckpt's files 1.07 over a matrix (1.004 to 1.007 for
-# Megatron's roots, 1.061 for verl's Qwen2 of hidden 16), 1.15 a load;
+# (--format dcp, with its item index; verl's also --format native). Prints
+# read/needed per load and over each matrix; fails when a load reads more
+# than BOUND_LOAD times, or a matrix more than BOUND_MATRIX times, the bytes
+# it needs (every read still verified: the default VerifyPolicy). Bounds, a
+# little above what they read on 2026-11-28: distckpt's files 1.05 over a
+# matrix (1.004 to 1.007 for Megatron's roots; verl's Qwen2 of hidden 16
+# 1.02 as DCP, 1.000 native, since flat optimizer states are tiled along
+# their rows: 1.06 and 1.07 before), 1.15 a load;
 # torch's files (one CRC32 per record and a zip around each: a partly needed
 # record is read whole to check it, a small item whole with its headers)
 # 2.30 over a matrix and 4.10 a load (each rank needing a quarter of every
@@ -69,6 +71,52 @@ gpt_tiny() {
 gpt_tiny native
 gpt_tiny dcp
 if command -v mpirun >/dev/null; then gpt_tiny dcp --backend mpi; fi
+# flat_flip NAME CHECKPOINT MESSAGE: flips a byte of row 8, column 1 of the first layer's
+# exp_avg of linear_fc2.weight (a flat chunk), which the first tp=2 rank reads (columns
+# [0, 12) of 24); the reshard under tp=2 is refused (exit 2) with MESSAGE naming the file
+# and key, and writes nothing. Restores the byte.
+flat_flip() {
+  local name=$1 ck=$2 message=$3 key=optimizer.state.exp_avg.decoder.layers.mlp.linear_fc2.weight
+  local file at path rc
+  read -r file at < <("$d" inspect "$ck" --json 2>/dev/null | python3 -c '
+import json, sys
+key = sys.argv[1]
+t = json.load(sys.stdin)["tensors"][key]
+c = next(c for c in t["chunks"] if "flat" in c and c["offset"][0] == 0)
+columns = c["shape"][-1]
+element = 8 * columns + 1 - c["flat"][0]
+assert 0 <= element < c["flat"][1] - c["flat"][0], c
+# native: byte_offset is the payload; dcp: the item, whose record starts after its headers
+print(c["file"], c["byte_offset"], element * 4 + 1)' "$key")
+  path=$(find "$ck" -name "$file" | head -1)
+  local offset=${at% *} within=${at#* }
+  if [ "$message" = "CRC32 mismatch" ]; then
+    # The item is a zip (stored records): its data/0 record's first byte.
+    offset=$(python3 -c 'import struct, sys
+f = open(sys.argv[1], "rb"); at = int(sys.argv[2])
+while True:
+    f.seek(at); h = f.read(30)
+    assert h[:4] == b"PK\x03\x04", at
+    size, n, e = struct.unpack("<I", h[18:22])[0], *struct.unpack("<HH", h[26:30])
+    if f.read(n).endswith(b"data/0"): break
+    at += 30 + n + e + size
+print(at + 30 + n + e)' "$path" "$offset")
+  fi
+  python3 -c 'import sys; f, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(f, "rb").read())
+b[at] ^= 1; open(f, "wb").write(b)' "$path" $((offset + within))
+  rm -rf "$work/out"
+  set +e
+  "$d" reshard "$ck" --spec gpt -t tp=2 --out "$work/out" > "$work/r" 2>&1
+  rc=$?
+  set -e
+  python3 -c 'import sys; f, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(f, "rb").read())
+b[at] ^= 1; open(f, "wb").write(b)' "$path" $((offset + within))
+  [ $rc = 2 ] || { cat "$work/r"; fail "$name: a flipped byte in a flat tile: exit $rc, not 2"; }
+  grep -q "$message in $path for key '$key'" "$work/r" ||
+    { cat "$work/r"; fail "$name: the refusal does not name the file and key"; }
+  [ ! -e "$work/out" ] || fail "$name: a refused reshard wrote $work/out"
+  echo "  $name: a flipped byte in a partly read flat tile refused, naming $file and $key"
+}
 roots=0
 for root in "$fixtures"/megatron-runs/*/ "$fixtures"/verl-runs/megatron-*/; do
   root=${root%/}
@@ -86,7 +134,18 @@ for root in "$fixtures"/megatron-runs/*/ "$fixtures"/verl-runs/megatron-*/; do
   rm -rf "$work/resaved"
   "$d" reshard "$ck" --spec gpt -t "$first" --format dcp --out "$work/resaved" > "$work/r" 2>&1 ||
     { cat "$work/r"; fail "$name: resave under $first"; }
-  matrix "$name (resaved by distckpt under $first)" "$work/resaved" 1.07 1.15
+  matrix "$name (resaved by distckpt under $first)" "$work/resaved" 1.05 1.15
+  # verl's roots resaved as native too (its dist_ckpt/); a flipped byte in a tile of a
+  # row-parallel weight's Adam state (a flat chunk, tiled along its rows) that a tp=2 rank
+  # reads part of is refused naming the file and key, in both formats.
+  if [ "$first" = tp=1 ] && [ -d "$work/resaved/dist_ckpt" ]; then
+    rm -rf "$work/native"
+    "$d" reshard "$ck" --spec gpt -t "$first" --format native --out "$work/native" > "$work/r" 2>&1 ||
+      { cat "$work/r"; fail "$name: resave as native under $first"; }
+    matrix "$name (resaved by distckpt as native under $first)" "$work/native/dist_ckpt" 1.05 1.15
+    flat_flip "$name (native)" "$work/native/dist_ckpt" "checksum mismatch"
+    flat_flip "$name (dcp)" "$work/resaved/dist_ckpt" "CRC32 mismatch"
+  fi
   # Every byte read is still checked: a flipped byte in the middle of the word embeddings,
   # which each rank under tp=2 reads in part (the tiles of its rows), is refused (exit 2)
   # naming the file and the key, and nothing is written.

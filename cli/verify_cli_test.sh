@@ -93,7 +93,7 @@ python3 - "$w/sums" >"$w/sums.txt" <<'PY'
 import json, os, sys
 d = sys.argv[1]
 md = json.load(open(os.path.join(d, "metadata.json")))
-assert md["format_version"] == 4, md["format_version"]  # block checksums after each payload
+assert md["format_version"] == 5, md["format_version"]  # block checksums after each payload
 # A chunk that is the last item of its data file (so cutting its block checksums off
 # leaves every other item whole).
 items = [(c["file"], c["byte_offset"], c) for t in md["tensors"].values() for c in t["chunks"]]

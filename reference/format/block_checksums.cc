@@ -71,8 +71,10 @@ uint64_t SumsBytes(const StoredChunk& chunk) {
 }
 
 BlockLayout TileLayout(const StoredTensor& tensor, const StoredChunk& chunk) {
-  return BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat.has_value(),
-                            DTypeSize(tensor.dtype), chunk.length, chunk.block_size);
+  return BlockLayout::Tiles(
+      tensor.global_shape, chunk.box, chunk.flat,
+      chunk.flat_rows ? BlockLayout::Flat::kRows : BlockLayout::Flat::kUniform,
+      DTypeSize(tensor.dtype), chunk.length, chunk.block_size);
 }
 
 BlockLayout ChunkLayout(const StoredTensor& tensor, const StoredChunk& chunk) {

@@ -35,14 +35,17 @@ BlockLayout BlockLayout::Uniform(uint64_t length, uint64_t block_size) {
   layout.cols_ = {0, block_size};
   layout.rows_ = (length + block_size - 1) / block_size;
   layout.groups_ = layout.rows_;
+  layout.tiles_ = layout.rows_;
   layout.bands_ = {{0, 0}};
   return layout;
 }
 
-BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box, bool flat,
+BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box,
+                               const std::optional<FlatRange>& flat, Flat flat_layout,
                                uint64_t element_bytes, uint64_t length, uint64_t block_size) {
   const size_t k = box.shape.size();
-  if (flat || k == 0 || length == 0 || global_shape.size() != k) {
+  if ((flat && flat_layout == Flat::kUniform) || k == 0 || length == 0 ||
+      global_shape.size() != k) {
     return Uniform(length, block_size);
   }
   BlockLayout layout;
@@ -52,7 +55,13 @@ BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box, bool f
   // A row of more than kMaxPieces blocks (a row of over 256 MiB in
   // 4 KiB blocks) is cut as Uniform: the list of pieces stays small.
   if (layout.row_bytes_ / block_size > kMaxPieces) return Uniform(length, block_size);
-  layout.rows_ = length / layout.row_bytes_;
+  // A flat chunk's payload starts in the box's row `first_row`, `lead_`
+  // bytes into it.
+  const uint64_t start = flat ? static_cast<uint64_t>(flat->start) : 0;
+  const uint64_t first_row = start / columns;
+  layout.lead_ = start % columns * element_bytes;
+  const uint64_t end = layout.lead_ + length;
+  layout.rows_ = (end + layout.row_bytes_ - 1) / layout.row_bytes_;
   // The axes a reshard cuts: those of the last two the chunk holds part of
   // (a tensor is sharded along the same axis at any degree), both when it
   // holds them whole. The other is not cut: fewer tiles, fewer checksums.
@@ -80,7 +89,7 @@ BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box, bool f
   }
   layout.height_ = std::max<uint64_t>(1, block_size / widest);
   // Row bands: planes (the axes before the last two), each cut where the
-  // rows' axis is cut.
+  // rows' axis is cut, of the box's rows [first_row, first_row + rows_).
   std::vector<uint64_t> row_cuts = {0, layout.rows_};
   if (k >= 2) {
     const uint64_t rows = static_cast<uint64_t>(box.shape[k - 2]);
@@ -88,19 +97,39 @@ BlockLayout BlockLayout::Tiles(const Shape& global_shape, const Box& box, bool f
                                           ? Cuts(static_cast<uint64_t>(global_shape[k - 2]),
                                                  static_cast<uint64_t>(box.offset[k - 2]), rows)
                                           : std::vector<uint64_t>{0, rows};
-    const uint64_t planes = layout.rows_ / rows;
-    if (planes * cut.size() <= kMaxBands) {
-      row_cuts.clear();
-      for (uint64_t p = 0; p < planes; ++p) {
-        for (size_t i = 0; i + 1 < cut.size(); ++i) row_cuts.push_back(p * rows + cut[i]);
+    const uint64_t p0 = first_row / rows, p1 = (first_row + layout.rows_ - 1) / rows + 1;
+    if ((p1 - p0) * cut.size() <= kMaxBands) {
+      row_cuts = {0};
+      for (uint64_t p = p0; p < p1; ++p) {
+        for (size_t i = 0; i + 1 < cut.size(); ++i) {
+          const uint64_t row = p * rows + cut[i];
+          if (row > first_row && row < first_row + layout.rows_)
+            row_cuts.push_back(row - first_row);
+        }
       }
       row_cuts.push_back(layout.rows_);
     }
   }
+  // A partial first or last row is a band of its own.
+  if (layout.lead_ > 0 && layout.rows_ > 1) row_cuts.push_back(1);
+  if (end % layout.row_bytes_ != 0 && layout.rows_ > 1) row_cuts.push_back(layout.rows_ - 1);
+  std::sort(row_cuts.begin(), row_cuts.end());
+  row_cuts.erase(std::unique(row_cuts.begin(), row_cuts.end()), row_cuts.end());
   for (size_t i = 0; i + 1 < row_cuts.size(); ++i) {
     layout.bands_.push_back({row_cuts[i], layout.groups_});
     layout.groups_ += (row_cuts[i + 1] - row_cuts[i] + layout.height_ - 1) / layout.height_;
   }
+  // The tiles: from the piece holding the first payload byte to the one
+  // holding the last.
+  auto piece_of = [&](uint64_t at_in_row) {
+    return static_cast<uint64_t>(
+        std::upper_bound(layout.cols_.begin(), layout.cols_.end(), at_in_row) -
+        layout.cols_.begin() - 1);
+  };
+  const uint64_t last_row = layout.rows_ - 1;
+  layout.skip_ = piece_of(layout.lead_);
+  layout.tiles_ = layout.GroupOfRow(last_row) * layout.pieces() +
+                  piece_of(end - 1 - last_row * layout.row_bytes_) + 1 - layout.skip_;
   return layout;
 }
 
@@ -127,11 +156,13 @@ uint64_t BlockLayout::GroupOfRow(uint64_t row) const {
 
 std::pair<uint64_t, uint64_t> BlockLayout::GroupBytes(uint64_t g) const {
   const auto [r0, r1] = GroupRows(g);
-  return {r0 * row_bytes_, std::min(r1 * row_bytes_, length_)};
+  return {std::max(r0 * row_bytes_, lead_) - lead_,
+          std::min(r1 * row_bytes_, lead_ + length_) - lead_};
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> BlockLayout::Touched(
     std::span<const ReadRun> runs) const {
+  // Intervals of tiles + skip_ (group * pieces + piece) first.
   std::vector<std::pair<uint64_t, uint64_t>> touched;
   const uint64_t m = pieces();
   auto add = [&](uint64_t first, uint64_t last) {
@@ -147,7 +178,7 @@ std::vector<std::pair<uint64_t, uint64_t>> BlockLayout::Touched(
   };
   for (const ReadRun& run : runs) {
     if (run.length == 0) continue;
-    const uint64_t a = run.offset_in_chunk, b = a + run.length;
+    const uint64_t a = run.offset_in_chunk + lead_, b = a + run.length;
     const uint64_t ra = a / row_bytes_, rb = (b - 1) / row_bytes_;
     if (ra == rb) {
       add_row(ra, a - ra * row_bytes_, b - ra * row_bytes_);
@@ -159,41 +190,52 @@ std::vector<std::pair<uint64_t, uint64_t>> BlockLayout::Touched(
   }
   std::sort(touched.begin(), touched.end());
   std::vector<std::pair<uint64_t, uint64_t>> merged;
-  for (const auto& interval : touched) {
-    if (!merged.empty() && interval.first <= merged.back().second) {
-      merged.back().second = std::max(merged.back().second, interval.second);
+  for (auto [first, last] : touched) {
+    // The pieces of a partial first or last row outside the payload are no
+    // tiles (a run never reaches them; clamped all the same).
+    first = std::max(first, skip_) - skip_;
+    last = std::min(std::max(last, skip_) - skip_, tiles_);
+    if (first >= last) continue;
+    if (!merged.empty() && first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, last);
     } else {
-      merged.push_back(interval);
+      merged.emplace_back(first, last);
     }
   }
   return merged;
 }
 
 uint64_t BlockLayout::UnitEnd(uint64_t offset, uint64_t max_bytes) const {
-  const uint64_t row = offset / row_bytes_;
-  const uint64_t end = GroupBytes(GroupOfRow(row)).second;
-  if (end - row * row_bytes_ <= max_bytes || !contiguous() || pieces() == 1) return end;
+  const uint64_t at = offset + lead_;
+  const uint64_t row = at / row_bytes_;
+  const uint64_t end = GroupBytes(GroupOfRow(row)).second + lead_;
+  if (end - row * row_bytes_ <= max_bytes || !contiguous() || pieces() == 1) return end - lead_;
   const uint64_t j =
-      std::upper_bound(cols_.begin(), cols_.end(), offset - row * row_bytes_) - cols_.begin();
-  return std::min(row * row_bytes_ + cols_[j], length_);
+      std::upper_bound(cols_.begin(), cols_.end(), at - row * row_bytes_) - cols_.begin();
+  return std::min(row * row_bytes_ + cols_[j], lead_ + length_) - lead_;
 }
 
 std::vector<BlockLayout::Piece> BlockLayout::Pieces(uint64_t bytes) const {
   std::vector<Piece> out;
   const uint64_t m = pieces();
   Piece current{0, 0, 0, 0};
-  auto take = [&](uint64_t last, uint64_t end) {
-    current.last = last;
+  auto take = [&](uint64_t last, uint64_t end) {  // last: tile + skip_
+    current.last = std::min(last - skip_, tiles_);
     current.end = end;
     if (current.end - current.begin >= bytes) {
       out.push_back(current);
-      current = {last, last, end, end};
+      current = {current.last, current.last, end, end};
     }
   };
   for (uint64_t g = 0; g < groups_; ++g) {
     const auto [b0, b1] = GroupBytes(g);
     if (height_ == 1 && m > 1 && b1 - b0 > bytes) {  // one long row: its tiles one by one
-      for (uint64_t j = 0; j < m; ++j) take(g * m + j + 1, std::min(b0 + cols_[j + 1], length_));
+      const uint64_t row_start = GroupRows(g).first * row_bytes_;
+      for (uint64_t j = 0; j < m; ++j) {
+        const uint64_t u = g * m + j;
+        if (u < skip_ || u >= skip_ + tiles_) continue;  // no tile
+        take(u + 1, std::min(row_start + cols_[j + 1], lead_ + length_) - lead_);
+      }
     } else {
       take((g + 1) * m, b1);
     }

@@ -203,8 +203,9 @@ uint64_t ReadCheckedTiles(
   uint64_t batch_bytes = 0;
   for (const auto& [first, last] : touched) {
     for (uint64_t t = first; t < last;) {
-      const uint64_t g = t / m, j0 = t % m;
-      const uint64_t j1 = layout.contiguous() ? j0 + 1 : std::min(m, last - g * m);
+      const auto [g, j0] = layout.GroupPiece(t);
+      // Pieces [j0, j1) of group g, tiles [t, t + j1 - j0): up to `last`.
+      const uint64_t j1 = layout.contiguous() ? j0 + 1 : std::min(m, j0 + (last - t));
       if (batch_bytes >= kWindowBytes && (j0 == 0 || layout.contiguous())) {
         process();
         segments.clear();
@@ -213,7 +214,7 @@ uint64_t ReadCheckedTiles(
       }
       segments.push_back({g, j0, j1});
       layout.ForEachGroupPart(g, j0, j1, [&](uint64_t, uint64_t bytes) { batch_bytes += bytes; });
-      for (; t < g * m + j1; ++t) batch.push_back(t);
+      for (const uint64_t end = t + (j1 - j0); t < end; ++t) batch.push_back(t);
     }
   }
   process();

@@ -42,6 +42,9 @@ struct StoredChunk {
   // reshard cuts (format/block_layout.h), this many; 0: uniform blocks of
   // `block_size` (versions 2 and 3), or an empty chunk.
   uint64_t tiles = 0;
+  // Native format version 5: a flat chunk's tiles are its box's rows
+  // (BlockLayout::Flat::kRows); false: uniform blocks (version 4).
+  bool flat_rows = false;
 
   int64_t numel() const { return flat ? flat->size() : box.volume(); }
   friend bool operator==(const StoredChunk&, const StoredChunk&) = default;

@@ -81,6 +81,7 @@ void WriteChunk(WireWriter& out, const StoredChunk& c) {
   out.U64s(c.block_checksums);
   WriteOptionalU64(out, c.sums_checksum);
   out.U64(c.tiles);
+  out.Bool(c.flat_rows);
 }
 
 StoredChunk ReadChunk(WireReader& in) {
@@ -97,6 +98,7 @@ StoredChunk ReadChunk(WireReader& in) {
   c.block_checksums = in.U64s();
   c.sums_checksum = ReadOptionalU64(in);
   c.tiles = in.U64();
+  c.flat_rows = in.Bool();
   return c;
 }
 

@@ -15,6 +15,7 @@
 #include "format/dcp/megatron_files.h"
 #include "format/dcp/testing.h"
 #include "format/dcp/torch_save.h"
+#include "format/tiles_testing.h"
 #include "io/checksum.h"
 #include "io/fault_env.h"
 
@@ -192,6 +193,20 @@ TEST(DcpFormatTest, MegatronHeadKeepsCommonStateAsAnObject) {
   EXPECT_TRUE(reader->metadata().objects.empty());  // the common dict is not a sharded object
 }
 
+// The item index trailer of the data file `file`, and its entries.
+DcpIndexTrailer Trailer(const std::string& file) {
+  const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
+  return *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), "file");
+}
+std::vector<DcpIndexEntry> IndexEntries(const std::string& file) {
+  const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
+  const DcpIndexTrailer trailer = Trailer(file);
+  return ParseDcpIndexTable(
+      bytes.subspan(trailer.table_offset,
+                    file.size() - kDcpIndexTrailerBytes - trailer.table_offset),
+      trailer, "file");
+}
+
 // Two f32 (512, 512) chunks "a" and "b" (iota) in one data file, committed
 // (Save); without `index`, the file is cut where its items end, as torch
 // writes it. ReadElements reads elements (300, 7) to (300, 10) of one.
@@ -213,10 +228,6 @@ class LargeChunksTest : public testing::Test {
       WriteFileBytes(path_, file.substr(0, Trailer(file).items_end));  // the items alone
     }
     reader_ = DcpFormat().OpenReader(env, tmp_.path());
-  }
-  static DcpIndexTrailer Trailer(const std::string& file) {
-    const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
-    return *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), "file");
   }
   // The bytes of the data file's item index table (version 4: its one
   // group of two entries and the directory), which a reader reads once.
@@ -311,8 +322,8 @@ TEST_F(LargeChunksTest, IndexedItemsReadOnlyTheRunsAndTheirBlocks) {
   // Verified partial reads: the touched tile and, once, the record's tile
   // CRC32s (4 bytes per tile; counted apart from the payload).
   const StoredChunk& b = Stored("b").chunks[0];
-  const BlockLayout tiles =
-      BlockLayout::Tiles(Stored("b").global_shape, b.box, false, 4, b.length, 4096);
+  const BlockLayout tiles = BlockLayout::Tiles(Stored("b").global_shape, b.box, std::nullopt,
+                                               BlockLayout::Flat::kRows, 4, b.length, 4096);
   uint64_t before = BytesRead();
   ReadElements("b", VerifyPolicy::kWhenWhole);
   EXPECT_EQ(BytesRead(), before + 4096);  // one tile: 16 rows of 64 columns
@@ -384,10 +395,7 @@ TEST_F(LargeChunksTest, Version3ItemIndexesStillLoadTileByTile) {
   const auto bytes = std::as_bytes(std::span(v4.data(), v4.size()));
   const DcpIndexTrailer trailer = Trailer(v4);
   DcpIndexWriter writer;
-  for (DcpIndexEntry e :
-       ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
-                                        v4.size() - kDcpIndexTrailerBytes - trailer.table_offset),
-                          trailer, path_)) {
+  for (DcpIndexEntry e : IndexEntries(v4)) {
     std::vector<uint32_t> crcs =
         ParseDcpBlockCrcs(bytes.subspan(e.crcs_offset, DcpBlockCount(e) * 4));
     writer.Add(e, std::move(crcs));
@@ -404,6 +412,136 @@ TEST_F(LargeChunksTest, Version3ItemIndexesStillLoadTileByTile) {
   bad[RecordOffset(v3, "b") + run_.offset_in_chunk + 20] ^= 1;
   EXPECT_THAT([&] { ReadAfterDamage(bad, "b", VerifyPolicy::kWhenWhole); },
               ThrowsError(ErrorKind::kCorruption, "CRC32 mismatch in " + path_ + " for key 'b'"));
+}
+
+// The distributed optimizer's state of a row-parallel weight, f32 (24, 48),
+// saved under tp=2 (columns [24r, 24r + 24)), each rank's box flattened over
+// two data-parallel ranks at element 250 (mid-row), one data file per rank.
+// ReadTp3 reads it as tp=3 reads it (columns [16, 32)) and checks the values.
+class FlatStateTest : public testing::Test {
+ protected:
+  static float Value(int64_t row, int64_t column) { return float(row * 48 + column); }
+  void SetUp() override {
+    Env* env = Env::Default();
+    CheckpointMetadata merged;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto w = DcpFormat().NewWriter(env, tmp_.path(), rank);
+      std::vector<float> box;
+      for (int64_t r = 0; r < 24; ++r) {
+        for (int64_t c = 0; c < 24; ++c) box.push_back(Value(r, 24 * rank + c));
+      }
+      for (const FlatRange& f : {FlatRange{0, 250}, FlatRange{250, 576}}) {
+        w->WriteTensorChunk(
+            "state", DType::kF32, {24, 48}, Box{{0, 24 * rank}, {24, 24}}, f,
+            std::as_bytes(std::span(box).subspan(static_cast<size_t>(f.start), f.size())));
+      }
+      merged.MergeFrom(w->Finish());
+    }
+    merged.format = "dcp";
+    DcpFormat().Commit(env, tmp_.path(), tmp_.path(), merged);
+  }
+  // Bytes read (payload and index; the tile CRCs are counted apart).
+  uint64_t ReadTp3(VerifyPolicy policy) {
+    auto reader = DcpFormat().OpenReader(Env::Default(), tmp_.path());
+    const StoredTensor& state = reader->metadata().tensors.at("state");
+    std::vector<float> out(24 * 16, -1);
+    for (const StoredChunk& chunk : state.chunks) {
+      reader->ReadChunk(state, chunk,
+                        ColumnRunsOf(chunk, 16, 32, 4,
+                                     [&](int64_t r, int64_t c) {
+                                       return reinterpret_cast<std::byte*>(&out[r * 16 + c - 16]);
+                                     }),
+                        policy);
+    }
+    for (int64_t r = 0; r < 24; ++r) {
+      for (int64_t c = 0; c < 16; ++c)
+        EXPECT_EQ(out[r * 16 + c], Value(r, 16 + c)) << r << "," << c;
+    }
+    if (policy != VerifyPolicy::kNever) EXPECT_EQ(reader->stats().chunks_verified, 4u);
+    return reader->stats().bytes_read;
+  }
+  // Rank 1's data file, and where element (row, column) of its box's chunk
+  // of elements from `start` lies in it.
+  std::string RankFile() const { return tmp_.path() + "/__1_0.distcp"; }
+  uint64_t At(int64_t start, int64_t row, int64_t column) const {
+    auto reader = DcpFormat().OpenReader(Env::Default(), tmp_.path());
+    const std::string file = ReadFileBytes(RankFile());
+    for (const StoredChunk& c : reader->metadata().tensors.at("state").chunks) {
+      if (c.box.offset[1] != 24 || c.flat->start != start) continue;
+      for (const DcpIndexEntry& e : IndexEntries(file)) {
+        if (e.item_offset == c.offset) return e.data_offset + (row * 24 + column - start) * 4;
+      }
+    }
+    ADD_FAILURE() << start;
+    return 0;
+  }
+  // Reads as tp=3 after flipping a bit of element (row, column) of rank 1's
+  // chunk from `start`: refused naming the file and key when `caught`, else
+  // read (it is in no tile the read needs); then restores it.
+  void ExpectFlip(int64_t start, int64_t row, int64_t column, bool caught) {
+    SCOPED_TRACE(testing::Message()
+                 << "flat start " << start << " row " << row << " column " << column);
+    const std::string good = ReadFileBytes(RankFile());
+    std::string bad = good;
+    bad[At(start, row, column) + 1] ^= 0x10;
+    WriteFileBytes(RankFile(), bad);
+    if (caught) {
+      EXPECT_THAT([&] { ReadTp3(VerifyPolicy::kWhenWhole); },
+                  ThrowsError(ErrorKind::kCorruption,
+                              "CRC32 mismatch in " + RankFile() + " for key 'state'"));
+    } else {
+      EXPECT_NO_THROW(ReadTp3(VerifyPolicy::kWhenWhole));
+    }
+    WriteFileBytes(RankFile(), good);
+  }
+
+  ScopedTempDir tmp_;
+};
+
+// Index version 5: a flat item's tiles are its box's rows, so the tp=3 read
+// reads exactly the bytes it needs (as many as an unverified read), each
+// verified: a flipped byte in a partly read tile (of a partial first or last
+// row, or a whole one) is refused naming the file and key.
+TEST_F(FlatStateTest, ColumnReshardReadsAndVerifiesExactlyItsBytes) {
+  const uint64_t exact = ReadTp3(VerifyPolicy::kNever);
+  EXPECT_EQ(ReadTp3(VerifyPolicy::kWhenWhole), exact);
+  EXPECT_EQ(Trailer(ReadFileBytes(RankFile())).version, 5);
+  // Rank 1's chunks hold columns [24, 48), of which [24, 32) are needed:
+  // elements [0, 250) end in row 10 at column 10, [250, 576) start there.
+  ExpectFlip(0, 10, 4, true);  // the partial last row
+  ExpectFlip(0, 10, 9, false);
+  ExpectFlip(250, 10, 10, false);  // the partial first row: nothing needed
+  ExpectFlip(250, 12, 3, true);
+  ExpectFlip(250, 12, 9, false);
+  ExpectFlip(250, 23, 7, true);
+}
+
+// Index version 4 (distckpt until 2026-11-28): the same bytes but a flat
+// item's CRCs are of uniform blocks. Such a file still loads, verified as
+// it was written (reading whole blocks: more than it needs), and a flipped
+// byte is still refused.
+TEST_F(FlatStateTest, Version4ItemIndexesKeepUniformBlocksForFlatItems) {
+  const uint64_t exact = ReadTp3(VerifyPolicy::kNever);
+  for (const std::string path : {tmp_.path() + "/__0_0.distcp", RankFile()}) {
+    const std::string v5 = ReadFileBytes(path);
+    const auto bytes = std::as_bytes(std::span(v5.data(), v5.size()));
+    const DcpIndexTrailer trailer = Trailer(v5);
+    DcpIndexWriter writer;
+    for (DcpIndexEntry e : IndexEntries(v5)) {
+      ASSERT_TRUE(e.flat_rows);
+      const BlockLayout uniform = BlockLayout::Uniform(e.data_size, e.block_size);
+      e.tiles = uniform.tiles();
+      writer.Add(e, DcpTileCrcs(uniform, bytes.subspan(e.data_offset, e.data_size)));
+    }
+    const std::string v4 = v5.substr(0, trailer.items_end) + writer.Finish(trailer.items_end, 4);
+    ASSERT_EQ(Trailer(v4).version, 4);
+    WriteFileBytes(path, v4);
+  }
+  EXPECT_EQ(ReadTp3(VerifyPolicy::kNever), exact);
+  EXPECT_GT(ReadTp3(VerifyPolicy::kWhenWhole), exact);
+  ExpectFlip(0, 10, 4, true);
+  ExpectFlip(250, 12, 3, true);
+  ExpectFlip(250, 23, 7, true);
 }
 
 // A data file without an item index (written by torch, or by distckpt
@@ -567,7 +705,7 @@ TEST(DcpFormatTest, Version1ItemIndexesLoadAndVerifyByCrc32) {
   const auto bytes = std::as_bytes(std::span(file.data(), file.size()));
   const DcpIndexTrailer trailer =
       *ParseDcpIndexTrailer(bytes.last(kDcpIndexTrailerBytes), file.size(), path);
-  ASSERT_EQ(trailer.version, 4);
+  ASSERT_EQ(trailer.version, kDcpIndexVersion);
   const std::vector<DcpIndexEntry> entries =
       ParseDcpIndexTable(bytes.subspan(trailer.table_offset,
                                        file.size() - kDcpIndexTrailerBytes - trailer.table_offset),

@@ -790,12 +790,15 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const bool whole =
       covered == chunk.length && t.IsContiguous() && start == 0 && item.record_size == chunk.length;
   if (t.IsContiguous() && (whole || policy == VerifyPolicy::kNever)) return read.ReadRunsExactly();
-  // Index version 3: tiles laid along the reshard cuts (format/block_layout.h);
-  // a record whose box does not cut into the recorded tiles is read whole.
+  // Index version 3: tiles laid along the reshard cuts (format/block_layout.h;
+  // version 5: a flat record's too); a record whose box does not cut into
+  // the recorded tiles is read whole.
   const BlockLayout tiles =
       item.index && item.index->tiles != 0
-          ? BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat.has_value(),
-                               DTypeSize(tensor.dtype), item.record_size, item.index->block_size)
+          ? BlockLayout::Tiles(
+                tensor.global_shape, chunk.box, chunk.flat,
+                item.index->flat_rows ? BlockLayout::Flat::kRows : BlockLayout::Flat::kUniform,
+                DTypeSize(tensor.dtype), item.record_size, item.index->block_size)
           : BlockLayout();
   if (item.index && item.index->tiles != 0 && tiles.tiles() == item.index->tiles &&
       policy == VerifyPolicy::kWhenWhole && start == 0 && item.record_size == chunk.length) {

@@ -47,7 +47,7 @@ RecordLayout LayoutOf(const StoredTensor& tensor, const StoredChunk& chunk, uint
   }
   const uint32_t block = static_cast<uint32_t>(ChooseBlockSize(bytes));
   return {std::move(shape), block,
-          BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat.has_value(),
+          BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat, BlockLayout::Flat::kRows,
                              DTypeSize(tensor.dtype), bytes, block)};
 }
 

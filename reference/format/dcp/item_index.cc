@@ -19,8 +19,9 @@ namespace {
 constexpr char kMagicV1[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '1'};
 constexpr char kMagicV2[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '2'};
 constexpr char kMagicV3[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '3'};
-constexpr char kMagic[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '4'};
-// The fewest bytes of a version-4 entry: 5 varints of one byte, binding, hash, crc.
+constexpr char kMagicV4[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '4'};
+constexpr char kMagic[8] = {'D', 'C', 'P', 'I', 'N', 'D', 'X', '5'};
+// The fewest bytes of a version-4 (or 5) entry: 5 varints of one byte, binding, hash, crc.
 constexpr uint64_t kMinEntryBytes = 5 + 8 + 8 + 4;
 constexpr uint64_t EntryBytes(int version) { return version == 1 ? 48 : version == 2 ? 56 : 64; }
 constexpr uint32_t kMaxBlock = 4 << 10;
@@ -269,7 +270,7 @@ std::string DcpIndexWriter::Finish(uint64_t items_end, int version) {
   Put(out, table_offset, 8);
   Put(out, entries.size(), 8);
   Put(out, Checksum(std::as_bytes(std::span(table.data(), table.size()))), 8);
-  out.append(version == 3 ? kMagicV3 : kMagic, sizeof kMagic);
+  out.append(version == 3 ? kMagicV3 : version == 4 ? kMagicV4 : kMagic, sizeof kMagic);
   return out;
 }
 
@@ -278,6 +279,8 @@ std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> l
   if (last.size() != kDcpIndexTrailerBytes) return std::nullopt;
   int version;
   if (std::memcmp(last.data() + 32, kMagic, 8) == 0) {
+    version = 5;
+  } else if (std::memcmp(last.data() + 32, kMagicV4, 8) == 0) {
     version = 4;
   } else if (std::memcmp(last.data() + 32, kMagicV3, 8) == 0) {
     version = 3;
@@ -292,7 +295,7 @@ std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> l
                     Get(last.data() + 24, 8), version};
   const uint64_t table_end = file_size - kDcpIndexTrailerBytes;
   bool ok = t.items_end <= t.table_offset && t.table_offset <= table_end;
-  if (ok && version == 4) {
+  if (ok && version >= 4) {
     t.groups = (t.count + kDcpIndexGroupEntries - 1) / kDcpIndexGroupEntries;
     ok = t.count <= table_end && t.groups * kDcpIndexDirectoryEntryBytes <= table_end;
     if (ok) {
@@ -317,7 +320,7 @@ std::optional<DcpIndexTrailer> ParseDcpIndexTrailer(std::span<const std::byte> l
 std::vector<DcpIndexEntry> ParseDcpIndexTable(std::span<const std::byte> bytes,
                                               const DcpIndexTrailer& trailer,
                                               const std::string& source) {
-  if (trailer.version == 4) {
+  if (trailer.version >= 4) {
     const uint64_t directory_at = trailer.directory_offset - trailer.table_offset;
     if (bytes.size() < directory_at) {
       Fail(ErrorKind::kCorruption, "{}: the item index ({} entries at byte {}) is truncated",
@@ -424,6 +427,7 @@ std::vector<DcpIndexEntry> ParseDcpIndexGroup(std::span<const std::byte> bytes,
     const uint64_t block_size = in.Varint();
     e.block_size = static_cast<uint32_t>(block_size);
     e.tiles = in.Varint();
+    e.flat_rows = trailer.version >= 5;
     e.crcs_offset = e.block_size == 0 ? 0 : crcs;
     const bool ok = !in.bad && (i == 0 ? delta == 0 : delta > 0) && delta <= trailer.items_end &&
                     e.item_offset >= previous && header <= trailer.items_end &&

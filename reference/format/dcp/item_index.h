@@ -1,8 +1,9 @@
 // The item index: what distckpt appends to each .distcp data file it writes,
 // after the file's last item (FORMAT.md, "Item index"). PyTorch reads only
 // the byte ranges .metadata gives its items, so it never sees these bytes;
-// distckpt's reader uses them instead of every item's zip headers. Version 4
-// ("DCPINDX4", since 2026-11-28):
+// distckpt's reader uses them instead of every item's zip headers. Version 5
+// ("DCPINDX5", since 2026-11-28; version 4, "DCPINDX4", has the same bytes
+// but cuts a flat item's record into uniform blocks):
 //
 //   block CRCs   per indexed tensor item with blocks, by item offset: the
 //                CRC32 of each tile (block) of its storage record, u32 each
@@ -16,7 +17,7 @@
 //                its bytes (u64 each)
 //   trailer      40 bytes: items_end, table_offset (the first group's byte),
 //                count (entries), the xxHash3-64 of the directory (u64
-//                each), magic "DCPINDX4"
+//                each), magic "DCPINDX5"
 //
 // A reader checks the directory against the trailer and each group it reads
 // against the directory: it reads only the groups of the items it needs (a
@@ -42,7 +43,10 @@
 // along the cuts a reshard makes (the native format's version 4,
 // format/block_layout.h; `tiles` of them, each CRC32 of its parts in
 // order), so a resharded read reads only the tiles it needs; the tile CRCs
-// do not combine into the record's CRC32. Version 2 has uniform blocks.
+// do not combine into the record's CRC32. Since version 5 a flat item's
+// (distributed-optimizer state) tiles are the rows of its box too (native
+// version 5); versions 3 and 4 cut it into uniform blocks. Version 2 has
+// uniform blocks.
 //
 // Errors: a trailer with the magic whose fields do not fit the file, or a
 // table that fails its checksum, is CheckpointError(kCorruption) naming
@@ -83,6 +87,10 @@ struct DcpIndexEntry {
   // Version 3: the record's blocks are this many tiles (format/block_layout.h,
   // of the item's box, at most block_size bytes a piece); 0: uniform blocks.
   uint64_t tiles = 0;
+  // Version 5: a flat item's tiles are its box's rows
+  // (BlockLayout::Flat::kRows); earlier versions cut it as uniform blocks.
+  // Not stored: the trailer's version says.
+  bool flat_rows = false;
   friend bool operator==(const DcpIndexEntry&, const DcpIndexEntry&) = default;
 };
 
@@ -143,7 +151,7 @@ std::vector<uint32_t> DcpTileCrcs(const BlockLayout& layout, std::span<const std
 uint32_t CombineBlockCrcs(const std::vector<uint32_t>& blocks, uint32_t block_size,
                           uint64_t data_size);
 
-inline constexpr int kDcpIndexVersion = 4;
+inline constexpr int kDcpIndexVersion = 5;
 inline constexpr uint64_t kDcpIndexGroupEntries = 16;  // version 4
 inline constexpr uint64_t kDcpIndexDirectoryEntryBytes = 32;
 
@@ -153,7 +161,8 @@ class DcpIndexWriter {
   bool empty() const { return entries_.empty(); }
   // The index to append at byte `items_end` of the file (its end): block
   // CRCs, table and trailer, of `version` (3 or 4: older layouts for tests;
-  // a version-3 table keeps entries with tiles, as distckpt wrote them).
+  // a version-3 table keeps entries with tiles, as distckpt wrote them;
+  // version 4 is version 5's layout, its flat items' CRCs of uniform blocks).
   std::string Finish(uint64_t items_end, int version = kDcpIndexVersion);
 
  private:
@@ -167,7 +176,7 @@ struct DcpIndexTrailer {
   uint64_t count = 0;
   uint64_t checksum = 0;
   int version = kDcpIndexVersion;  // 1: entries without `hash`; 2: without `tiles`
-  // Version 4: the groups (table_offset to directory_offset) and directory.
+  // Versions 4 and 5: the groups (table_offset to directory_offset) and directory.
   uint64_t groups = 0;
   uint64_t directory_offset = 0;
 };

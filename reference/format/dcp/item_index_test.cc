@@ -139,8 +139,9 @@ TEST(ItemIndexTest, BlocksAreAnEighthOfARowBetween1And4KiB) {
   EXPECT_EQ(DcpBlockSize(0), 1024u);
 }
 
-// Version 4 (grouped, the one written) and version 3 (one table of 64-byte
-// entries, what distckpt wrote before 2026-11-28, still read).
+// Version 5 (grouped, the one written), version 4 (its bytes; a flat item's
+// blocks uniform) and version 3 (one table of 64-byte entries, what
+// distckpt wrote before 2026-11-28, still read).
 class ItemIndexVersionTest : public testing::TestWithParam<int> {};
 
 TEST_P(ItemIndexVersionTest, RoundTripsAndRefusesDamage) {
@@ -176,6 +177,7 @@ TEST_P(ItemIndexVersionTest, RoundTripsAndRefusesDamage) {
   // Version 4: two entries of 2 + 2 + 2 + 20 + 2 + 1 and 1 + 2 + 1 + 20 + 1 + 1
   // bytes, one 32-byte directory entry.
   EXPECT_EQ(table_bytes, version == 3 ? 2u * 64 : 29u + 26 + 32);
+  if (version >= 4) EXPECT_EQ(file.substr(file.size() - 8), fmt::format("DCPINDX{}", version));
   auto table = bytes.subspan(trailer->table_offset, table_bytes);
   std::vector<DcpIndexEntry> entries = ParseDcpIndexTable(table, *trailer, "f");
   ASSERT_EQ(entries.size(), 2u);
@@ -185,6 +187,7 @@ TEST_P(ItemIndexVersionTest, RoundTripsAndRefusesDamage) {
   EXPECT_EQ(entries[0].block_size, 0u);
   EXPECT_EQ(entries[0].hash, 5u);
   EXPECT_EQ(entries[0].crc, 10u);
+  EXPECT_EQ(entries[0].flat_rows, version >= 5);  // says how flat items are cut
   EXPECT_EQ(entries[1].item_offset, 2000u);
   EXPECT_EQ(entries[1].data_offset, 2400u);
   EXPECT_EQ(entries[1].data_size, 2500u);
@@ -215,7 +218,7 @@ TEST_P(ItemIndexVersionTest, RoundTripsAndRefusesDamage) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, ItemIndexVersionTest, testing::Values(3, 4));
+INSTANTIATE_TEST_SUITE_P(Versions, ItemIndexVersionTest, testing::Values(3, 4, 5));
 
 // Version 4: a reader reads the directory, then only the groups of the items
 // it looks up (adjacent groups a prefetch wants in one read), each once and
@@ -243,7 +246,7 @@ TEST(ItemIndexTest, FileIndexReadsTheGroupsOfTheItemsItFinds) {
   std::vector<std::byte> last(kDcpIndexTrailerBytes);
   f->Read(f->size() - last.size(), last);
   const DcpIndexTrailer trailer = *ParseDcpIndexTrailer(last, f->size(), path);
-  ASSERT_EQ(trailer.version, 4);
+  ASSERT_EQ(trailer.version, kDcpIndexVersion);
   ASSERT_EQ(trailer.groups, 3u);
   std::atomic<uint64_t> read{0};
   DcpFileIndex index(trailer, f->size(), path, DcpReadFrom(*f, &read));

@@ -232,7 +232,9 @@ StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) 
     } catch (const CheckpointError& e) {
       sums.Fail(e.what());
     }
-    // Version 4: tiles (format/block_layout.h), as many as the shape cuts.
+    // Version 4: tiles (format/block_layout.h), as many as the shape cuts;
+    // version 5 cuts flat chunks into tiles of their rows too.
+    chunk.flat_rows = version >= 5;
     if (version >= 4) chunk.tiles = TileLayout(tensor, chunk).tiles();
     // The sums follow the payload: their end must be a file offset too.
     const uint64_t room = static_cast<uint64_t>(kInt64Max) - chunk.offset - chunk.length;

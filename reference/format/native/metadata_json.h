@@ -22,7 +22,7 @@
 namespace distckpt {
 
 inline constexpr char kMetadataFileName[] = "metadata.json";
-inline constexpr int kNativeFormatVersion = 4;  // writes 4, reads 1 to 4
+inline constexpr int kNativeFormatVersion = 5;  // writes 5, reads 1 to 5
 
 nlohmann::json MetadataToJson(const CheckpointMetadata& metadata);
 // `source` names the input in error messages (a path, "rank metadata").

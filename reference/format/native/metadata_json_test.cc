@@ -553,11 +553,11 @@ TEST(MetadataJsonTest, TopLevelMustBeAnObject) {
 
 TEST(MetadataJsonTest, NewerVersionIsUnsupported) {
   json j = MetadataToJson(Example());
-  j["format_version"] = 5;
+  j["format_version"] = 6;
   j["new_field"] = true;  // versions may add fields: reported as unsupported, not corrupt
   EXPECT_THAT([&] { MetadataFromJson(j, "m.json"); },
               ThrowsError(ErrorKind::kUnsupported,
-                          "m.json: format_version 5 is newer than this distckpt reads (up to 4)"));
+                          "m.json: format_version 6 is newer than this distckpt reads (up to 5)"));
 }
 
 // Any single damaged or removed field either still parses or is a

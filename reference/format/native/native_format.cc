@@ -98,7 +98,7 @@ class NativeFormatImpl : public Format {
     for (const auto& [key, tensor] : current.tensors) {
       for (const StoredChunk& chunk : tensor.chunks) {
         if (chunk.block_size == 0 || !chunk.sums_checksum ||
-            (chunk.length > 0 && chunk.tiles == 0)) {
+            (chunk.length > 0 && chunk.tiles == 0) || (chunk.flat && !chunk.flat_rows)) {
           Fail(ErrorKind::kInvalidArgument,
                "cannot commit tensor '{}' as native version {}: a chunk has no block checksums "
                "in its data file",

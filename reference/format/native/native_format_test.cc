@@ -51,16 +51,17 @@ TEST(NativeFormatTest, WriteCommitReadRoundTrip) {
   EXPECT_EQ(env->ListDir(dir),
             (std::vector<std::string>{"__0_0.bin", "__1_0.bin", "metadata.json"}));
   // Each chunk's payload, then its block checksums (8 bytes per block: "w"'s
-  // 4 rows of 2 pieces, flat's 3 blocks of 16, "b"'s 3 elements).
+  // 4 rows of 2 pieces; flat's elements [0, 10) of (4, 6): row 0's 6 pieces
+  // of an element (a tp cut at each) and 4 of row 1; "b"'s 3 elements).
   EXPECT_EQ(env->FileSize(JoinPath(dir, "__0_0.bin")),
-            80u + 64u + 40u + 24u + 6u + 24u + ExampleObjectPayload(0).size());
+            80u + 64u + 40u + 80u + 6u + 24u + ExampleObjectPayload(0).size());
   EXPECT_EQ(&DetectFormat(env, dir), &NativeFormat());
 
   std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(env, dir);
   const CheckpointMetadata& md = reader->metadata();
   EXPECT_EQ(md, saved);
   EXPECT_EQ(md.format, "native");
-  EXPECT_EQ(md.format_version, 4);
+  EXPECT_EQ(md.format_version, 5);
   EXPECT_EQ(md.writer, "distckpt 0.1.0");
   EXPECT_EQ(md.topology, "tp=2");
   ASSERT_EQ(md.tensors.size(), 3u);
@@ -142,12 +143,44 @@ TEST(NativeFormatTest, ReadsTheVersion3GoldenCheckpoint) {
             8 * BlockCount(w.chunks[1].length, w.chunks[1].block_size));
 }
 
-// testdata/v4 is what SaveExampleCheckpoint(seed 0) writes today, byte for
+// Version 4 (flat chunks in uniform blocks, the rest in tiles) stays
+// readable and verified: a partial read of a flat chunk reads its uniform
+// blocks, and a flipped byte in one is refused naming the file and key.
+TEST(NativeFormatTest, ReadsTheVersion4GoldenCheckpoint) {
+  std::unique_ptr<CheckpointReader> reader = OpenOldGolden(4);
+  const StoredTensor& flat = reader->metadata().tensors.at("flat");
+  const StoredChunk& chunk = flat.chunks[1];  // elements [10, 24), 56 bytes
+  ASSERT_EQ(chunk.flat, (FlatRange{10, 24}));
+  EXPECT_FALSE(chunk.flat_rows);
+  EXPECT_EQ(chunk.tiles, BlockCount(chunk.length, chunk.block_size));
+  std::vector<std::byte> got(8);
+  ReadRun run{20, 8, got.data()};
+  reader->ReadChunk(flat, chunk, {&run, 1}, VerifyPolicy::kWhenWhole);
+  EXPECT_EQ(reader->stats().chunks_verified, 1u);
+  EXPECT_EQ(reader->stats().bytes_read, chunk.block_size);  // bytes [16, 32): one block
+  EXPECT_EQ(reader->stats().checksum_bytes_read, 8 * chunk.tiles);
+
+  ScopedTempDir tmp;
+  const std::string copy = JoinPath(tmp.path(), "v4");
+  std::filesystem::copy(DISTCKPT_NATIVE_TESTDATA "/v4", copy);
+  const std::string path = JoinPath(copy, chunk.file);
+  std::string bytes = ReadFileToString(Env::Default(), path);
+  bytes[chunk.offset + 30] ^= 0x10;  // in the block the read touches, not in the run
+  WriteFileAtomic(Env::Default(), path, bytes);
+  std::unique_ptr<CheckpointReader> damaged = NativeFormat().OpenReader(Env::Default(), copy);
+  EXPECT_THAT(
+      [&] {
+        damaged->ReadChunk(flat, chunk, {&run, 1}, VerifyPolicy::kWhenWhole);
+      },
+      ThrowsError(ErrorKind::kCorruption, "checksum mismatch in " + path + " for key 'flat'"));
+}
+
+// testdata/v5 is what SaveExampleCheckpoint(seed 0) writes today, byte for
 // byte (a change needs a version bump and a new golden directory).
 // DISTCKPT_WRITE_GOLDEN=1 rewrites it.
-TEST(NativeFormatTest, WritesAndReadsTheVersion4GoldenCheckpoint) {
+TEST(NativeFormatTest, WritesAndReadsTheVersion5GoldenCheckpoint) {
   ScopedTempDir tmp;
-  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v4";
+  const std::string golden = DISTCKPT_NATIVE_TESTDATA "/v5";
   const std::string dir = JoinPath(tmp.path(), "c");
   const CheckpointMetadata fresh = SaveExampleCheckpoint(Env::Default(), dir);
   if (std::getenv("DISTCKPT_WRITE_GOLDEN") != nullptr) {
@@ -164,9 +197,10 @@ TEST(NativeFormatTest, WritesAndReadsTheVersion4GoldenCheckpoint) {
         << name;
   }
   std::unique_ptr<CheckpointReader> reader = NativeFormat().OpenReader(Env::Default(), golden);
-  EXPECT_EQ(reader->metadata().format_version, 4);
+  EXPECT_EQ(reader->metadata().format_version, 5);
   EXPECT_EQ(reader->metadata().tensors, fresh.tensors);
   EXPECT_EQ(reader->metadata().objects, fresh.objects);
+  EXPECT_TRUE(reader->metadata().tensors.at("flat").chunks[0].flat_rows);
   ExpectExample(Env::Default(), golden, 0);
 }
 

@@ -6,12 +6,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <tuple>
 
 #include "format/block_checksums.h"
 #include "format/native/example_checkpoint.h"
 #include "format/native/metadata_json.h"
+#include "format/tiles_testing.h"
 #include "io/fault_env.h"
 #include "io/forwarding_env.h"
 #include "io/testing.h"
@@ -73,8 +75,10 @@ TEST_F(NativeReaderTest, WholeReadsAreVerified) {
   EXPECT_EQ(reader_->stats().chunks_verified, chunks);
   EXPECT_EQ(reader_->stats().chunks_unverified, 0u);
   EXPECT_EQ(reader_->stats().bytes_read, bytes);
-  // Per chunk: its block checksums (8 bytes per block of 16), then its payload.
-  EXPECT_EQ(reader_->stats().checksum_bytes_read, 8 * (8 + 8 + 3 + 4 + 3));
+  // Per chunk: its block checksums (8 bytes per tile: "w"'s 8 and 8; flat's
+  // elements [0, 10) and [10, 24) of (4, 6), a tile per element (a tp cut at
+  // each column, a row cut at each row): 10 and 14; "b"'s 3), then its payload.
+  EXPECT_EQ(reader_->stats().checksum_bytes_read, 8 * (8 + 8 + 10 + 14 + 3));
   EXPECT_EQ(ReadCalls(), 2 * chunks);
   EXPECT_EQ(BytesRead(), bytes + reader_->stats().checksum_bytes_read);
 }
@@ -553,6 +557,22 @@ TEST_F(NativeReaderTest, ConcurrentReadsShareOpenFiles) {
 namespace distckpt {
 namespace {
 
+// A native checkpoint at `dir` of what `write(rank, writer)` writes for ranks 0 and 1.
+void SaveTwoRanks(const std::string& dir,
+                  const std::function<void(int rank, CheckpointWriter& writer)>& write) {
+  Env* env = Env::Default();
+  const Format& format = NativeFormat();
+  const std::string write_dir = format.PrepareDirectory(env, dir, false);
+  CheckpointMetadata merged;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, rank);
+    write(rank, *writer);
+    merged.MergeFrom(writer->Finish());
+  }
+  merged.format_version = kNativeFormatVersion;
+  format.Commit(env, dir, write_dir, merged);
+}
+
 // Version 4: a row-parallel bf16 weight [24, 48] saved under tp=2 (columns
 // [0, 24) and [24, 48)) and read as tp=3 reads it (columns [16, 32): part of
 // each chunk's every row) reads exactly the bytes it needs, every one of them
@@ -562,21 +582,15 @@ TEST(NativeReaderTilesTest, ColumnReshardReadsAndVerifiesExactlyItsBytes) {
   Env* env = Env::Default();
   const std::string dir = JoinPath(tmp.path(), "ckpt");
   const Format& format = NativeFormat();
-  const std::string write_dir = format.PrepareDirectory(env, dir, false);
-  CheckpointMetadata merged;
   auto value = [](int64_t r, int64_t c) { return static_cast<uint16_t>(r * 131 + c * 7); };
-  for (int rank = 0; rank < 2; ++rank) {
-    std::unique_ptr<CheckpointWriter> writer = format.NewWriter(env, write_dir, rank);
+  SaveTwoRanks(dir, [&](int rank, CheckpointWriter& writer) {
     std::vector<uint16_t> data;
     for (int64_t r = 0; r < 24; ++r) {
       for (int64_t c = 0; c < 24; ++c) data.push_back(value(r, rank * 24 + c));
     }
-    writer->WriteTensorChunk("proj", DType::kBF16, {24, 48}, Box{{0, rank * 24}, {24, 24}},
-                             std::nullopt, std::as_bytes(std::span(data)));
-    merged.MergeFrom(writer->Finish());
-  }
-  merged.format_version = kNativeFormatVersion;
-  format.Commit(env, dir, write_dir, merged);
+    writer.WriteTensorChunk("proj", DType::kBF16, {24, 48}, Box{{0, rank * 24}, {24, 24}},
+                            std::nullopt, std::as_bytes(std::span(data)));
+  });
 
   auto read_tp3 = [&](CheckpointReader& reader, std::vector<uint16_t>& out) {
     const StoredTensor& proj = reader.metadata().tensors.at("proj");
@@ -594,7 +608,7 @@ TEST(NativeReaderTilesTest, ColumnReshardReadsAndVerifiesExactlyItsBytes) {
     }
   };
   std::unique_ptr<CheckpointReader> reader = format.OpenReader(env, dir);
-  EXPECT_EQ(reader->metadata().format_version, 4);
+  EXPECT_EQ(reader->metadata().format_version, kNativeFormatVersion);
   std::vector<uint16_t> got;
   read_tp3(*reader, got);
   for (int64_t r = 0; r < 24; ++r) {
@@ -624,6 +638,98 @@ TEST(NativeReaderTilesTest, ColumnReshardReadsAndVerifiesExactlyItsBytes) {
     } else {
       read_tp3(*damaged, got);
       EXPECT_EQ(damaged->stats().bytes_read, 24u * 16 * 2);
+    }
+    bytes[at] ^= 0x10;
+    WriteFileAtomic(env, path, bytes);
+  }
+}
+
+// Version 5: the distributed optimizer's state of that weight, f32, saved
+// under tp=2 with each rank's box flattened over 2 data-parallel ranks at
+// elements 250 (mid-row: partial first and last rows), and read as tp=3
+// reads it (columns [16, 32)) reads exactly the bytes it needs, verified: a
+// flipped byte in a partly read flat tile is refused naming file and key.
+TEST(NativeReaderTilesTest, FlatColumnReshardReadsAndVerifiesExactlyItsBytes) {
+  ScopedTempDir tmp;
+  Env* env = Env::Default();
+  const std::string dir = JoinPath(tmp.path(), "ckpt");
+  const Format& format = NativeFormat();
+  auto value = [](int64_t r, int64_t c) { return static_cast<float>(r * 1000 + c); };
+  SaveTwoRanks(dir, [&](int rank, CheckpointWriter& writer) {
+    std::vector<float> box;
+    for (int64_t r = 0; r < 24; ++r) {
+      for (int64_t c = 0; c < 24; ++c) box.push_back(value(r, rank * 24 + c));
+    }
+    for (const FlatRange& f : {FlatRange{0, 250}, FlatRange{250, 576}}) {
+      writer.WriteTensorChunk(
+          "state", DType::kF32, {24, 48}, Box{{0, rank * 24}, {24, 24}}, f,
+          std::as_bytes(std::span(box).subspan(static_cast<size_t>(f.start), f.size())));
+    }
+  });
+
+  uint64_t needed = 0;
+  auto read_tp3 = [&](CheckpointReader& reader, std::vector<float>& out) {
+    const StoredTensor& state = reader.metadata().tensors.at("state");
+    out.assign(24 * 16, 0);
+    needed = 0;
+    for (const StoredChunk& chunk : state.chunks) {
+      const std::vector<ReadRun> runs = ColumnRunsOf(chunk, 16, 32, 4, [&](int64_t r, int64_t c) {
+        return reinterpret_cast<std::byte*>(&out[r * 16 + c - 16]);
+      });
+      for (const ReadRun& run : runs) needed += run.length;
+      reader.ReadChunk(state, chunk, runs, VerifyPolicy::kWhenWhole);
+    }
+  };
+  std::unique_ptr<CheckpointReader> reader = format.OpenReader(env, dir);
+  std::vector<float> got;
+  read_tp3(*reader, got);
+  for (int64_t r = 0; r < 24; ++r) {
+    for (int64_t c = 0; c < 16; ++c) ASSERT_EQ(got[r * 16 + c], value(r, 16 + c)) << r << "," << c;
+  }
+  EXPECT_EQ(needed, 24u * 16 * 4);
+  EXPECT_EQ(reader->stats().bytes_read, needed);  // exactly the needed bytes
+  EXPECT_EQ(reader->stats().chunks_verified, 4u);
+  EXPECT_EQ(reader->stats().chunks_unverified, 0u);
+  for (const StoredChunk& chunk : reader->metadata().tensors.at("state").chunks)
+    EXPECT_TRUE(chunk.flat_rows);
+
+  // A flipped byte in any needed byte of a partial row or a whole one is
+  // refused naming the file and key; one outside them is not read. Rank 1's
+  // chunks (columns [24, 48), of which [24, 32) are needed): elements [0, 250)
+  // of its box, whose last row (10) ends at column 10, and [250, 576).
+  auto chunk_of = [&](int64_t start) -> const StoredChunk& {
+    for (const StoredChunk& c : reader->metadata().tensors.at("state").chunks) {
+      if (c.box.offset[1] == 24 && c.flat->start == start) return c;
+    }
+    ADD_FAILURE() << start;
+    return reader->metadata().tensors.at("state").chunks[0];
+  };
+  struct Flip {
+    int64_t start, row, column;  // of the box
+    bool caught;
+  };
+  for (const Flip& flip :
+       {Flip{0, 10, 4, true},      // the partial last row, needed
+        Flip{0, 10, 9, false},     // ... not needed
+        Flip{250, 10, 10, false},  // the partial first row: none needed
+        Flip{250, 12, 3, true}, Flip{250, 12, 9, false}, Flip{250, 23, 7, true}}) {
+    const StoredChunk& chunk = chunk_of(flip.start);
+    const int64_t element = flip.row * 24 + flip.column - flip.start;
+    const std::string path = JoinPath(dir, chunk.file);
+    const uint64_t at = chunk.offset + static_cast<uint64_t>(element) * 4 + 1;
+    std::string bytes = ReadFileToString(env, path);
+    bytes[at] ^= 0x10;
+    WriteFileAtomic(env, path, bytes);
+    std::unique_ptr<CheckpointReader> damaged = format.OpenReader(env, dir);
+    if (flip.caught) {
+      EXPECT_THAT([&] { read_tp3(*damaged, got); },
+                  ThrowsError(ErrorKind::kCorruption, "checksum mismatch in " + path +
+                                                          " for key 'state' chunk at global "
+                                                          "offset (0, 24)"))
+          << flip.row << "," << flip.column;
+    } else {
+      read_tp3(*damaged, got);
+      EXPECT_EQ(damaged->stats().bytes_read, needed) << flip.row << "," << flip.column;
     }
     bytes[at] ^= 0x10;
     WriteFileAtomic(env, path, bytes);

@@ -52,6 +52,7 @@ void NativeWriter::StoreChunk(const StoredTensor& tensor, StoredChunk& chunk,
   chunk.checksum.reset();
   chunk.block_checksums.clear();
   chunk.block_size = ChooseBlockSize(bytes.size());
+  chunk.flat_rows = true;
   const BlockLayout layout = TileLayout(tensor, chunk);
   chunk.tiles = layout.tiles();
   const uint64_t seed = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
@@ -99,6 +100,7 @@ void NativeWriter::StoreSmallChunks(std::span<PendingChunk> chunks) {
     chunk.checksum.reset();
     chunk.block_checksums.clear();
     chunk.block_size = ChooseBlockSize(chunks[i].bytes.size());
+    chunk.flat_rows = true;
     layouts[i] = TileLayout(*chunks[i].tensor, chunk);
     chunk.tiles = layouts[i].tiles();
     sums[i] = {ChunkBindingSeed(chunks[i].tensor->key, chunks[i].tensor->dtype, chunk), total,
