@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -132,8 +133,8 @@ TEST(ReadCheckedBlocksTest, AThrowingCheckStopsTheRead) {
   EXPECT_EQ(file.bytes_read(), uint64_t{256} << 10);  // the first window only
 }
 
-// Version 4 tiles (row pieces of multi-dimensional chunks: not contiguous):
-// random shapes, boxes and runs. The runs get their bytes and nothing else
+// Version 4 and 5 tiles (row pieces of multi-dimensional chunks: not
+// contiguous; flat chunks' rows): random shapes, boxes, flat ranges and runs. The runs get their bytes and nothing else
 // is written; every touched tile (every tile when `all`) is checked once,
 // against the checksum its parts streamed one by one give (TileChecksum
 // gathers them: the same value); the bytes read are those tiles' bytes; and
@@ -141,7 +142,7 @@ TEST(ReadCheckedBlocksTest, AThrowingCheckStopsTheRead) {
 TEST(ReadCheckedTilesTest, ChecksEveryTouchedTileOnceAgainstItsStreamedChecksum) {
   std::mt19937_64 rng(40);
   const int64_t kDims[] = {1, 2, 3, 7, 64, 96, 512, 1024, 1536};
-  int scattered = 0, partial_cases = 0, flips = 0;
+  int scattered = 0, partial_cases = 0, flips = 0, flat_cases = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const size_t k = 1 + rng() % 3;
     Shape global(k), offset(k, 0), shape(k);
@@ -155,8 +156,18 @@ TEST(ReadCheckedTilesTest, ChecksEveryTouchedTileOnceAgainstItsStreamedChecksum)
     uint64_t length = element;
     for (int64_t d : shape) length *= static_cast<uint64_t>(d);
     if (length > (4 << 20)) continue;
-    const BlockLayout layout =
-        BlockLayout::Tiles(global, Box{offset, shape}, false, element, length, block);
+    // A third of the chunks flat (version 5: tiles of the box's rows, the
+    // first and last possibly partial).
+    std::optional<FlatRange> flat;
+    if (rng() % 3 == 0 && length > element) {
+      const int64_t volume = static_cast<int64_t>(length / element);
+      const int64_t start = static_cast<int64_t>(rng() % volume);
+      flat = FlatRange{start, start + 1 + static_cast<int64_t>(rng() % (volume - start))};
+      length = static_cast<uint64_t>(flat->size()) * element;
+      ++flat_cases;
+    }
+    const BlockLayout layout = BlockLayout::Tiles(global, Box{offset, shape}, flat,
+                                                  BlockLayout::Flat::kRows, element, length, block);
     scattered += !layout.contiguous();
     std::vector<std::byte> payload(length);
     for (auto& b : payload) b = static_cast<std::byte>(rng());
@@ -239,6 +250,7 @@ TEST(ReadCheckedTilesTest, ChecksEveryTouchedTileOnceAgainstItsStreamedChecksum)
   }
   EXPECT_GT(scattered, 30);
   EXPECT_GT(partial_cases, 100);
+  EXPECT_GT(flat_cases, 50);
   EXPECT_GT(flips, 100);
 }
 
