@@ -23,6 +23,7 @@
 #include "engine/save.h"
 #include "format/dcp/dcp_format.h"
 #include "io/testing.h"
+#include "mapping/testing.h"
 
 namespace distckpt {
 namespace {
@@ -33,18 +34,7 @@ const Shape kGlobal{6, 12};
 
 // value = linear index, as f32; rank `part` of `parts` holds a slab along `axis`.
 ShardedTensor Slab(const std::string& key, int axis, int part, int parts, bool with_data = true) {
-  Shape local = kGlobal;
-  local[axis] /= parts;
-  Tensor data = Tensor::Empty(DType::kF32, local);
-  float* p = data.data_as<float>();
-  for (int64_t i = 0; i < local[0]; ++i) {
-    for (int64_t j = 0; j < local[1]; ++j) {
-      const int64_t gi = axis == 0 ? i + part * local[0] : i;
-      const int64_t gj = axis == 1 ? j + part * local[1] : j;
-      p[i * local[1] + j] = with_data ? static_cast<float>(gi * kGlobal[1] + gj) : -1.0f;
-    }
-  }
-  return ShardedTensor::FromRankOffsets(key, data, {{axis, part, parts}});
+  return distckpt::Slab(key, kGlobal, axis, part, parts, with_data);
 }
 
 Node State(int rank, int world, int axis, bool with_data) {

@@ -15,6 +15,7 @@
 #include "io/checksum.h"
 #include "io/fault_env.h"
 #include "io/testing.h"
+#include "mapping/testing.h"
 
 namespace distckpt {
 namespace {
@@ -25,18 +26,7 @@ using ::testing::HasSubstr;
 // Global [rows, cols] f32 tensor with value = linear index; rank r of n holds rows split `axis`.
 ShardedTensor Shard(const std::string& key, Shape global, int axis, int part, int parts,
                     ReplicaId replica = {0}) {
-  Shape local = global;
-  local[axis] /= parts;
-  Tensor data = Tensor::Empty(DType::kF32, local);
-  float* p = data.data_as<float>();
-  for (int64_t i = 0; i < local[0]; ++i) {
-    for (int64_t j = 0; j < local[1]; ++j) {
-      int64_t gi = axis == 0 ? i + part * local[0] : i;
-      int64_t gj = axis == 1 ? j + part * local[1] : j;
-      p[i * local[1] + j] = static_cast<float>(gi * global[1] + gj);
-    }
-  }
-  return ShardedTensor::FromRankOffsets(key, data, {{axis, part, parts}}, replica);
+  return Slab(key, global, axis, part, parts, true, 0, replica);
 }
 
 Node StateOf(std::vector<std::pair<std::string, Node>> items) {

@@ -24,6 +24,7 @@
 #include "format/dcp/item_index.h"
 #include "io/forwarding_env.h"
 #include "io/testing.h"
+#include "mapping/testing.h"
 
 namespace distckpt {
 namespace {
@@ -36,18 +37,8 @@ const Shape kGlobal{12, 12};
 // Tensor `i`, value = i * 1000 + linear index; part `part` of `parts` along
 // `axis` (empty: every value -1).
 ShardedTensor Slab(int i, int axis, int part, int parts, bool with_data) {
-  Shape local = kGlobal;
-  local[axis] /= parts;
-  Tensor data = Tensor::Empty(DType::kF32, local);
-  float* p = data.data_as<float>();
-  for (int64_t r = 0; r < local[0]; ++r) {
-    for (int64_t c = 0; c < local[1]; ++c) {
-      const int64_t gr = axis == 0 ? r + part * local[0] : r;
-      const int64_t gc = axis == 1 ? c + part * local[1] : c;
-      p[r * local[1] + c] = with_data ? static_cast<float>(i * 1000 + gr * kGlobal[1] + gc) : -1;
-    }
-  }
-  return ShardedTensor::FromRankOffsets("t" + std::to_string(i), data, {{axis, part, parts}});
+  return distckpt::Slab("t" + std::to_string(i), kGlobal, axis, part, parts, with_data,
+                        static_cast<float>(i * 1000));
 }
 
 // Saved by 4 ranks along `axis` 0 for even tensors, 1 for odd ones; loaded

@@ -134,8 +134,8 @@ TEST(ReadCheckedBlocksTest, AThrowingCheckStopsTheRead) {
 }
 
 // Version 4 and 5 tiles (row pieces of multi-dimensional chunks: not
-// contiguous; flat chunks' rows): random shapes, boxes, flat ranges and runs. The runs get their bytes and nothing else
-// is written; every touched tile (every tile when `all`) is checked once,
+// contiguous; flat chunks' rows): random shapes, boxes, flat ranges and runs. The runs get their
+// bytes and nothing else is written; every touched tile (every tile when `all`) is checked once,
 // against the checksum its parts streamed one by one give (TileChecksum
 // gathers them: the same value); the bytes read are those tiles' bytes; and
 // a changed byte of a touched tile is refused naming that tile.
