@@ -107,6 +107,10 @@ PY
     fail "$name: root reshard tracker"
   expect_rc 0 "$d" manage list "$work/$name-root" --layout verl
   grep -q "complete .*verl-megatron" "$work/out" || { cat "$work/out"; fail "$name: resharded root"; }
+  # The root resaved in distckpt's native format still opens as a root (verify the root itself).
+  expect_rc 0 "$d" reshard "$r" --spec gpt -t "$other" --format native --out "$work/$name-native"
+  expect_rc 0 "$d" verify "$work/$name-native" --data --spec gpt -t "$other" --strict raise_all
+  grep -q "every checksum matches" "$work/out" || { cat "$work/out"; fail "$name: native root"; }
   # HF export: the model under HF names.
   expect_rc 0 "$d" export "$r/$step" "$work/$name-hf" --to hf --spec gpt
   python3 - "$work/$name-hf" <<'PY' || fail "$name: HF export names"

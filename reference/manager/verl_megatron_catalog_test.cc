@@ -97,6 +97,26 @@ TEST(VerlMegatron, CatalogCompleteWhenMetadataJsonIsWritten) {
               HasSubstr("verl component 'actor': dist_ckpt/metadata.json"));
 }
 
+// `reshard --format native` of a verl root: dist_ckpt/metadata.json is
+// distckpt's native metadata, not Megatron's; the component still resolves,
+// and a metadata.json of another format (or none) does not.
+TEST(VerlMegatron, NativeDistCkptIsAComponent) {
+  MemoryEnv env;
+  WriteStep(&env, 1, /*finished=*/false);
+  const std::string step = std::string(kRoot) + "/global_step_1";
+  const std::string dist = step + "/actor/dist_ckpt";
+  EXPECT_EQ(VerlMegatronDistCkpt(&env, step), std::nullopt);
+  WriteFileAtomic(&env, dist + "/metadata.json", std::string(R"({"format": "zarr"})"));
+  EXPECT_EQ(VerlMegatronDistCkpt(&env, step), std::nullopt);
+  WriteFileAtomic(&env, dist + "/metadata.json",
+                  std::string(R"({"format": "native", "format_version": 5, "tensors": []})"));
+  EXPECT_EQ(VerlMegatronDistCkpt(&env, step), dist);
+  Catalog catalog = ScanRoot(&env, kRoot, CheckpointLayout::kVerl);
+  ASSERT_EQ(catalog.entries.size(), 1u);
+  EXPECT_TRUE(catalog.entries[0].complete) << catalog.entries[0].why_incomplete;
+  EXPECT_EQ(catalog.entries[0].format, "verl-megatron");
+}
+
 TEST(VerlMegatron, LayoutDetectedFromTheStepFolders) {
   MemoryEnv env;
   std::string why;

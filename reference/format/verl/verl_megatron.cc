@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/json_parse.h"
 #include "format/dcp/megatron_files.h"
+#include "format/format.h"
 
 namespace distckpt {
 
@@ -14,7 +15,10 @@ bool IsVerlMegatronComponent(Env* env, const std::string& component) {
   const std::string dist = JoinPath(component, kVerlDistCkptDir);
   const std::string config = JoinPath(dist, kMegatronConfigFileName);
   if (!env->IsDirectory(dist) || !env->FileExists(config)) return false;
-  return MegatronShardedBackend(ReadFileToString(env, config)).has_value();
+  if (MegatronShardedBackend(ReadFileToString(env, config)).has_value()) return true;
+  // `reshard --format native` of a verl root writes its dist_ckpt in our own
+  // format, whose metadata.json (also written last) is the native metadata.
+  return NativeFormat().Detect(env, dist);
 }
 
 std::optional<std::string> VerlMegatronDistCkpt(Env* env, const std::string& path,

@@ -28,7 +28,8 @@ inline constexpr char kVerlDistCkptDir[] = "dist_ckpt";
 inline constexpr char kVerlTransformerConfig[] = "transformer_config.json";
 
 // True when `component` (e.g. global_step_N/actor) holds verl's dist_ckpt/
-// with Megatron's metadata.json naming a sharded backend (the save finished).
+// with Megatron's metadata.json naming a sharded backend (the save finished),
+// or a committed native checkpoint (`reshard --format native` of a verl root).
 bool IsVerlMegatronComponent(Env* env, const std::string& component);
 
 // Where a verl Megatron checkpoint given as `path` is read from: `path` itself
