@@ -62,4 +62,26 @@ echo '{"benchmarks": [{"run_name": "BM_V/1", "aggregate_name": "median", "real_t
   "cpu_time": 2500, "time_unit": "ms"}]}' >"$dir/v2.json"
 "$compare" --results "$dir/v2.json" --baseline "$dir/cpu.json" >"$dir/out6" 2>&1 &&
   fail "2.5 CPU seconds over a cap of 2.0 must fail: $(cat "$dir/out6")"
+# "or_limit_of": a cold ratio passes under its warm counterpart's limit too (2.5 > 1.5 x 1.0,
+# but <= 2.0 x 1.5), not above both, and a name no entry has is an error (exit 2).
+cat >"$dir/cold.json" <<'J'
+{"ratios": [
+  {"name": "warm", "numerator": "BM_W/1", "counter": "over_raw", "baseline": 2.0, "tolerance": 0.5},
+  {"name": "cold", "numerator": "BM_C/1", "counter": "over_raw", "baseline": 1.0, "tolerance": 0.5,
+   "or_limit_of": "warm"}
+]}
+J
+for c in 2.5 3.2; do
+  echo "{\"benchmarks\": [$(run BM_W/1 2.0 median), $(run BM_C/1 $c median)]}" >"$dir/c$c.json"
+done
+"$compare" --results "$dir/c2.5.json" --baseline "$dir/cold.json" >"$dir/out7" 2>&1 ||
+  fail "cold 2.5 under the warm limit 3.0 must pass: $(cat "$dir/out7")"
+grep -q '^cold .* 2.500 .* 1.000 .* 3.000 .* ok' "$dir/out7" || fail "or_limit_of: $(cat "$dir/out7")"
+"$compare" --results "$dir/c3.2.json" --baseline "$dir/cold.json" >"$dir/out8" 2>&1 &&
+  fail "cold 3.2 over both limits must fail: $(cat "$dir/out8")"
+grep -q '^cold .*REGRESSED' "$dir/out8" || fail "or_limit_of over both: $(cat "$dir/out8")"
+sed 's/"or_limit_of": "warm"/"or_limit_of": "nothing"/' "$dir/cold.json" >"$dir/cold2.json"
+"$compare" --results "$dir/c2.5.json" --baseline "$dir/cold2.json" >"$dir/out9" 2>&1
+[ $? = 2 ] && grep -q 'or_limit_of names no entry: nothing' "$dir/out9" ||
+  fail "an unknown or_limit_of: $(cat "$dir/out9")"
 echo "compare_test: ok"
