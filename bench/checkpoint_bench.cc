@@ -135,8 +135,8 @@ void LoadBench(benchmark::State& state, bool cold, const LoadOptions& options = 
                bool allocate = false) {
   const int64_t bytes = state.range(0), count = state.range(1);
   const std::string& dir = SavedCheckpoint(bytes, count);
-  Node request = allocate ? MakeState(bytes, count, false)
-                          : RequestFor(MakeState(bytes, count, false));
+  Node request =
+      allocate ? MakeState(bytes, count, false) : RequestFor(MakeState(bytes, count, false));
   ScratchDir raw("raw-read");
   auto buffers = RawBuffers(bytes, count);
   RawWriteFsync(raw.Sub("raw.bin"), buffers);

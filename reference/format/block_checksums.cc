@@ -77,6 +77,13 @@ BlockLayout TileLayout(const StoredTensor& tensor, const StoredChunk& chunk) {
       DTypeSize(tensor.dtype), chunk.length, chunk.block_size);
 }
 
+bool SameTileInputs(const StoredTensor& ta, const StoredChunk& a, const StoredTensor& tb,
+                    const StoredChunk& b) {
+  return a.length == b.length && a.block_size == b.block_size && a.flat_rows == b.flat_rows &&
+         a.box == b.box && a.flat == b.flat && DTypeSize(ta.dtype) == DTypeSize(tb.dtype) &&
+         ta.global_shape == tb.global_shape;
+}
+
 BlockLayout ChunkLayout(const StoredTensor& tensor, const StoredChunk& chunk) {
   if (chunk.tiles == 0) return BlockLayout::Uniform(chunk.length, chunk.block_size);
   BlockLayout layout = TileLayout(tensor, chunk);
