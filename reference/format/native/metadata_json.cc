@@ -178,7 +178,8 @@ void ParseLocation(const Field& f, Stored& stored) {
   stored.writer_rank = static_cast<int>(f.Member("rank").Int(0, INT_MAX));
 }
 
-StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) {
+StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version,
+                       TileCounter& tiles) {
   if (version >= 3) {
     f.OnlyMembers({"offset", "shape", "flat", "file", "byte_offset", "length", "block_size",
                    "sums_checksum", "rank"});
@@ -235,7 +236,7 @@ StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) 
     // Version 4: tiles (format/block_layout.h), as many as the shape cuts;
     // version 5 cuts flat chunks into tiles of their rows too.
     chunk.flat_rows = version >= 5;
-    if (version >= 4) chunk.tiles = TileLayout(tensor, chunk).tiles();
+    if (version >= 4) chunk.tiles = tiles.Tiles(tensor, chunk);
     // The sums follow the payload: their end must be a file offset too.
     const uint64_t room = static_cast<uint64_t>(kInt64Max) - chunk.offset - chunk.length;
     if (SumsBytes(chunk) / 8 > room / 8) {
@@ -258,7 +259,7 @@ StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) 
   return chunk;
 }
 
-StoredTensor ParseTensor(const std::string& key, const Field& f, int version) {
+StoredTensor ParseTensor(const std::string& key, const Field& f, int version, TileCounter& tiles) {
   f.OnlyMembers({"dtype", "global_shape", "chunks"});
   StoredTensor tensor;
   tensor.key = key;
@@ -270,8 +271,9 @@ StoredTensor ParseTensor(const std::string& key, const Field& f, int version) {
   Field global_shape = f.Member("global_shape");
   tensor.global_shape = global_shape.ShapeOf(0);
   if (!CheckedVolume(tensor.global_shape)) global_shape.Fail("volume overflows 64 bits");
-  f.Member("chunks").ForEachElement(
-      [&](const Field& chunk) { tensor.chunks.push_back(ParseChunk(chunk, tensor, version)); });
+  f.Member("chunks").ForEachElement([&](const Field& chunk) {
+    tensor.chunks.push_back(ParseChunk(chunk, tensor, version, tiles));
+  });
   return tensor;
 }
 
@@ -374,8 +376,9 @@ CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
   metadata.format = root.Member("format").String();
   metadata.writer = root.Member("writer").String();
   metadata.topology = root.Member("topology").String();
+  TileCounter tiles;
   root.Member("tensors").ForEachEntry([&](const std::string& key, const Field& f) {
-    metadata.tensors.emplace(key, ParseTensor(key, f, metadata.format_version));
+    metadata.tensors.emplace(key, ParseTensor(key, f, metadata.format_version, tiles));
   });
   root.Member("objects").ForEachEntry([&](const std::string& unique_key, const Field& f) {
     metadata.objects.emplace(unique_key, ParseObject(unique_key, f));
