@@ -304,6 +304,24 @@ uint64_t MetadataChecksum(const json& without_checksum) {
   return Checksum(std::as_bytes(std::span(text.data(), text.size())));
 }
 
+// The same of the metadata object `j` with its metadata_checksum member left
+// out of the dump (AppendJson's, member by member), without copying the tree.
+uint64_t MetadataChecksumLeavingOut(const json& j) {
+  std::string text;
+  text += '{';
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == kMetadataChecksumField) continue;
+    if (!first) text += ',';
+    first = false;
+    AppendJsonString(it.key(), text);
+    text += ':';
+    AppendJson(it.value(), text);
+  }
+  text += '}';
+  return Checksum(std::as_bytes(std::span(text.data(), text.size())));
+}
+
 }  // namespace
 
 json MetadataToJson(const CheckpointMetadata& metadata) {
@@ -360,9 +378,7 @@ CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
     } catch (const CheckpointError& e) {
       stored.Fail(e.what());
     }
-    json without = j;
-    without.erase(kMetadataChecksumField);
-    const uint64_t actual = MetadataChecksum(without);
+    const uint64_t actual = MetadataChecksumLeavingOut(j);
     if (actual != expected) {
       stored.Fail(
           fmt::format("checksum mismatch: the file's contents hash to {}, {} was stored "
