@@ -105,9 +105,13 @@ void RunPaired(benchmark::State& state, const std::string& name,
 // Where a warm verified load's time goes, with the load's parallelism, one
 // rank: each iteration times, in turn (the order rotated every iteration),
 //   raw_touched   the raw read of `raw` into `buffers` (already touched);
-//   raw_fresh     the same read into fresh, untouched memory (page faults);
 //   unverified    Load(touched, dir) with VerifyPolicy::kNever;
 //   verified      the verified Load(touched, dir);
+// then as many rounds, after those (allocating and freeing fresh memory
+// slows the reads that follow: measured apart, so that it does not slow
+// the parts above or their denominator), of
+//   raw_touched_mixed  raw_touched again, among these;
+//   raw_fresh     the same read into fresh, untouched memory (page faults);
 //   fresh         the verified Load(fresh, dir) (no data: Load allocates).
 // The iteration time is verified's; counters: each one's median over
 // raw_touched's (faults = raw_fresh - raw_touched, verification = verified

@@ -127,10 +127,16 @@ void BM_RawReadWarm(benchmark::State& state) { RawReadBench(state, false); }
 // hardware thread: ThreadsPerRank), the faster of two patterns (counter
 // over_raw). Cold: both sides evicted before each read, and the benchmark
 // skipped (not timed warm) where eviction leaves the files cached (tmpfs).
-void LoadBench(benchmark::State& state, bool cold, const LoadOptions& options = {}) {
+// The request's destinations exist and are touched by the first (untimed)
+// load, as a model's parameters are when Megatron's load fills them in place;
+// `allocate`: the request has no destinations and every load allocates them
+// (fresh memory: the kernel's page faults are timed).
+void LoadBench(benchmark::State& state, bool cold, const LoadOptions& options = {},
+               bool allocate = false) {
   const int64_t bytes = state.range(0), count = state.range(1);
   const std::string& dir = SavedCheckpoint(bytes, count);
-  Node request = RequestFor(MakeState(bytes, count, false));
+  Node request =
+      allocate ? MakeState(bytes, count, false) : RequestFor(MakeState(bytes, count, false));
   ScratchDir raw("raw-read");
   auto buffers = RawBuffers(bytes, count);
   RawWriteFsync(raw.Sub("raw.bin"), buffers);
@@ -171,6 +177,9 @@ void BM_LoadWarmUnverified(benchmark::State& state) {
   options.verify = VerifyPolicy::kNever;
   LoadBench(state, false, options);
 }
+// The warm verified load into destinations it allocates (not gated): beside
+// BM_LoadWarm (in place), against the same raw read into touched buffers.
+void BM_LoadWarmAllocating(benchmark::State& state) { LoadBench(state, false, {}, true); }
 
 // Where a warm verified load's time goes beyond a raw read into touched
 // buffers (not gated; the figures in docs/performance.md): WarmLoadBreakdown
@@ -368,6 +377,7 @@ IO_SIZES(BM_LoadCold);
 IO_SIZES(BM_RawReadWarm);
 IO_SIZES(BM_LoadWarm);
 IO_SIZES(BM_LoadWarmUnverified);
+BENCHMARK(BM_LoadWarmAllocating)->Apply(SmallIoSize);
 BENCHMARK(BM_WarmLoadBreakdown)
     ->Args({64 << 10, 256})
     ->Args({64 << 20, 4})

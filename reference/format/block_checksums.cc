@@ -77,6 +77,27 @@ BlockLayout TileLayout(const StoredTensor& tensor, const StoredChunk& chunk) {
       DTypeSize(tensor.dtype), chunk.length, chunk.block_size);
 }
 
+bool SameTileInputs(const StoredTensor& ta, const StoredChunk& a, const StoredTensor& tb,
+                    const StoredChunk& b) {
+  return a.length == b.length && a.block_size == b.block_size && a.flat_rows == b.flat_rows &&
+         a.box == b.box && a.flat == b.flat && DTypeSize(ta.dtype) == DTypeSize(tb.dtype) &&
+         ta.global_shape == tb.global_shape;
+}
+
+uint64_t TileCounter::Tiles(const StoredTensor& tensor, const StoredChunk& chunk) {
+  if (valid_ && SameTileInputs(tensor_, chunk_, tensor, chunk)) return tiles_;
+  tiles_ = TileLayout(tensor, chunk).tiles();
+  tensor_.dtype = tensor.dtype;
+  tensor_.global_shape = tensor.global_shape;
+  chunk_.box = chunk.box;
+  chunk_.flat = chunk.flat;
+  chunk_.flat_rows = chunk.flat_rows;
+  chunk_.length = chunk.length;
+  chunk_.block_size = chunk.block_size;
+  valid_ = true;
+  return tiles_;
+}
+
 BlockLayout ChunkLayout(const StoredTensor& tensor, const StoredChunk& chunk) {
   if (chunk.tiles == 0) return BlockLayout::Uniform(chunk.length, chunk.block_size);
   BlockLayout layout = TileLayout(tensor, chunk);

@@ -67,6 +67,26 @@ uint64_t SumsBytes(const StoredChunk& chunk);
 
 // Version 4: the tiles of `chunk` of `tensor` (its block_size set).
 BlockLayout TileLayout(const StoredTensor& tensor, const StoredChunk& chunk);
+// Whether TileLayout gives chunks `a` of `ta` and `b` of `tb` the same
+// layout because it is given the same inputs (global shape, box, flat range
+// and kind, element size, length, block size): chunks of one save often are
+// (a model's layers hold tensors of equal shapes), and a writer computes the
+// layout of a run of them once.
+bool SameTileInputs(const StoredTensor& ta, const StoredChunk& a, const StoredTensor& tb,
+                    const StoredChunk& b);
+// TileLayout(tensor, chunk).tiles(), remembering the inputs of the last
+// call: a run of chunks with the same inputs (a parse of the metadata of a
+// model's equal-shaped tensors) computes the layout once. One per thread.
+class TileCounter {
+ public:
+  uint64_t Tiles(const StoredTensor& tensor, const StoredChunk& chunk);
+
+ private:
+  StoredTensor tensor_;  // the last inputs (no key, no chunks)
+  StoredChunk chunk_;    // (no file)
+  uint64_t tiles_ = 0;
+  bool valid_ = false;
+};
 // The blocks of a version 2, 3 or 4 chunk (version 4: its recorded tile
 // count must be what its shape cuts, else kCorruption).
 BlockLayout ChunkLayout(const StoredTensor& tensor, const StoredChunk& chunk);

@@ -119,5 +119,49 @@ TEST(ChunkLayoutsTest, ConcurrentGetsShareOneLayout) {
   EXPECT_EQ(layouts.kept(), 1u);
 }
 
+// TileCounter remembers the last inputs only: each chunk below differs
+// from the one before in one input (or in none), and gets TileLayout's count.
+TEST(TileCounterTest, CountsAsTileLayoutAcrossChangingInputs) {
+  struct Case {
+    DType dtype;
+    Shape global;
+    Box box;
+    std::optional<FlatRange> flat;
+    bool flat_rows;
+    uint64_t block_size;
+  };
+  const std::vector<Case> cases = {
+      {DType::kF32, {180, 2}, {{0, 0}, {45, 2}}, std::nullopt, true, 32},
+      {DType::kF32, {180, 2}, {{0, 0}, {45, 2}}, std::nullopt, true, 32},        // same
+      {DType::kF32, {180, 2}, {{90, 0}, {45, 2}}, std::nullopt, true, 32},       // offset
+      {DType::kF32, {150, 2}, {{90, 0}, {45, 2}}, std::nullopt, true, 32},       // global shape
+      {DType::kF64, {150, 2}, {{90, 0}, {45, 2}}, std::nullopt, true, 32},       // element size
+      {DType::kF64, {150, 2}, {{90, 0}, {45, 2}}, FlatRange{3, 61}, true, 32},   // flat
+      {DType::kF64, {150, 2}, {{90, 0}, {45, 2}}, FlatRange{3, 61}, false, 32},  // flat kind
+      {DType::kF64, {150, 2}, {{90, 0}, {45, 2}}, FlatRange{3, 45}, false, 32},  // flat range
+      {DType::kF64, {150, 2}, {{90, 0}, {45, 2}}, FlatRange{3, 45}, false, 16},  // block size
+  };
+  TileCounter counter;
+  std::vector<uint64_t> tiles;
+  for (const Case& c : cases) {
+    StoredTensor tensor;
+    tensor.key = "k" + std::to_string(tiles.size());
+    tensor.dtype = c.dtype;
+    tensor.global_shape = c.global;
+    StoredChunk chunk;
+    chunk.box = c.box;
+    chunk.flat = c.flat;
+    chunk.flat_rows = c.flat_rows;
+    chunk.length = static_cast<uint64_t>(chunk.numel()) * DTypeSize(c.dtype);
+    chunk.block_size = c.block_size;
+    const uint64_t want = TileLayout(tensor, chunk).tiles();
+    EXPECT_EQ(counter.Tiles(tensor, chunk), want) << tiles.size();
+    tiles.push_back(want);
+  }
+  // Each change of input above changes the count (else the test shows nothing).
+  EXPECT_EQ(tiles[1], tiles[0]);
+  for (size_t i = 2; i < tiles.size(); ++i) EXPECT_NE(tiles[i], tiles[i - 1]) << i;
+}
+
 }  // namespace
 }  // namespace distckpt

@@ -132,6 +132,14 @@ void MergeAt(Node& x1, X2&& x2, const KeyTuple& key) {
   if (x1.is<Dict>() && x2.template is<Dict>()) {
     Dict& d1 = x1.as<Dict>();
     auto& d2 = x2.template as<Dict>();
+    if (d1.empty()) {  // every entry of d2 is new (a load's result into its empty common state)
+      if constexpr (kMove) {
+        d1.swap(d2);
+      } else {
+        d1 = d2;
+      }
+      return;
+    }
     for (auto it2 = d2.begin(); it2 != d2.end();) {
       auto it = d1.find(it2->first);
       if (it != d1.end()) {

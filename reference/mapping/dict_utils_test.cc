@@ -113,6 +113,31 @@ TEST(MergeTest, MovingMergesAsCopying) {
             "Cannot merge two lists with different lengths (1 and 2, encountered at level ('l',))");
 }
 
+// Into an empty dict (a load's result merged into a checkpoint without
+// common state): every entry, at any depth, copied or moved; a moved
+// tensor keeps its storage, and the source is left empty.
+TEST(MergeTest, IntoAnEmptyDictTakesEveryEntry) {
+  Node x2;
+  x2["a"]["c"] = Node(Arange({3}));
+  x2["l"] = Node(List{Node(Dict{{"y", J(2)}})});
+  x2["n"] = J(3);
+  const std::byte* storage = x2["a"]["c"].as<Tensor>().data();
+  Node copied = Node(Dict{}), moved = Node(Dict{});
+  Merge(copied, x2);
+  EXPECT_EQ(Keys(copied), "{a:{c:T},l:[{y:2}],n:3}");
+  EXPECT_TRUE(Diff(copied, x2).empty());
+  Node source = x2;
+  Merge(moved, std::move(source));
+  EXPECT_EQ(Keys(moved), "{a:{c:T},l:[{y:2}],n:3}");
+  EXPECT_EQ(moved["a"]["c"].as<Tensor>().data(), storage);
+  EXPECT_TRUE(source.as<Dict>().empty());
+  // A later merge into the now non-empty dict still merges recursively.
+  Node more;
+  more["a"]["d"] = J(4);
+  Merge(moved, std::move(more));
+  EXPECT_EQ(Keys(moved), "{a:{c:T,d:4},l:[{y:2}],n:3}");
+}
+
 TEST(MergeTest, MegatronMessages) {
   Node x1, x2;
   x1["l"] = Node(List{J(1)});

@@ -178,7 +178,8 @@ void ParseLocation(const Field& f, Stored& stored) {
   stored.writer_rank = static_cast<int>(f.Member("rank").Int(0, INT_MAX));
 }
 
-StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) {
+StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version,
+                       TileCounter& tiles) {
   if (version >= 3) {
     f.OnlyMembers({"offset", "shape", "flat", "file", "byte_offset", "length", "block_size",
                    "sums_checksum", "rank"});
@@ -235,7 +236,7 @@ StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) 
     // Version 4: tiles (format/block_layout.h), as many as the shape cuts;
     // version 5 cuts flat chunks into tiles of their rows too.
     chunk.flat_rows = version >= 5;
-    if (version >= 4) chunk.tiles = TileLayout(tensor, chunk).tiles();
+    if (version >= 4) chunk.tiles = tiles.Tiles(tensor, chunk);
     // The sums follow the payload: their end must be a file offset too.
     const uint64_t room = static_cast<uint64_t>(kInt64Max) - chunk.offset - chunk.length;
     if (SumsBytes(chunk) / 8 > room / 8) {
@@ -258,7 +259,7 @@ StoredChunk ParseChunk(const Field& f, const StoredTensor& tensor, int version) 
   return chunk;
 }
 
-StoredTensor ParseTensor(const std::string& key, const Field& f, int version) {
+StoredTensor ParseTensor(const std::string& key, const Field& f, int version, TileCounter& tiles) {
   f.OnlyMembers({"dtype", "global_shape", "chunks"});
   StoredTensor tensor;
   tensor.key = key;
@@ -270,8 +271,9 @@ StoredTensor ParseTensor(const std::string& key, const Field& f, int version) {
   Field global_shape = f.Member("global_shape");
   tensor.global_shape = global_shape.ShapeOf(0);
   if (!CheckedVolume(tensor.global_shape)) global_shape.Fail("volume overflows 64 bits");
-  f.Member("chunks").ForEachElement(
-      [&](const Field& chunk) { tensor.chunks.push_back(ParseChunk(chunk, tensor, version)); });
+  f.Member("chunks").ForEachElement([&](const Field& chunk) {
+    tensor.chunks.push_back(ParseChunk(chunk, tensor, version, tiles));
+  });
   return tensor;
 }
 
@@ -299,6 +301,24 @@ constexpr char kMetadataChecksumField[] = "metadata_checksum";
 uint64_t MetadataChecksum(const json& without_checksum) {
   std::string text;
   AppendJson(without_checksum, text);
+  return Checksum(std::as_bytes(std::span(text.data(), text.size())));
+}
+
+// The same of the metadata object `j` with its metadata_checksum member left
+// out of the dump (AppendJson's, member by member), without copying the tree.
+uint64_t MetadataChecksumLeavingOut(const json& j) {
+  std::string text;
+  text += '{';
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == kMetadataChecksumField) continue;
+    if (!first) text += ',';
+    first = false;
+    AppendJsonString(it.key(), text);
+    text += ':';
+    AppendJson(it.value(), text);
+  }
+  text += '}';
   return Checksum(std::as_bytes(std::span(text.data(), text.size())));
 }
 
@@ -358,9 +378,7 @@ CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
     } catch (const CheckpointError& e) {
       stored.Fail(e.what());
     }
-    json without = j;
-    without.erase(kMetadataChecksumField);
-    const uint64_t actual = MetadataChecksum(without);
+    const uint64_t actual = MetadataChecksumLeavingOut(j);
     if (actual != expected) {
       stored.Fail(
           fmt::format("checksum mismatch: the file's contents hash to {}, {} was stored "
@@ -374,8 +392,9 @@ CheckpointMetadata MetadataFromJson(const json& j, const std::string& source) {
   metadata.format = root.Member("format").String();
   metadata.writer = root.Member("writer").String();
   metadata.topology = root.Member("topology").String();
+  TileCounter tiles;
   root.Member("tensors").ForEachEntry([&](const std::string& key, const Field& f) {
-    metadata.tensors.emplace(key, ParseTensor(key, f, metadata.format_version));
+    metadata.tensors.emplace(key, ParseTensor(key, f, metadata.format_version, tiles));
   });
   root.Member("objects").ForEachEntry([&](const std::string& unique_key, const Field& f) {
     metadata.objects.emplace(unique_key, ParseObject(unique_key, f));

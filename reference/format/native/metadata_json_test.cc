@@ -338,6 +338,16 @@ TEST(MetadataJsonTest, Version2EditsAreCaughtByTheMetadataChecksum) {
   text_edit["common"]["iteration"] = 11;
   EXPECT_THAT([&] { MetadataFromJson(text_edit, "m.json"); },
               ThrowsError(ErrorKind::kCorruption, "checksum mismatch"));
+  // Only the top-level member is left out of the checksum: one of that
+  // name in the common state is sealed like any other value.
+  CheckpointMetadata nested = ExampleV2();
+  nested.common["metadata_checksum"] = "a value of the common state";
+  const json nested_sealed = MetadataToJson(nested);
+  EXPECT_EQ(MetadataFromJson(nested_sealed, "m.json"), nested);
+  json nested_edit = nested_sealed;
+  nested_edit["common"]["metadata_checksum"] = "edited";
+  EXPECT_THAT([&] { MetadataFromJson(nested_edit, "m.json"); },
+              ThrowsError(ErrorKind::kCorruption, "m.json: metadata_checksum: checksum mismatch"));
 }
 
 // `md` as sealed JSON with field `field` of chunk 0 of "decoder.w" set to

@@ -93,7 +93,10 @@ void NativeWriter::StoreSmallChunks(std::span<PendingChunk> chunks) {
     size_t count;
   };
   std::vector<Sums> sums(chunks.size());
-  std::vector<BlockLayout> layouts(chunks.size());
+  // The distinct layouts, and each chunk's: a chunk with the previous one's
+  // layout inputs (SameTileInputs) shares its layout.
+  std::vector<BlockLayout> layouts;
+  std::vector<size_t> layout_of(chunks.size());
   size_t total = 0, payload = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     StoredChunk& chunk = chunks[i].chunk;
@@ -101,8 +104,12 @@ void NativeWriter::StoreSmallChunks(std::span<PendingChunk> chunks) {
     chunk.block_checksums.clear();
     chunk.block_size = ChooseBlockSize(chunks[i].bytes.size());
     chunk.flat_rows = true;
-    layouts[i] = TileLayout(*chunks[i].tensor, chunk);
-    chunk.tiles = layouts[i].tiles();
+    if (i == 0 ||
+        !SameTileInputs(*chunks[i - 1].tensor, chunks[i - 1].chunk, *chunks[i].tensor, chunk)) {
+      layouts.push_back(TileLayout(*chunks[i].tensor, chunk));
+    }
+    layout_of[i] = layouts.size() - 1;
+    chunk.tiles = layouts.back().tiles();
     sums[i] = {ChunkBindingSeed(chunks[i].tensor->key, chunks[i].tensor->dtype, chunk), total,
                chunk.tiles};
     total += sums[i].count;
@@ -113,7 +120,8 @@ void NativeWriter::StoreSmallChunks(std::span<PendingChunk> chunks) {
     return std::span(sums_).subspan(sums[i].first, sums[i].count);
   };
   auto hash = [&](size_t i) {  // on this thread or a helper
-    HashTiles(layouts[i], chunks[i].bytes, sums[i].seed, 0, sums[i].count, chunk_sums(i));
+    HashTiles(layouts[layout_of[i]], chunks[i].bytes, sums[i].seed, 0, sums[i].count,
+              chunk_sums(i));
     chunks[i].chunk.sums_checksum = SumsChecksum(chunk_sums(i), sums[i].seed);
   };
   // Runs of about kMaxHashedRunBytes, each written as soon as it is hashed,

@@ -160,6 +160,80 @@ TEST_F(NativeWriterTest, SmallChunksTogetherWriteTheSameFile) {
   }
 }
 
+// Runs of chunks with equal shapes share one tile layout when written
+// together: chunks that differ from the one before only in their box's
+// offset, their tensor's global shape, their element size or key (same
+// length) get the tiles and sums of their own inputs, as one by one.
+TEST_F(NativeWriterTest, ChunksOfEqualShapesTogetherWriteTheSameFile) {
+  struct Spec {
+    std::string key;
+    DType dtype;
+    Shape global;
+    Box box;
+  };
+  // Row blocks of [180, 2] (rows narrower than a block: a tile holds 4) at
+  // offsets 0 and 45 are cut at different rows (30, 36 and 15, 27 of
+  // theirs); [150, 2]'s first block at rows 25 and 30.
+  std::vector<Spec> specs;
+  for (int64_t r : {0, 0, 45, 45, 90, 135})
+    specs.push_back({"a", DType::kF32, {180, 2}, {{r, 0}, {45, 2}}});
+  specs.push_back({"b", DType::kF32, {150, 2}, {{0, 0}, {45, 2}}});
+  specs.push_back({"c", DType::kI32, {150, 2}, {{0, 0}, {45, 2}}});
+  specs.push_back({"d", DType::kBF16, {150, 4}, {{0, 0}, {45, 4}}});
+  specs.push_back({"e", DType::kF32, {180, 2}, {{0, 0}, {45, 2}}});
+  for (size_t i = 0; i < specs.size(); ++i) specs[i].key += std::to_string(i);
+  constexpr size_t kBytes = 45 * 2 * 4;
+  const std::vector<std::byte> data = RandomBytes(kBytes + 64, 5);
+  std::vector<ChunkToWrite> chunks;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    chunks.push_back({&specs[i].key, specs[i].dtype, &specs[i].global, specs[i].box, std::nullopt,
+                      std::span(data).subspan(i, kBytes)});
+  }
+  std::vector<std::string> files;
+  std::vector<CheckpointMetadata> metadata;
+  for (bool together : {false, true}) {
+    const std::string dir = together ? helped_ : alone_;
+    std::filesystem::create_directories(dir);
+    NativeWriter writer(Env::Default(), dir, /*rank=*/0);
+    if (together) {
+      writer.WriteTensorChunks(chunks);
+    } else {
+      for (const ChunkToWrite& c : chunks)
+        writer.WriteTensorChunk(*c.key, c.dtype, *c.global_shape, c.box, c.flat, c.bytes);
+    }
+    metadata.push_back(writer.Finish());
+    files.push_back(ReadFileToString(Env::Default(), DataFile(dir)));
+  }
+  EXPECT_EQ(metadata[1], metadata[0]);
+  EXPECT_TRUE(files[1] == files[0]);
+  // The offsets and global shapes above do cut these chunks differently,
+  // and the chunks that share inputs share a layout.
+  auto tensor = [&](const std::string& key) -> const StoredTensor& {
+    return metadata[0].tensors.at(key);
+  };
+  auto parts = [&](const std::string& key) {
+    const BlockLayout layout = TileLayout(tensor(key), tensor(key).chunks.at(0));
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (uint64_t t = 0; t < layout.tiles(); ++t)
+      layout.ForEachPart(t, [&](uint64_t at, uint64_t n) { out.push_back({at, n}); });
+    return out;
+  };
+  auto same = [&](const std::string& a, const std::string& b) {
+    return SameTileInputs(tensor(a), tensor(a).chunks.at(0), tensor(b), tensor(b).chunks.at(0));
+  };
+  EXPECT_NE(parts("a0"), parts("a2"));
+  EXPECT_NE(parts("a0"), parts("b6"));
+  EXPECT_NE(parts("a0"), parts("a4"));
+  EXPECT_EQ(parts("a0"), parts("e9"));
+  EXPECT_TRUE(same("a0", "a1"));
+  EXPECT_TRUE(same("a0", "e9"));
+  EXPECT_FALSE(same("a1", "a2"));
+  EXPECT_FALSE(same("a4", "a5"));
+  EXPECT_FALSE(same("a5", "b6"));
+  EXPECT_TRUE(same("b6", "c7"));  // i32 and f32: 4 bytes an element
+  EXPECT_FALSE(same("c7", "d8"));
+}
+
 // Writes `sizes` on a disk that fills up after 3 MiB + 12345 bytes, without
 // helpers and with one (handing the chunks over together when `together`):
 // the same I/O error and bytes, and no thread still at work after.
