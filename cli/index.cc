@@ -123,10 +123,9 @@ Command AddIndexCommand(CLI::App& app) {
       "reads then verify only the tiles they touch)");
   index->add_option("dir", args->dir, "DCP checkpoint directory (or a training run's root)")
       ->required();
-  auto* into = index->add_option(
-      "--into", args->into,
-      "directory for the indexes (default: $DISTCKPT_INDEX_DIR, else "
-      "$XDG_CACHE_HOME/distckpt/index, else ~/.cache/distckpt/index)");
+  auto* into = index->add_option("--into", args->into,
+                                 "directory for the indexes (default: $DISTCKPT_INDEX_DIR, else "
+                                 "$XDG_CACHE_HOME/distckpt/index, else ~/.cache/distckpt/index)");
   index
       ->add_flag("--beside", args->beside,
                  "write <file>.dcpindex next to each data file (adds files to the checkpoint)")

@@ -125,10 +125,13 @@ int ReshardCommand(const ReshardArgs& given) {
   StrictHandling strict = StrictOf(args.strict, spec);
   const Format& format = FormatByName(args.format);
   const int world = Topology::Parse(args.topology).world_size();
+  bool torch_records = false;  // a DCP checkpoint torch wrote: one CRC32 a record (hint below)
   {
     Env* env = Env::Default();
     std::unique_ptr<CheckpointReader> reader =
         DetectFormat(env, args.dir).OpenReader(env, args.dir);
+    torch_records = reader->metadata().format.starts_with("dcp") &&
+                    !reader->metadata().writer.starts_with("distckpt");
     std::vector<ObjectFate> fates =
         ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology), verl.has_value());
     int changed = PrintObjectFates(fates);
@@ -199,6 +202,13 @@ int ReshardCommand(const ReshardArgs& given) {
         result.seconds,
         root ? fmt::format("; tracker {} written in {}", root->tracker.ToString(), root->out_root)
              : "");
+    if (torch_records && result.bytes_read * 20 > result.bytes_needed * 21) {
+      std::cout << fmt::format(
+          "hint: {} bytes read beyond the {} needed: torch's records carry one CRC32 each, so a "
+          "record needed in part is read whole to verify it; `distckpt index {}` (once) writes "
+          "item indexes with which partial reads verify only the tiles they touch\n",
+          result.bytes_read - result.bytes_needed, result.bytes_needed, given.dir);
+    }
   }
   return kExitOk;
 }

@@ -365,9 +365,12 @@ DcpReader::Sidecar* DcpReader::SidecarOf(const std::string& file) {
 bool DcpReader::HasSidecar(const std::string& file) { return SidecarOf(file) != nullptr; }
 
 void DcpReader::WarnSidecar(const std::string& key, const std::string& why) {
+  // Once a process: the ranks of a load (threads) each open a reader.
+  static std::mutex mu;
+  static std::set<std::string> warned;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!warned_.insert(key).second) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!warned.insert(key).second) return;
   }
   std::cerr << fmt::format(
       "warning: {}; not used: the records it would have verified in part are read whole and "

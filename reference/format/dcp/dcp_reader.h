@@ -176,7 +176,7 @@ class DcpReader : public CheckpointReader {
   // (then warns once naming it).
   std::shared_ptr<FileIndex> SidecarIndexOf(const std::string& file, const RandomAccessFile& f);
   bool HasSidecar(const std::string& file);
-  // Prints, once per sidecar, that `file`'s sidecar is not used (`why`).
+  // Prints, once per sidecar and process, that `file`'s sidecar is not used (`why`).
   void WarnSidecar(const std::string& file, const std::string& why);
   // The item read through its zip headers instead of its sidecar entry
   // (`why`: warned once): cached apart, so references to the first stay valid.
@@ -240,7 +240,6 @@ class DcpReader : public CheckpointReader {
   std::map<std::string, std::unique_ptr<Sidecar>> sidecars_;   // guarded by mu_
   std::map<DcpItemKey, TensorItem> zip_items_;  // read without their sidecar; guarded by mu_
   std::set<DcpItemKey> bound_;                  // sidecar items checked bound; guarded by mu_
-  std::set<std::string> warned_;                // sidecars warned about; guarded by mu_
   // Item index pieces other ranks read (PrepareReads): by file, by offset.
   std::map<std::string, std::map<uint64_t, std::string>> received_;  // guarded by mu_
   std::map<const DcpIndexEntry*, std::unique_ptr<const std::vector<uint32_t>>>

@@ -56,7 +56,8 @@ bool DcpRecordBound(const RandomAccessFile& file, const DcpIndexEntry& e, uint64
       *bytes_read += d.size();
       if (Load(d.data(), 4) == kDescriptorSignature) {
         if (Load(d.data() + 4, 4) != e.crc) return false;
-        const bool small = Load(d.data() + 8, 4) == e.data_size && Load(d.data() + 12, 4) == e.data_size;
+        const bool small =
+            Load(d.data() + 8, 4) == e.data_size && Load(d.data() + 12, 4) == e.data_size;
         const bool zip64 = d.size() >= 24 && Load(d.data() + 8, 8) == e.data_size &&
                            Load(d.data() + 16, 8) == e.data_size;
         return small || zip64;
