@@ -285,36 +285,39 @@ bool DcpReader::FollowsTrailer(const std::string& file, const DcpIndexTrailer& t
 
 void DcpReader::ReadIndexBytes(const std::string& file, const RandomAccessFile& f, uint64_t offset,
                                std::span<std::byte> dst) {
-  Sidecar* sidecar = nullptr;  // in use or found bad: the index's bytes are its
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = sidecars_.find(file); it != sidecars_.end()) sidecar = it->second.get();
-  }
-  if (sidecar) {
-    if (offset < sidecar->base) {
-      Fail(ErrorKind::kCorruption, "{}: an item index offset {} lies before the end of {} ({})",
-           sidecar->file->path(), offset, f.path(), sidecar->base);
-    }
-    sidecar->file->Read(offset - sidecar->base, dst);
-    stats_.bytes_read += dst.size();
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto pieces = received_.find(file); pieces != received_.end()) {
-      auto it = pieces->second.upper_bound(offset);
-      if (it != pieces->second.begin()) {
-        --it;
-        const std::string& piece = it->second;
-        if (offset - it->first <= piece.size() &&
-            dst.size() <= piece.size() - (offset - it->first)) {
-          std::memcpy(dst.data(), piece.data() + (offset - it->first), dst.size());
-          return;  // read and counted by the rank that sent it
-        }
-      }
-    }
-  }
+  if (FromReceived(file, offset, dst)) return;  // read and counted by the rank that sent it
+  if (Sidecar* sidecar = AnySidecar(file)) return ReadSidecar(*sidecar, f, offset, dst);
   f.Read(offset, dst);
+  stats_.bytes_read += dst.size();
+}
+
+bool DcpReader::FromReceived(const std::string& file, uint64_t offset, std::span<std::byte> dst) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto pieces = received_.find(file);
+  if (pieces == received_.end()) return false;
+  auto it = pieces->second.upper_bound(offset);
+  if (it == pieces->second.begin()) return false;
+  --it;
+  const std::string& piece = it->second;
+  if (offset - it->first > piece.size() || dst.size() > piece.size() - (offset - it->first))
+    return false;
+  std::memcpy(dst.data(), piece.data() + (offset - it->first), dst.size());
+  return true;
+}
+
+DcpReader::Sidecar* DcpReader::AnySidecar(const std::string& file) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sidecars_.find(file);
+  return it == sidecars_.end() ? nullptr : it->second.get();
+}
+
+void DcpReader::ReadSidecar(Sidecar& sidecar, const RandomAccessFile& f, uint64_t offset,
+                            std::span<std::byte> dst) {
+  if (offset < sidecar.base) {
+    Fail(ErrorKind::kCorruption, "{}: an item index offset {} lies before the end of {} ({})",
+         sidecar.file->path(), offset, f.path(), sidecar.base);
+  }
+  sidecar.file->Read(offset - sidecar.base, dst);
   stats_.bytes_read += dst.size();
 }
 
@@ -400,13 +403,16 @@ std::shared_ptr<DcpReader::FileIndex> DcpReader::SidecarIndexOf(const std::strin
              s->size());
       }
       const uint64_t base = f.size();
+      std::map<uint64_t, std::string> head;  // what it reads: PrepareReads sends it
       const auto read = [&](uint64_t at, std::span<std::byte> dst) {
+        if (FromReceived(file, at, dst)) return;
         if (at < base) {
           Fail(ErrorKind::kCorruption, "{}: an offset {} lies before the data file's end {}",
                source, at, base);
         }
         s->Read(at - base, dst);
         stats_.bytes_read += dst.size();
+        head[at].assign(reinterpret_cast<const char*>(dst.data()), dst.size());
       };
       std::vector<std::byte> last(kDcpIndexTrailerBytes);
       read(base + s->size() - last.size(), last);
@@ -422,10 +428,19 @@ std::shared_ptr<DcpReader::FileIndex> DcpReader::SidecarIndexOf(const std::strin
         Fail(ErrorKind::kCorruption, "{}: lists {} items, more than .metadata has in the file",
              source, trailer->count);
       }
-      auto index = std::make_shared<FileIndex>(*trailer, base + s->size(), source, read);
+      // A sidecar another live reader opened (a load's ranks under threads)
+      // is not read again, nor are the groups it read.
+      std::string key = SharedIndexKey(env_, *s, last);
+      if (!key.empty()) key = fmt::format("{}|{}|{}", f.path(), base, key);
+      std::shared_ptr<FileIndex> index = key.empty() ? nullptr : SharedIndexes().Find(key);
+      if (!index) {
+        index = std::make_shared<FileIndex>(*trailer, base + s->size(), source, read);
+        if (!key.empty()) SharedIndexes().Put(key, index);
+      }
       std::lock_guard<std::mutex> lock(mu_);
       std::unique_ptr<Sidecar>& slot = sidecars_[file];
-      if (!slot) slot = std::make_unique<Sidecar>(Sidecar{std::move(s), base});
+      if (!slot)
+        slot = std::make_unique<Sidecar>(Sidecar{std::move(s), base, false, std::move(head)});
       return index;
     } catch (const std::exception& e) {
       WarnSidecar(path, e.what());
@@ -439,19 +454,30 @@ std::map<uint64_t, std::string> DcpReader::ReadIndexHead(const std::string& file
   try {
     const RandomAccessFile& f =
         files_.Open(file, 0, 0, [&] { return fmt::format("the item index of {}", file); });
-    if (f.size() < kDcpIndexTrailerBytes) return pieces;
-    auto read = [&](uint64_t begin, uint64_t end) -> std::span<const std::byte> {
-      std::string& piece = pieces[begin];
-      piece.resize(end - begin);
-      f.Read(begin, std::as_writable_bytes(std::span(piece.data(), piece.size())));
-      stats_.bytes_read += piece.size();
-      return std::as_bytes(std::span(piece.data(), piece.size()));
-    };
-    const std::span<const std::byte> last = read(f.size() - kDcpIndexTrailerBytes, f.size());
-    const std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), f.path());
-    if (!trailer || !FollowsTrailer(file, *trailer)) return pieces;
-    const auto [begin, end] = DcpFileIndex::HeadBytes(*trailer, f.size());
-    read(begin, end);
+    if (layout_->metadata.writer.starts_with("distckpt") && f.size() >= kDcpIndexTrailerBytes) {
+      auto read = [&](uint64_t begin, uint64_t end) -> std::span<const std::byte> {
+        std::string& piece = pieces[begin];
+        piece.resize(end - begin);
+        f.Read(begin, std::as_writable_bytes(std::span(piece.data(), piece.size())));
+        stats_.bytes_read += piece.size();
+        return std::as_bytes(std::span(piece.data(), piece.size()));
+      };
+      const std::span<const std::byte> last = read(f.size() - kDcpIndexTrailerBytes, f.size());
+      const std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), f.path());
+      if (trailer) {
+        if (!FollowsTrailer(file, *trailer)) return pieces;
+        const auto [begin, end] = DcpFileIndex::HeadBytes(*trailer, f.size());
+        read(begin, end);
+        return pieces;
+      }
+    }
+    // No index of its own: its sidecar's trailer and directory, as this
+    // reader read them (none when another reader of this process had).
+    FileIndexOf(file, [&] { return fmt::format("the item index of {}", file); });
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = sidecars_.find(file); it != sidecars_.end() && !it->second->bad) {
+      pieces.insert(it->second->head.begin(), it->second->head.end());
+    }
   } catch (const std::exception&) {
     // A reader that uses the file reads and fails alike, and says so.
   }
@@ -501,11 +527,12 @@ class MessageReader {
 }  // namespace
 
 void DcpReader::PrepareReads(const ChunksFn& chunks, Communicator& comm) {
-  // Decided alike on every rank: the checkpoint's writer. A load of one
-  // rank takes this path too: its reader threads then find every piece read
-  // (none reads a trailer or group another is reading: the same count each
-  // run).
-  if (!layout_->metadata.writer.starts_with("distckpt")) return;
+  // Every rank runs the same collectives (a checkpoint torch wrote too: the
+  // sidecars of its files, sidecar_index.h, are shared alike, each rank
+  // checking what it receives against its own sidecar's trailer). A load of
+  // one rank takes this path too: its reader threads then find every piece
+  // read (none reads a trailer or group another is reading: the same count
+  // each run).
   std::map<std::string, std::vector<uint64_t>> mine;  // the items this rank reads, by file
   try {
     for (const StoredChunk* chunk : chunks()) {
@@ -573,7 +600,7 @@ void DcpReader::PrepareReads(const ChunksFn& chunks, Communicator& comm) {
     auto it = mine.find(*files[k]);
     if (it == mine.end()) continue;
     const std::shared_ptr<FileIndex> index = index_of(*files[k]);
-    if (!index || HasSidecar(*files[k])) continue;  // a sidecar: each rank reads its own
+    if (!index) continue;
     const std::vector<uint64_t> groups = index->GroupsOf(it->second);
     if (groups.empty()) continue;
     PutU64(out, k);
@@ -592,14 +619,21 @@ void DcpReader::PrepareReads(const ChunksFn& chunks, Communicator& comm) {
   for (const auto& [k, groups] : wanted) {
     if (k >= files.size() || owners[k] != comm.rank()) continue;
     const std::shared_ptr<FileIndex> index = index_of(*files[k]);
-    if (!index || HasSidecar(*files[k])) continue;
+    if (!index) continue;
     try {
       const RandomAccessFile& f = files_.Open(*files[k], 0, 0, [&] { return *files[k]; });
       const std::vector<uint64_t> list(groups.begin(), groups.end());
+      Sidecar* sidecar = SidecarOf(*files[k]);
       for (const auto& [begin, end] : index->GroupRuns(list)) {
         std::string bytes(end - begin, '\0');
-        f.Read(begin, std::as_writable_bytes(std::span(bytes.data(), bytes.size())));
-        stats_.bytes_read += bytes.size();
+        const std::span<std::byte> dst =
+            std::as_writable_bytes(std::span(bytes.data(), bytes.size()));
+        if (sidecar) {
+          ReadSidecar(*sidecar, f, begin, dst);
+        } else {
+          f.Read(begin, dst);
+          stats_.bytes_read += bytes.size();
+        }
         PutU64(out, k);
         PutU64(out, begin);
         PutBytes(out, bytes);

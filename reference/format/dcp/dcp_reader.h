@@ -99,8 +99,10 @@ class DcpReader : public CheckpointReader {
   // adjacent groups in one read; each round's pieces are all-gathered (two
   // AllGathers a round). A rank uses a received piece in place of reading
   // those bytes, checking it as read (the trailer's hash of the directory,
-  // the directory's of each group), and counts only what it read. Nothing
-  // for a checkpoint torch wrote.
+  // the directory's of each group), and counts only what it read. For a
+  // file torch wrote, the pieces are of its sidecar (read by the owner from
+  // its own; a rank uses them only where it has a sidecar of that file, whose
+  // trailer's hash must match what it receives).
   void PrepareReads(const ChunksFn& chunks, Communicator& comm) override;
 
   // For `distckpt index`: the item index of data file `file` (as .metadata
@@ -130,7 +132,15 @@ class DcpReader : public CheckpointReader {
     std::unique_ptr<RandomAccessFile> file;
     uint64_t base = 0;  // the data file's size: index byte `at` is sidecar byte `at - base`
     bool bad = false;   // failed a check of its own: not used any more; guarded by mu_
+    std::map<uint64_t, std::string> head;  // its trailer and directory as read (PrepareReads)
   };
+  // Index bytes a rank sent (PrepareReads), copied into `dst`; false when none cover them.
+  bool FromReceived(const std::string& file, uint64_t offset, std::span<std::byte> dst);
+  // `file`'s sidecar, in use or found bad (its bytes are the index's), else null.
+  Sidecar* AnySidecar(const std::string& file);
+  // Index bytes [offset, + dst.size()) of data file `f` from its sidecar, counted.
+  void ReadSidecar(Sidecar& sidecar, const RandomAccessFile& f, uint64_t offset,
+                   std::span<std::byte> dst);
   // One ReadChunk of `item` (its zip's, an index's or a sidecar's view).
   void ReadItem(const TensorItem& item, const StoredTensor& tensor, const StoredChunk& chunk,
                 std::span<const ReadRun> runs, VerifyPolicy policy,

@@ -49,18 +49,21 @@ bool DcpRecordBound(const RandomAccessFile& file, const DcpIndexEntry& e, uint64
   try {
     const uint64_t end = e.data_offset + e.data_size;
     if (e.data_offset < item_offset || end > item_end || item_end > file.size()) return false;
-    // The data descriptor (general purpose flag bit 3: torch's writer).
-    std::vector<std::byte> d(std::min<uint64_t>(24, item_end - end));
-    if (d.size() >= 16) {
+    // The data descriptor (general purpose flag bit 3: torch's writer): 16
+    // bytes, 24 with zip64 sizes (read only when the short form does not fit).
+    if (item_end - end >= 16) {
+      std::vector<std::byte> d(16);
       file.Read(end, d);
       *bytes_read += d.size();
       if (Load(d.data(), 4) == kDescriptorSignature) {
         if (Load(d.data() + 4, 4) != e.crc) return false;
-        const bool small =
-            Load(d.data() + 8, 4) == e.data_size && Load(d.data() + 12, 4) == e.data_size;
-        const bool zip64 = d.size() >= 24 && Load(d.data() + 8, 8) == e.data_size &&
-                           Load(d.data() + 16, 8) == e.data_size;
-        return small || zip64;
+        if (Load(d.data() + 8, 4) == e.data_size && Load(d.data() + 12, 4) == e.data_size)
+          return true;
+        if (item_end - end < 24) return false;
+        d.resize(24);
+        file.Read(end, d);
+        *bytes_read += d.size();
+        return Load(d.data() + 8, 8) == e.data_size && Load(d.data() + 16, 8) == e.data_size;
       }
     }
     // Else the local header that ends where the record begins.

@@ -4,6 +4,8 @@
 // touched tile is refused naming the file and key; a stale or damaged
 // sidecar is not used (the record is read whole and checked by its zip
 // CRC32); beside and in the cache directory both found.
+#include "format/dcp/sidecar_index.h"
+
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -14,7 +16,6 @@
 #include "core/little_endian.h"
 #include "format/dcp/dcp_format.h"
 #include "format/dcp/dcp_reader.h"
-#include "format/dcp/sidecar_index.h"
 #include "format/dcp/testing.h"
 #include "io/testing.h"
 
