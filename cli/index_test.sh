@@ -60,6 +60,12 @@ for t in tp=1 tp=4 tp=2,pp=2; do
     done
   fi
 done
+# reshard --index-dir: the same sidecars, named on the command line.
+rm -rf "$work/out1"
+"$d" reshard "$ck" --spec gpt -t tp=4 --index-dir "$work/cache" --out "$work/out1" > "$work/r" 2>&1 ||
+  { cat "$work/r"; fail "reshard --index-dir"; }
+ratio "$work/r" > "$work/rn"
+within "indexed (--index-dir) under tp=4" 1.05
 # --beside: <file>.dcpindex next to each data file, found with no cache.
 "$d" index "$ck" --beside > /dev/null 2>&1 || fail "index --beside"
 for f in "$ck"/*.distcp; do [ -f "$f.dcpindex" ] || fail "--beside: no $f.dcpindex"; done

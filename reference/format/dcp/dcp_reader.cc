@@ -365,8 +365,6 @@ DcpReader::Sidecar* DcpReader::SidecarOf(const std::string& file) {
   return it == sidecars_.end() || it->second->bad ? nullptr : it->second.get();
 }
 
-bool DcpReader::HasSidecar(const std::string& file) { return SidecarOf(file) != nullptr; }
-
 void DcpReader::WarnSidecar(const std::string& key, const std::string& why) {
   // Once a process: the ranks of a load (threads) each open a reader.
   static std::mutex mu;

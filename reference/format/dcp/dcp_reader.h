@@ -15,8 +15,9 @@
 // - from an external item index ("sidecar", sidecar_index.h) that
 //   `distckpt index` wrote for a data file without its own index (torch
 //   wrote it): `<file>.dcpindex` beside it, else one in the cache directory
-//   (DcpIndexCacheDir), read by this reader alone (not shared between a
-//   load's ranks). Its trailer must give the file's size, and before a
+//   (DcpIndexCacheDir), shared like an in-file index (between the readers
+//   of a process, and a load's ranks: PrepareReads). Its trailer must give
+//   the file's size, and before a
 //   partial read through an entry the record's zip data descriptor (or local
 //   header) must record the entry's CRC32 and size; a sidecar that fails
 //   that, its own checks, or a check of the data it verifies is not used for
@@ -185,7 +186,6 @@ class DcpReader : public CheckpointReader {
   // The sidecar index of `file` (`f`), null when none is found or usable
   // (then warns once naming it).
   std::shared_ptr<FileIndex> SidecarIndexOf(const std::string& file, const RandomAccessFile& f);
-  bool HasSidecar(const std::string& file);
   // Prints, once per sidecar and process, that `file`'s sidecar is not used (`why`).
   void WarnSidecar(const std::string& file, const std::string& why);
   // The item read through its zip headers instead of its sidecar entry
