@@ -23,10 +23,17 @@ namespace distckpt {
 namespace {
 
 constexpr char kKey[] = "embedding.word_embeddings.weight";
+constexpr char kNoSidecars[] = "/nonexistent/distckpt-dcp-test-sidecars";
+
+// Every test of this binary reads the fixtures without the sidecars a user
+// may have made of them in the default cache directory (`distckpt index
+// fixtures/...`): their byte counts are those of torch's files.
+const bool kNoUserSidecars = [] { return setenv("DISTCKPT_INDEX_DIR", kNoSidecars, 1) == 0; }();
 
 class SidecarTest : public testing::Test {
  protected:
   void SetUp() override {
+    ASSERT_TRUE(kNoUserSidecars);
     dir_ = tmp_.path() + "/ck";
     std::filesystem::copy(std::string(DISTCKPT_MEGATRON_RUNS) + "/gpt-default-tp2/iter_0000010",
                           dir_, std::filesystem::copy_options::recursive);
@@ -35,7 +42,7 @@ class SidecarTest : public testing::Test {
     std::filesystem::create_directories(tmp_.path() + "/empty");
     UseCache(cache_);
   }
-  void TearDown() override { unsetenv("DISTCKPT_INDEX_DIR"); }
+  void TearDown() override { UseCache(kNoSidecars); }
   void UseCache(const std::string& dir) { setenv("DISTCKPT_INDEX_DIR", dir.c_str(), 1); }
 
   std::unique_ptr<CheckpointReader> Open() {
