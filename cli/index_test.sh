@@ -90,17 +90,19 @@ print(data)' "$1" "$2"
 }
 data=$(record "$ck/$file" "$item")
 flip "$ck/$file" $((data + 64 * 32 * 2 + 10))
-rm -rf "$work/out2"
-set +e
-"$d" reshard "$ck" --spec gpt -t tp=4 --out "$work/out2" > "$work/r" 2>&1
-rc=$?
-set -e
+for backend in threads $(command -v mpirun >/dev/null && echo mpi); do
+  rm -rf "$work/out2"
+  set +e
+  "$d" reshard "$ck" --spec gpt -t tp=4 --backend $backend --out "$work/out2" > "$work/r" 2>&1
+  rc=$?
+  set -e
+  [ $rc = 2 ] || { cat "$work/r"; fail "a flipped byte in a touched tile ($backend): exit $rc, not 2"; }
+  grep -q "error (corruption).*CRC32 mismatch in $ck/$file for key 'embedding.word_embeddings.weight'" "$work/r" ||
+    { cat "$work/r"; fail "the refusal ($backend) does not name the file and key"; }
+  [ ! -e "$work/out2" ] || fail "a refused reshard ($backend) wrote its output"
+  echo "a flipped byte in a touched tile: refused ($backend), naming $file and the key"
+done
 flip "$ck/$file" $((data + 64 * 32 * 2 + 10))
-[ $rc = 2 ] || { cat "$work/r"; fail "a flipped byte in a touched tile: exit $rc, not 2"; }
-grep -q "mismatch in $ck/$file for key 'embedding.word_embeddings.weight'" "$work/r" ||
-  { cat "$work/r"; fail "the refusal does not name the file and key"; }
-[ ! -e "$work/out2" ] || fail "a refused reshard wrote its output"
-echo "a flipped byte in a touched tile: refused, naming $file and the key"
 # Stale: a record rewritten with new bytes and a new CRC32 (descriptor and
 # central directory): the sidecar's entry no longer binds (a partial read
 # checks the record's data descriptor first; a whole read's hash disagrees);
