@@ -36,6 +36,7 @@ Command AddInspectCommand(CLI::App& app);     // cli/inspect.cc
 Command AddDiffCommand(CLI::App& app);        // cli/diff.cc
 Command AddVerifyCommand(CLI::App& app);      // cli/verify.cc
 Command AddReshardCommand(CLI::App& app);     // cli/reshard.cc
+Command AddIndexCommand(CLI::App& app);       // cli/index.cc
 Command AddDumpCommand(CLI::App& app);        // cli/dump.cc
 Command AddImportVerlCommand(CLI::App& app);  // cli/import_verl.cc
 Command AddTrainCommand(CLI::App& app);       // cli/train.cc

@@ -17,11 +17,11 @@ int main(int argc, char** argv) {
   CLI::App app{"distckpt: distributed checkpoint save/load under any parallel layout"};
   app.require_subcommand(1);
   std::vector<Command> commands = {
-      AddRunCommand(app),     AddSaveCommand(app),   AddLoadCommand(app),
-      AddInspectCommand(app), AddDiffCommand(app),   AddVerifyCommand(app),
-      AddReshardCommand(app), AddDumpCommand(app),   AddImportVerlCommand(app),
-      AddTrainCommand(app),   AddManageCommand(app), AddExportCommand(app),
-      AddImportCommand(app)};
+      AddRunCommand(app),        AddSaveCommand(app),  AddLoadCommand(app),
+      AddInspectCommand(app),    AddDiffCommand(app),  AddVerifyCommand(app),
+      AddReshardCommand(app),    AddIndexCommand(app), AddDumpCommand(app),
+      AddImportVerlCommand(app), AddTrainCommand(app), AddManageCommand(app),
+      AddExportCommand(app),     AddImportCommand(app)};
   bool strict_globals = false;
   app.add_flag("--strict-globals", strict_globals,
                "refuse a pickled class off distckpt's allow-list (Megatron's weights_only load) "

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -42,6 +43,7 @@ struct ReshardArgs {
   int world_size = 0;           // > 0: a verl FSDP checkpoint to N ranks (ReshardVerlCommand)
   int fsdp_version = 0;         // with world_size: 1 or 2, 0 = the source's
   int fsdp_size = 0;            // with world_size: HSDP shard group size, 0 = the source's
+  std::string index_dir;        // sidecar item indexes (`distckpt index`): DISTCKPT_INDEX_DIR
 };
 
 // A run root (Megatron's ROOT with latest_checkpointed_iteration.txt) given
@@ -125,10 +127,13 @@ int ReshardCommand(const ReshardArgs& given) {
   StrictHandling strict = StrictOf(args.strict, spec);
   const Format& format = FormatByName(args.format);
   const int world = Topology::Parse(args.topology).world_size();
+  bool torch_records = false;  // a DCP checkpoint torch wrote: one CRC32 a record (hint below)
   {
     Env* env = Env::Default();
     std::unique_ptr<CheckpointReader> reader =
         DetectFormat(env, args.dir).OpenReader(env, args.dir);
+    torch_records = reader->metadata().format.starts_with("dcp") &&
+                    !reader->metadata().writer.starts_with("distckpt");
     std::vector<ObjectFate> fates =
         ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology), verl.has_value());
     int changed = PrintObjectFates(fates);
@@ -199,6 +204,13 @@ int ReshardCommand(const ReshardArgs& given) {
         result.seconds,
         root ? fmt::format("; tracker {} written in {}", root->tracker.ToString(), root->out_root)
              : "");
+    if (torch_records && result.bytes_read * 20 > result.bytes_needed * 21) {
+      std::cout << fmt::format(
+          "hint: {} bytes read beyond the {} needed: torch's records carry one CRC32 each, so a "
+          "record needed in part is read whole to verify it; `distckpt index {}` (once) writes "
+          "item indexes with which partial reads verify only the tiles they touch\n",
+          result.bytes_read - result.bytes_needed, result.bytes_needed, given.dir);
+    }
   }
   return kExitOk;
 }
@@ -254,7 +266,12 @@ Command AddReshardCommand(CLI::App& app) {
   reshard->add_flag("--strict-objects", args->strict_objects,
                     "refuse when a stored object (rng_state, rerun or dataloader state) would not "
                     "be carried into the output");
+  reshard->add_option("--index-dir", args->index_dir,
+                      "where `distckpt index` wrote item indexes of torch's files (default: "
+                      "$DISTCKPT_INDEX_DIR, else its cache directory)");
   return {reshard, [args](CommandLine& line) {
+            // The readers (each rank's, under mpirun too: it parses the same flags) look there.
+            if (!args->index_dir.empty()) setenv("DISTCKPT_INDEX_DIR", args->index_dir.c_str(), 1);
             return OnBackend(line, args->backend, &args->topology, [&] {
               if (args->world_size > 0) return ReshardVerlCommand(*args);
               if (args->topology.empty() || args->spec.empty()) {

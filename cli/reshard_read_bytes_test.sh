@@ -16,12 +16,17 @@
 # torch's files (one CRC32 per record and a zip around each: a partly needed
 # record is read whole to check it, a small item whole with its headers)
 # 2.30 over a matrix and 4.10 a load (each rank needing a quarter of every
-# record reads 4 times what it needs).
+# record reads 4 times what it needs). Then each root's checkpoint after
+# `distckpt index` (its sidecar item indexes, in a directory of this run):
+# 1.05 over a matrix and 1.15 a load, like distckpt's own files, threads and
+# (where mpirun is installed) --backend mpi.
 #   reshard_read_bytes_test.sh DISTCKPT FIXTURES_DIR
 set -euo pipefail
 d=$1 fixtures=$2
 work=$(mktemp -d /tmp/distckpt-rbytes-XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# No sidecar from the user's cache: torch's files as written, unless a matrix says.
+export DISTCKPT_INDEX_DIR=$work/no-index
 fail() { echo "FAIL: $*"; exit 1; }
 topologies="tp=1 tp=2 tp=4 pp=2 tp=2,pp=2 tp=4,pp=2 dp=2 tp=2,dp=2 ep=2,dp=2 tp=2,ep=2,dp=2 ep=4,dp=4"
 # check_ratio NAME READ NEEDED BOUND
@@ -40,7 +45,8 @@ matrix() {
     grep -q "under $t: loads" "$work/v" || continue
     [ -n "$first" ] || first=$t
     rm -rf "$work/out"
-    "$d" reshard "$ck" --spec gpt -t "$t" --out "$work/out" > "$work/r" 2>&1 ||
+    "$d" reshard "$ck" --spec gpt -t "$t" --out "$work/out" ${backend:+--backend $backend} \
+      > "$work/r" 2>&1 ||
       { cat "$work/r"; fail "$name: reshard under $t"; }
     line=$(grep -E "^resharded .* bytes read of [0-9]+ needed" "$work/r") ||
       { cat "$work/r"; fail "$name: no read/needed under $t"; }
@@ -129,6 +135,14 @@ for root in "$fixtures"/megatron-runs/*/ "$fixtures"/verl-runs/megatron-*/; do
   "$d" verify "$ck" --spec gpt -t tp=1 > "$work/v" 2>&1 || true
   grep -q "WOULD NOT LOAD\|loads" "$work/v" || continue
   matrix "$name (as written)" "$ck" ${WRITTEN_BOUNDS:-2.30 4.10}
+  # After `distckpt index` (once): torch's files with sidecar item indexes.
+  rm -rf "$work/index"
+  "$d" index "$ck" --into "$work/index" > "$work/i" 2>&1 || { cat "$work/i"; fail "$name: index"; }
+  grep -E "^indexed " "$work/i"
+  for backend in threads $(command -v mpirun >/dev/null && echo mpi); do
+    DISTCKPT_INDEX_DIR=$work/index matrix "$name (indexed, $backend)" "$ck" 1.05 1.15
+  done
+  backend=
   # The same state resaved by distckpt (--format dcp: its item index) under the first
   # topology that loads, and its matrix.
   rm -rf "$work/resaved"

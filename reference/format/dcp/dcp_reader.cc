@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <list>
 #include <set>
 #include <vector>
@@ -14,7 +15,9 @@
 #include "core/little_endian.h"
 #include "format/block_checksums.h"
 #include "format/block_reads.h"
+#include "format/dcp/dcp_writer.h"
 #include "format/dcp/megatron_files.h"
+#include "format/dcp/sidecar_index.h"
 #include "format/format.h"
 
 namespace distckpt {
@@ -282,22 +285,39 @@ bool DcpReader::FollowsTrailer(const std::string& file, const DcpIndexTrailer& t
 
 void DcpReader::ReadIndexBytes(const std::string& file, const RandomAccessFile& f, uint64_t offset,
                                std::span<std::byte> dst) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto pieces = received_.find(file); pieces != received_.end()) {
-      auto it = pieces->second.upper_bound(offset);
-      if (it != pieces->second.begin()) {
-        --it;
-        const std::string& piece = it->second;
-        if (offset - it->first <= piece.size() &&
-            dst.size() <= piece.size() - (offset - it->first)) {
-          std::memcpy(dst.data(), piece.data() + (offset - it->first), dst.size());
-          return;  // read and counted by the rank that sent it
-        }
-      }
-    }
-  }
+  if (FromReceived(file, offset, dst)) return;  // read and counted by the rank that sent it
+  if (Sidecar* sidecar = AnySidecar(file)) return ReadSidecar(*sidecar, f, offset, dst);
   f.Read(offset, dst);
+  stats_.bytes_read += dst.size();
+}
+
+bool DcpReader::FromReceived(const std::string& file, uint64_t offset, std::span<std::byte> dst) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto pieces = received_.find(file);
+  if (pieces == received_.end()) return false;
+  auto it = pieces->second.upper_bound(offset);
+  if (it == pieces->second.begin()) return false;
+  --it;
+  const std::string& piece = it->second;
+  if (offset - it->first > piece.size() || dst.size() > piece.size() - (offset - it->first))
+    return false;
+  std::memcpy(dst.data(), piece.data() + (offset - it->first), dst.size());
+  return true;
+}
+
+DcpReader::Sidecar* DcpReader::AnySidecar(const std::string& file) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sidecars_.find(file);
+  return it == sidecars_.end() ? nullptr : it->second.get();
+}
+
+void DcpReader::ReadSidecar(Sidecar& sidecar, const RandomAccessFile& f, uint64_t offset,
+                            std::span<std::byte> dst) {
+  if (offset < sidecar.base) {
+    Fail(ErrorKind::kCorruption, "{}: an item index offset {} lies before the end of {} ({})",
+         sidecar.file->path(), offset, f.path(), sidecar.base);
+  }
+  sidecar.file->Read(offset - sidecar.base, dst);
   stats_.bytes_read += dst.size();
 }
 
@@ -309,19 +329,20 @@ DcpIndexRead DcpReader::IndexRead(const std::string& file, const RandomAccessFil
 
 std::shared_ptr<DcpReader::FileIndex> DcpReader::FileIndexOf(const std::string& file,
                                                              const Describe& what) {
-  if (!layout_->metadata.writer.starts_with("distckpt")) return nullptr;  // torch wrote it
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = indexes_.find(file); it != indexes_.end()) return it->second;
   }
   std::shared_ptr<FileIndex> loaded;
   const RandomAccessFile& f = files_.Open(file, 0, 0, what);
-  if (f.size() >= kDcpIndexTrailerBytes) {
+  bool own = false;  // the file ends with an index trailer
+  if (layout_->metadata.writer.starts_with("distckpt") && f.size() >= kDcpIndexTrailerBytes) {
     std::vector<std::byte> last(kDcpIndexTrailerBytes);
     ReadIndexBytes(file, f, f.size() - last.size(), last);
     const std::string source = fmt::format("{} (its item index)", f.path());
-    if (std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source);
-        trailer && FollowsTrailer(file, *trailer)) {
+    std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), source);
+    own = trailer.has_value();
+    if (trailer && FollowsTrailer(file, *trailer)) {
       // An index another live reader opened (IndexTables) is not read
       // again, nor are the groups of it that reader read (version 4).
       const std::string key = SharedIndexKey(env_, f, last);
@@ -332,8 +353,98 @@ std::shared_ptr<DcpReader::FileIndex> DcpReader::FileIndexOf(const std::string& 
       }
     }
   }
+  // A file without an index of its own (torch wrote it): its sidecar, if any.
+  if (!own) loaded = SidecarIndexOf(file, f);
   std::lock_guard<std::mutex> lock(mu_);
   return indexes_.emplace(file, std::move(loaded)).first->second;
+}
+
+DcpReader::Sidecar* DcpReader::SidecarOf(const std::string& file) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sidecars_.find(file);
+  return it == sidecars_.end() || it->second->bad ? nullptr : it->second.get();
+}
+
+void DcpReader::WarnSidecar(const std::string& key, const std::string& why) {
+  // Once a process: the ranks of a load (threads) each open a reader.
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!warned.insert(key).second) return;
+  }
+  std::cerr << fmt::format(
+      "warning: {}; not used: the records it would have verified in part are read whole and "
+      "checked against their zip CRC32\n",
+      why);
+}
+
+std::shared_ptr<DcpReader::FileIndex> DcpReader::SidecarIndexOf(const std::string& file,
+                                                                const RandomAccessFile& f) {
+  std::vector<std::string> candidates{DcpSidecarBeside(f.path())};
+  if (env_->name() == "posix") {
+    if (const std::string dir = DcpIndexCacheDir(); !dir.empty())
+      candidates.push_back(DcpSidecarCached(dir, f.path(), f.size()));
+  }
+  for (const std::string& path : candidates) {
+    std::unique_ptr<RandomAccessFile> s;
+    try {
+      if (!env_->FileExists(path)) continue;
+      s = env_->NewRandomAccessFile(path);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const std::string source = fmt::format("{} (the item index of {})", path, f.path());
+    try {
+      if (s->size() < kDcpIndexTrailerBytes) {
+        Fail(ErrorKind::kCorruption, "{}: {} bytes, too short for an item index", source,
+             s->size());
+      }
+      const uint64_t base = f.size();
+      std::map<uint64_t, std::string> head;  // what it reads: PrepareReads sends it
+      const auto read = [&](uint64_t at, std::span<std::byte> dst) {
+        if (FromReceived(file, at, dst)) return;
+        if (at < base) {
+          Fail(ErrorKind::kCorruption, "{}: an offset {} lies before the data file's end {}",
+               source, at, base);
+        }
+        s->Read(at - base, dst);
+        stats_.bytes_read += dst.size();
+        head[at].assign(reinterpret_cast<const char*>(dst.data()), dst.size());
+      };
+      std::vector<std::byte> last(kDcpIndexTrailerBytes);
+      read(base + s->size() - last.size(), last);
+      const std::optional<DcpIndexTrailer> trailer =
+          ParseDcpIndexTrailer(last, base + s->size(), source);
+      if (!trailer) Fail(ErrorKind::kCorruption, "{}: no item index trailer", source);
+      if (trailer->items_end != base) {
+        Fail(ErrorKind::kCorruption,
+             "{}: indexes a data file of {} bytes; it has {} (changed since `distckpt index`)",
+             source, trailer->items_end, base);
+      }
+      if (!FollowsTrailer(file, *trailer)) {
+        Fail(ErrorKind::kCorruption, "{}: lists {} items, more than .metadata has in the file",
+             source, trailer->count);
+      }
+      // A sidecar another live reader opened (a load's ranks under threads)
+      // is not read again, nor are the groups it read.
+      std::string key = SharedIndexKey(env_, *s, last);
+      if (!key.empty()) key = fmt::format("{}|{}|{}", f.path(), base, key);
+      std::shared_ptr<FileIndex> index = key.empty() ? nullptr : SharedIndexes().Find(key);
+      if (!index) {
+        index = std::make_shared<FileIndex>(*trailer, base + s->size(), source, read);
+        if (!key.empty()) SharedIndexes().Put(key, index);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_ptr<Sidecar>& slot = sidecars_[file];
+      if (!slot)
+        slot = std::make_unique<Sidecar>(Sidecar{std::move(s), base, false, std::move(head)});
+      return index;
+    } catch (const std::exception& e) {
+      WarnSidecar(path, e.what());
+    }
+  }
+  return nullptr;
 }
 
 std::map<uint64_t, std::string> DcpReader::ReadIndexHead(const std::string& file) {
@@ -341,19 +452,30 @@ std::map<uint64_t, std::string> DcpReader::ReadIndexHead(const std::string& file
   try {
     const RandomAccessFile& f =
         files_.Open(file, 0, 0, [&] { return fmt::format("the item index of {}", file); });
-    if (f.size() < kDcpIndexTrailerBytes) return pieces;
-    auto read = [&](uint64_t begin, uint64_t end) -> std::span<const std::byte> {
-      std::string& piece = pieces[begin];
-      piece.resize(end - begin);
-      f.Read(begin, std::as_writable_bytes(std::span(piece.data(), piece.size())));
-      stats_.bytes_read += piece.size();
-      return std::as_bytes(std::span(piece.data(), piece.size()));
-    };
-    const std::span<const std::byte> last = read(f.size() - kDcpIndexTrailerBytes, f.size());
-    const std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), f.path());
-    if (!trailer || !FollowsTrailer(file, *trailer)) return pieces;
-    const auto [begin, end] = DcpFileIndex::HeadBytes(*trailer, f.size());
-    read(begin, end);
+    if (layout_->metadata.writer.starts_with("distckpt") && f.size() >= kDcpIndexTrailerBytes) {
+      auto read = [&](uint64_t begin, uint64_t end) -> std::span<const std::byte> {
+        std::string& piece = pieces[begin];
+        piece.resize(end - begin);
+        f.Read(begin, std::as_writable_bytes(std::span(piece.data(), piece.size())));
+        stats_.bytes_read += piece.size();
+        return std::as_bytes(std::span(piece.data(), piece.size()));
+      };
+      const std::span<const std::byte> last = read(f.size() - kDcpIndexTrailerBytes, f.size());
+      const std::optional<DcpIndexTrailer> trailer = ParseDcpIndexTrailer(last, f.size(), f.path());
+      if (trailer) {
+        if (!FollowsTrailer(file, *trailer)) return pieces;
+        const auto [begin, end] = DcpFileIndex::HeadBytes(*trailer, f.size());
+        read(begin, end);
+        return pieces;
+      }
+    }
+    // No index of its own: its sidecar's trailer and directory, as this
+    // reader read them (none when another reader of this process had).
+    FileIndexOf(file, [&] { return fmt::format("the item index of {}", file); });
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = sidecars_.find(file); it != sidecars_.end() && !it->second->bad) {
+      pieces.insert(it->second->head.begin(), it->second->head.end());
+    }
   } catch (const std::exception&) {
     // A reader that uses the file reads and fails alike, and says so.
   }
@@ -403,11 +525,12 @@ class MessageReader {
 }  // namespace
 
 void DcpReader::PrepareReads(const ChunksFn& chunks, Communicator& comm) {
-  // Decided alike on every rank: the checkpoint's writer. A load of one
-  // rank takes this path too: its reader threads then find every piece read
-  // (none reads a trailer or group another is reading: the same count each
-  // run).
-  if (!layout_->metadata.writer.starts_with("distckpt")) return;
+  // Every rank runs the same collectives (a checkpoint torch wrote too: the
+  // sidecars of its files, sidecar_index.h, are shared alike, each rank
+  // checking what it receives against its own sidecar's trailer). A load of
+  // one rank takes this path too: its reader threads then find every piece
+  // read (none reads a trailer or group another is reading: the same count
+  // each run).
   std::map<std::string, std::vector<uint64_t>> mine;  // the items this rank reads, by file
   try {
     for (const StoredChunk* chunk : chunks()) {
@@ -498,10 +621,17 @@ void DcpReader::PrepareReads(const ChunksFn& chunks, Communicator& comm) {
     try {
       const RandomAccessFile& f = files_.Open(*files[k], 0, 0, [&] { return *files[k]; });
       const std::vector<uint64_t> list(groups.begin(), groups.end());
+      Sidecar* sidecar = SidecarOf(*files[k]);
       for (const auto& [begin, end] : index->GroupRuns(list)) {
         std::string bytes(end - begin, '\0');
-        f.Read(begin, std::as_writable_bytes(std::span(bytes.data(), bytes.size())));
-        stats_.bytes_read += bytes.size();
+        const std::span<std::byte> dst =
+            std::as_writable_bytes(std::span(bytes.data(), bytes.size()));
+        if (sidecar) {
+          ReadSidecar(*sidecar, f, begin, dst);
+        } else {
+          f.Read(begin, dst);
+          stats_.bytes_read += bytes.size();
+        }
         PutU64(out, k);
         PutU64(out, begin);
         PutBytes(out, bytes);
@@ -517,7 +647,22 @@ const DcpIndexEntry* DcpReader::IndexEntry(const std::string& file, uint64_t ite
                                            const Describe& what) {
   const std::shared_ptr<FileIndex> index = FileIndexOf(file, what);
   if (!index) return nullptr;
-  return index->Find(item_offset, IndexRead(file, files_.Open(file, 0, 0, what)));
+  Sidecar* sidecar = SidecarOf(file);
+  if (!sidecar) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (sidecars_.count(file)) return nullptr;  // a sidecar found bad
+    }
+    return index->Find(item_offset, IndexRead(file, files_.Open(file, 0, 0, what)));
+  }
+  try {
+    return index->Find(item_offset, IndexRead(file, files_.Open(file, 0, 0, what)));
+  } catch (const CheckpointError& e) {
+    WarnSidecar(sidecar->file->path(), e.what());
+    std::lock_guard<std::mutex> lock(mu_);
+    sidecar->bad = true;
+    return nullptr;
+  }
 }
 
 DcpReader::TensorItem DcpReader::ZipItem(const StoredTensor& tensor, const StoredChunk& chunk,
@@ -557,6 +702,60 @@ DcpReader::TensorItem DcpReader::ZipItem(const StoredTensor& tensor, const Store
   return item;
 }
 
+std::string DcpReader::BuildItemIndex(const std::string& file, uint64_t* items) {
+  const RandomAccessFile& f = files_.Open(file, 0, 0, [&] { return file; });
+  std::map<uint64_t, std::pair<const StoredTensor*, const StoredChunk*>> chunks;  // by item
+  for (const auto& [key, tensor] : metadata_->tensors) {
+    for (const StoredChunk& chunk : tensor.chunks) {
+      if (chunk.file == file && chunk.length > 0)
+        chunks.emplace(chunk.offset, std::pair{&tensor, &chunk});
+    }
+  }
+  DcpIndexWriter index;
+  uint64_t count = 0;
+  std::vector<std::byte> record;
+  for (const auto& [offset, pair] : chunks) {
+    const StoredTensor& tensor = *pair.first;
+    const StoredChunk& chunk = *pair.second;
+    const Describe what = [&] { return ChunkName(tensor, chunk); };
+    // As a full verified load reads it: its zip headers and data.pkl
+    // checked against .metadata, its record whole against its CRC32.
+    const TensorItem item = ZipItem(tensor, chunk, what);
+    record.resize(item.record_size);
+    if (item.bytes) {
+      std::memcpy(record.data(), item.bytes->data() + (item.record_offset - chunk.offset),
+                  record.size());
+    } else {
+      files_.Open(file, item.record_offset, item.record_size, what);
+      f.Read(item.record_offset, record);
+      stats_.bytes_read += record.size();
+    }
+    const uint64_t binding = ChunkBindingSeed(tensor.key, tensor.dtype, chunk);
+    std::vector<uint32_t> no_blocks;  // block_size 0: none
+    const DcpRecordSums sums = DcpHashRecord(record, 0, binding, &no_blocks);
+    CheckCrc(sums.crc, item.crc, f.path(), what);
+    // An index entry describes a contiguous record of exactly the chunk's bytes.
+    if (!item.tensor.IsContiguous() || item.tensor.storage_offset != 0 ||
+        item.record_size != chunk.length) {
+      continue;
+    }
+    const DcpRecordLayout layout = DcpLayoutOf(tensor, chunk, chunk.length);
+    index.Add({.item_offset = chunk.offset,
+               .data_offset = item.record_offset,
+               .data_size = chunk.length,
+               .binding = binding,
+               .crcs_offset = 0,
+               .hash = sums.hash,
+               .crc = item.crc,
+               .block_size = layout.block_size,
+               .tiles = layout.tiles.tiles()},
+              DcpTileCrcs(layout.tiles, record));
+    ++count;
+  }
+  if (items) *items = count;
+  return index.empty() ? std::string() : index.Finish(f.size());
+}
+
 namespace {
 
 // Whole records read together (ReadChunks): up to 1 MiB a system call, with
@@ -594,8 +793,7 @@ const DcpReader::TensorItem* DcpReader::GatheredItem(const ChunkRead& read) {
 // The same bytes, checks, messages and stats as ReadChunk of each in turn
 // (but for the bytes read: the gaps between records count too).
 void DcpReader::PrefetchIndexes(std::span<const ChunkRead> reads) {
-  if (!layout_->metadata.writer.starts_with("distckpt")) return;  // torch wrote it
-  std::map<std::string, std::vector<uint64_t>> offsets;           // by file
+  std::map<std::string, std::vector<uint64_t>> offsets;  // by file
   std::map<std::string, const ChunkRead*> firsts;
   for (const ChunkRead& read : reads) {
     if (read.runs.empty() || read.chunk->length == 0) continue;
@@ -608,7 +806,22 @@ void DcpReader::PrefetchIndexes(std::span<const ChunkRead> reads) {
     const std::shared_ptr<FileIndex> index = FileIndexOf(file, what);
     if (!index) continue;
     std::sort(items.begin(), items.end());
-    index->Prefetch(items, IndexRead(file, files_.Open(file, 0, 0, what)));
+    Sidecar* sidecar = SidecarOf(file);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!sidecar && sidecars_.count(file)) continue;  // a sidecar found bad
+    }
+    if (!sidecar) {
+      index->Prefetch(items, IndexRead(file, files_.Open(file, 0, 0, what)));
+      continue;
+    }
+    try {
+      index->Prefetch(items, IndexRead(file, files_.Open(file, 0, 0, what)));
+    } catch (const CheckpointError& e) {
+      WarnSidecar(sidecar->file->path(), e.what());
+      std::lock_guard<std::mutex> lock(mu_);
+      sidecar->bad = true;
+    }
   }
 }
 
@@ -671,7 +884,19 @@ void DcpReader::ReadChunks(std::span<const ChunkRead> reads, VerifyPolicy policy
       const ChunkRead& read = reads[i + k];
       RecordCheck check(items[k]->index, items[k]->crc, policy);
       check.Update(std::span<const std::byte>(read.runs[0].dst, items[k]->record_size));
-      check.Check(file.path(), [&] { return ChunkName(*read.tensor, *read.chunk); });
+      const Describe what = [&] { return ChunkName(*read.tensor, *read.chunk); };
+      if (items[k]->sidecar) {
+        try {
+          check.Check(file.path(), what);
+        } catch (const CheckpointError& error) {
+          // As ReadChunk: the record's zip CRC32 tells a bad sidecar from bad data.
+          ReadItem(WithoutSidecar(*read.tensor, *read.chunk, what, error.what()), *read.tensor,
+                   *read.chunk, read.runs, policy, what, read.chunk->length);
+          continue;
+        }
+      } else {
+        check.Check(file.path(), what);
+      }
       ++stats_.chunks_verified;
     }
     i = j;
@@ -717,20 +942,41 @@ const DcpReader::TensorItem& DcpReader::Item(const StoredTensor& tensor, const S
   }
   if (!listed) Fail(ErrorKind::kCorruption, "{}: no storage entry in .metadata", what());
   const DcpIndexEntry* e = IndexEntry(chunk.file, chunk.offset, what);
-  TensorItem item = e ? IndexedItem(tensor, chunk, *e, length->second.length, what)
-                      : ZipItem(tensor, chunk, what);
+  TensorItem item;
+  if (Sidecar* sidecar = e ? SidecarOf(chunk.file) : nullptr) {
+    try {
+      item = IndexedItem(tensor, chunk, *e, length->second.length, what);
+      item.sidecar = true;
+    } catch (const CheckpointError& error) {
+      WarnSidecar(sidecar->file->path(),
+                  fmt::format("{}: {}", sidecar->file->path(), error.what()));
+      item = ZipItem(tensor, chunk, what);
+    }
+  } else {
+    item = e ? IndexedItem(tensor, chunk, *e, length->second.length, what)
+             : ZipItem(tensor, chunk, what);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   return tensor_items_.emplace(key, std::move(item)).first->second;
 }
 
 const std::vector<uint32_t>& DcpReader::BlockCrcs(const DcpIndexEntry& entry,
+                                                  const std::string& name,
                                                   const RandomAccessFile& file) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = block_crcs_.find(&entry); it != block_crcs_.end()) return *it->second;
   }
   std::vector<std::byte> bytes(DcpBlockCount(entry) * 4);
-  file.Read(entry.crcs_offset, bytes);
+  if (Sidecar* sidecar = SidecarOf(name)) {
+    if (entry.crcs_offset < sidecar->base) {
+      Fail(ErrorKind::kCorruption, "{}: block CRCs at {}, before the end of {} ({})",
+           sidecar->file->path(), entry.crcs_offset, file.path(), sidecar->base);
+    }
+    sidecar->file->Read(entry.crcs_offset - sidecar->base, bytes);
+  } else {
+    file.Read(entry.crcs_offset, bytes);
+  }
   stats_.checksum_bytes_read += bytes.size();  // not payload (ReadStats)
   auto crcs = std::make_unique<const std::vector<uint32_t>>(ParseDcpBlockCrcs(bytes));
   std::lock_guard<std::mutex> lock(mu_);
@@ -780,6 +1026,78 @@ void DcpReader::ReadChunk(const StoredTensor& tensor, const StoredChunk& chunk,
   const uint64_t covered = CheckedRunBytes(runs, chunk.length, what);
   if (covered == 0 && chunk.length > 0) return;
   const TensorItem& item = Item(tensor, chunk, what);
+  if (!item.sidecar) return ReadItem(item, tensor, chunk, runs, policy, what, covered);
+  // Through a sidecar. `verify --data` checks what torch would: the zip's.
+  if (policy == VerifyPolicy::kAlways) {
+    return ReadItem(WithoutSidecar(tensor, chunk, what, ""), tensor, chunk, runs, policy, what,
+                    covered);
+  }
+  // A partial read is checked by the sidecar's tile CRCs: first, the record
+  // must still be the one indexed (a whole read's hash checks all of it).
+  if (covered != chunk.length && policy != VerifyPolicy::kNever &&
+      !SidecarBound(item, chunk, what)) {
+    return ReadItem(WithoutSidecar(tensor, chunk, what,
+                                   fmt::format("the record of {} in {} is not the one it indexed "
+                                               "(the file changed since `distckpt index`)",
+                                               what(), chunk.file)),
+                    tensor, chunk, runs, policy, what, covered);
+  }
+  try {
+    ReadItem(item, tensor, chunk, runs, policy, what, covered);
+  } catch (const CheckpointError& error) {
+    if (error.kind() != ErrorKind::kCorruption) throw;
+    // The sidecar's checksum disagrees with the data: a damaged or stale
+    // sidecar, or damaged data, which the record's zip CRC32 tells apart.
+    ReadItem(WithoutSidecar(tensor, chunk, what, error.what()), tensor, chunk, runs, policy, what,
+             covered);
+  }
+}
+
+const DcpReader::TensorItem& DcpReader::WithoutSidecar(const StoredTensor& tensor,
+                                                       const StoredChunk& chunk,
+                                                       const Describe& what,
+                                                       const std::string& why) {
+  const DcpItemKey key{chunk.file, chunk.offset};
+  if (!why.empty()) {
+    std::string path = chunk.file;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = sidecars_.find(chunk.file); it != sidecars_.end())
+        path = it->second->file->path();
+    }
+    WarnSidecar(path, fmt::format("{}: {}", path, why));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = zip_items_.find(key); it != zip_items_.end()) return it->second;
+  }
+  TensorItem item = ZipItem(tensor, chunk, what);
+  std::lock_guard<std::mutex> lock(mu_);
+  return zip_items_.emplace(key, std::move(item)).first->second;
+}
+
+bool DcpReader::SidecarBound(const TensorItem& item, const StoredChunk& chunk,
+                             const Describe& what) {
+  const DcpItemKey key{chunk.file, chunk.offset};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bound_.count(key)) return true;
+  }
+  const auto length = layout_->items.find(key);
+  if (length == layout_->items.end()) return false;
+  const RandomAccessFile& file = files_.Open(chunk.file, 0, 0, what);
+  if (!DcpRecordBound(file, *item.index, chunk.offset, chunk.offset + length->second.length,
+                      &stats_.bytes_read)) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  bound_.insert(key);
+  return true;
+}
+
+void DcpReader::ReadItem(const TensorItem& item, const StoredTensor& tensor,
+                         const StoredChunk& chunk, std::span<const ReadRun> runs,
+                         VerifyPolicy policy, const Describe& what, uint64_t covered) {
   const RandomAccessFile& file =
       files_.Open(chunk.file, item.record_offset, item.record_size, what);
   const TorchTensor& t = item.tensor;
@@ -826,7 +1144,7 @@ void DcpReader::RecordRead::CheckItemAgainstIndex() {
   }
   // And the block CRC32s, which verify partial reads, must make up the record's.
   if (item.index->block_size > 0 && item.index->tiles == 0 &&
-      CombineBlockCrcs(reader.BlockCrcs(*item.index, file), item.index->block_size,
+      CombineBlockCrcs(reader.BlockCrcs(*item.index, chunk.file, file), item.index->block_size,
                        item.record_size) != item.crc) {
     Fail(ErrorKind::kCorruption,
          "{}: the block CRC32s of {} in its item index do not combine to the record's CRC32 "
@@ -875,7 +1193,7 @@ void DcpReader::RecordRead::ReadRunsExactly() {
 }
 
 void DcpReader::RecordRead::ReadIndexedTiles(const BlockLayout& tiles) {
-  const std::vector<uint32_t>& crcs = reader.BlockCrcs(*item.index, file);
+  const std::vector<uint32_t>& crcs = reader.BlockCrcs(*item.index, chunk.file, file);
   reader.stats_.bytes_read += ReadCheckedTiles(
       file, item.record_offset, tiles, runs, false,
       [&](std::span<const uint64_t> batch, const WindowBytes& at) {
@@ -901,7 +1219,7 @@ void DcpReader::RecordRead::ReadIndexedTiles(const BlockLayout& tiles) {
 void DcpReader::RecordRead::ReadIndexedBlocks() {
   // A partial read of an item distckpt wrote: the touched blocks of the
   // record, each checked against its CRC32 in the item index.
-  const std::vector<uint32_t>& crcs = reader.BlockCrcs(*item.index, file);
+  const std::vector<uint32_t>& crcs = reader.BlockCrcs(*item.index, chunk.file, file);
   reader.stats_.bytes_read += ReadCheckedBlocks(
       file, item.record_offset, item.record_size, item.index->block_size, runs, false,
       [&](uint64_t first, std::span<const std::byte> bytes) {

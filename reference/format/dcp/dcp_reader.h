@@ -12,6 +12,17 @@
 //   modification time and trailer; and read once between a load's ranks in
 //   any process (PrepareReads: one reads each piece, sends it, the others
 //   check it). No zip header is read;
+// - from an external item index ("sidecar", sidecar_index.h) that
+//   `distckpt index` wrote for a data file without its own index (torch
+//   wrote it): `<file>.dcpindex` beside it, else one in the cache directory
+//   (DcpIndexCacheDir), shared like an in-file index (between the readers
+//   of a process, and a load's ranks: PrepareReads). Its trailer must give
+//   the file's size, and before a
+//   partial read through an entry the record's zip data descriptor (or local
+//   header) must record the entry's CRC32 and size; a sidecar that fails
+//   that, its own checks, or a check of the data it verifies is not used for
+//   the file or item: the record is read whole and checked against its zip
+//   CRC32 (which refuses damaged data), with one warning naming the sidecar;
 // - else from the item's zip headers: a head (data.pkl, the storage record's
 //   local header) and a tail (zip directory) sized by what the file's first
 //   item needed; an item of at most 4 KiB is read whole, once, and kept.
@@ -52,6 +63,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,9 +100,21 @@ class DcpReader : public CheckpointReader {
   // adjacent groups in one read; each round's pieces are all-gathered (two
   // AllGathers a round). A rank uses a received piece in place of reading
   // those bytes, checking it as read (the trailer's hash of the directory,
-  // the directory's of each group), and counts only what it read. Nothing
-  // for a checkpoint torch wrote.
+  // the directory's of each group), and counts only what it read. For a
+  // file torch wrote, the pieces are of its sidecar (read by the owner from
+  // its own; a rank uses them only where it has a sidecar of that file, whose
+  // trailer's hash must match what it receives).
   void PrepareReads(const ChunksFn& chunks, Communicator& comm) override;
+
+  // For `distckpt index`: the item index of data file `file` (as .metadata
+  // names it), read and verified as a full verified load does (every tensor
+  // item whole: its zip headers and data.pkl agree with .metadata, its
+  // storage record's CRC32), as DcpIndexWriter::Finish(the file's size)
+  // encodes it; empty when the file holds no tensor item an index can list
+  // (a strided or offset view is left to its zip headers). `*items` gets the
+  // entries' count. A bad record is CheckpointError(kCorruption) naming the
+  // file and key.
+  std::string BuildItemIndex(const std::string& file, uint64_t* items = nullptr);
 
  private:
   struct TensorItem {
@@ -102,7 +126,28 @@ class DcpReader : public CheckpointReader {
     std::shared_ptr<const std::string> bytes;
     // Its entry in the file's item index (distckpt wrote it), else null.
     const DcpIndexEntry* index = nullptr;
+    bool sidecar = false;  // `index` is a sidecar's entry
   };
+  // A data file's sidecar (sidecar_index.h), once opened.
+  struct Sidecar {
+    std::unique_ptr<RandomAccessFile> file;
+    uint64_t base = 0;  // the data file's size: index byte `at` is sidecar byte `at - base`
+    bool bad = false;   // failed a check of its own: not used any more; guarded by mu_
+    std::map<uint64_t, std::string> head;  // its trailer and directory as read (PrepareReads)
+  };
+  // Index bytes a rank sent (PrepareReads), copied into `dst`; false when none cover them.
+  bool FromReceived(const std::string& file, uint64_t offset, std::span<std::byte> dst);
+  // `file`'s sidecar, in use or found bad (its bytes are the index's), else null.
+  Sidecar* AnySidecar(const std::string& file);
+  // Index bytes [offset, + dst.size()) of data file `f` from its sidecar, counted.
+  void ReadSidecar(Sidecar& sidecar, const RandomAccessFile& f, uint64_t offset,
+                   std::span<std::byte> dst);
+  // One ReadChunk of `item` (its zip's, an index's or a sidecar's view).
+  void ReadItem(const TensorItem& item, const StoredTensor& tensor, const StoredChunk& chunk,
+                std::span<const ReadRun> runs, VerifyPolicy policy,
+                const std::function<std::string()>& what, uint64_t covered);
+  // The sidecar of `file`, null when it has none in use.
+  Sidecar* SidecarOf(const std::string& file);
   using FileIndex = DcpFileIndex;
 
   // The torch.save archive of the item at (file, offset), read through a
@@ -138,6 +183,20 @@ class DcpReader : public CheckpointReader {
   // null when it has none.
   std::shared_ptr<FileIndex> FileIndexOf(const std::string& file,
                                          const std::function<std::string()>& what);
+  // The sidecar index of `file` (`f`), null when none is found or usable
+  // (then warns once naming it).
+  std::shared_ptr<FileIndex> SidecarIndexOf(const std::string& file, const RandomAccessFile& f);
+  // Prints, once per sidecar and process, that `file`'s sidecar is not used (`why`).
+  void WarnSidecar(const std::string& file, const std::string& why);
+  // The item read through its zip headers instead of its sidecar entry
+  // (`why`: warned once): cached apart, so references to the first stay valid.
+  const TensorItem& WithoutSidecar(const StoredTensor& tensor, const StoredChunk& chunk,
+                                   const std::function<std::string()>& what,
+                                   const std::string& why);
+  // Whether a sidecar item's record still lies as its entry says (checked
+  // once per item; warns and returns false when not).
+  bool SidecarBound(const TensorItem& item, const StoredChunk& chunk,
+                    const std::function<std::string()>& what);
   // Whether a reader follows `trailer` of `file`: an index lists non-empty
   // tensor items, which .metadata lists too; a trailer counting more
   // (damaged) is not followed (reading what it claims could mean the whole
@@ -160,7 +219,9 @@ class DcpReader : public CheckpointReader {
   // (dcp_reader.cc).
   class RecordRead;
   // The block CRC32s of an indexed item, read once.
-  const std::vector<uint32_t>& BlockCrcs(const DcpIndexEntry& entry, const RandomAccessFile& file);
+  // (From `name`'s sidecar when it has one in use.)
+  const std::vector<uint32_t>& BlockCrcs(const DcpIndexEntry& entry, const std::string& name,
+                                         const RandomAccessFile& file);
   nlohmann::json ReadValue(const std::string& file, uint64_t offset, uint64_t length,
                            const std::string& what);
   // The common state; `from_object` is set when it was the common_state
@@ -186,6 +247,9 @@ class DcpReader : public CheckpointReader {
   };
   std::map<std::string, Edges> edges_;                         // guarded by mu_
   std::map<std::string, std::shared_ptr<FileIndex>> indexes_;  // guarded by mu_
+  std::map<std::string, std::unique_ptr<Sidecar>> sidecars_;   // guarded by mu_
+  std::map<DcpItemKey, TensorItem> zip_items_;  // read without their sidecar; guarded by mu_
+  std::set<DcpItemKey> bound_;                  // sidecar items checked bound; guarded by mu_
   // Item index pieces other ranks read (PrepareReads): by file, by offset.
   std::map<std::string, std::map<uint64_t, std::string>> received_;  // guarded by mu_
   std::map<const DcpIndexEntry*, std::unique_ptr<const std::vector<uint32_t>>>

@@ -27,17 +27,7 @@ DcpWriter::DcpWriter(Env* env, std::string dir, int rank, int stream, std::strin
     : DataFileWriter(env, std::move(dir), rank, DcpDataFileName(rank, stream),
                      DcpHeader(std::move(format_name))) {}
 
-namespace {
-
-// The shape a chunk's record is saved with and its item-index blocks: tiles
-// (format/block_layout.h) of at most block_size bytes a piece.
-struct RecordLayout {
-  Shape shape;
-  uint32_t block_size;
-  BlockLayout tiles;
-};
-
-RecordLayout LayoutOf(const StoredTensor& tensor, const StoredChunk& chunk, uint64_t bytes) {
+DcpRecordLayout DcpLayoutOf(const StoredTensor& tensor, const StoredChunk& chunk, uint64_t bytes) {
   // Megatron reads a flattened piece as a tensor of shape (1, ..., 1, n); a
   // tensor of no elements is not reformulated (DcpFromMetadata).
   Shape shape = chunk.box.shape;
@@ -50,6 +40,8 @@ RecordLayout LayoutOf(const StoredTensor& tensor, const StoredChunk& chunk, uint
           BlockLayout::Tiles(tensor.global_shape, chunk.box, chunk.flat, BlockLayout::Flat::kRows,
                              DTypeSize(tensor.dtype), bytes, block)};
 }
+
+namespace {
 
 // The record's CRC32 comes from CRC32s of blocks of this size (which helpers
 // may compute: DcpHashRecord); the index keeps the tiles' instead.
@@ -68,7 +60,8 @@ void DcpWriter::StoreChunks(std::span<PendingChunk> chunks) {
     AppendWhileHelpersHash(
         run.size(), run.size(), helpers(),
         [&](size_t i) {  // on this thread or a helper
-          const RecordLayout layout = LayoutOf(*run[i].tensor, run[i].chunk, run[i].bytes.size());
+          const DcpRecordLayout layout =
+              DcpLayoutOf(*run[i].tensor, run[i].chunk, run[i].bytes.size());
           hashed[i].sums = DcpHashRecord(
               run[i].bytes, CrcBlock(run[i].bytes.size()),
               ChunkBindingSeed(run[i].tensor->key, run[i].tensor->dtype, run[i].chunk),
@@ -90,7 +83,7 @@ void DcpWriter::StoreRecord(const StoredTensor& tensor, StoredChunk& chunk,
   // blocks' (the item index) in the one pass that writes it, unless hashed
   // ahead; then the chunk's bytes are held (the caller flushes them) and
   // written with the records around them in one gathered write.
-  const RecordLayout layout = LayoutOf(tensor, chunk, bytes.size());
+  const DcpRecordLayout layout = DcpLayoutOf(tensor, chunk, bytes.size());
   const Shape& shape = layout.shape;
   const uint32_t block_size = layout.block_size;
   std::vector<uint32_t> blocks;

@@ -40,6 +40,17 @@ namespace distckpt {
 std::string DcpDataFileName(int rank, int index);
 bool IsDcpDataFileName(std::string_view name);
 
+// How a chunk's storage record of `bytes` bytes is saved and indexed: the
+// shape it is saved with (a flat chunk as (1, ..., 1, n)) and its item-index
+// tiles (format/block_layout.h) of at most block_size bytes a piece. What
+// DcpWriter writes, and what `distckpt index` indexes a record torch wrote by.
+struct DcpRecordLayout {
+  Shape shape;
+  uint32_t block_size;
+  BlockLayout tiles;
+};
+DcpRecordLayout DcpLayoutOf(const StoredTensor& tensor, const StoredChunk& chunk, uint64_t bytes);
+
 class DcpWriter : public DataFileWriter {
  public:
   // Writes `__<rank>_<stream>.distcp` (one file per writer thread, as DCP's).
