@@ -20,8 +20,8 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "engine/metadata_api.h"
-#include "format/dcp/dcp_reader.h"
-#include "format/dcp/sidecar_index.h"
+#include "format/dcp/dcp_reader.h"     // internal: index reads the DCP records itself
+#include "format/dcp/sidecar_index.h"  // internal: the sidecar files index writes
 #include "io/env.h"
 
 namespace distckpt {
@@ -31,23 +31,6 @@ struct IndexArgs {
   std::string dir, into;
   bool beside = false;
 };
-
-void WriteAtomically(Env* env, const std::string& path, const std::string& bytes) {
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  try {
-    std::unique_ptr<WritableFile> out = env->NewWritableFile(tmp);
-    out->Append(std::as_bytes(std::span(bytes.data(), bytes.size())));
-    out->Sync();
-    out->Close();
-    env->RenameFile(tmp, path);
-  } catch (...) {
-    try {
-      env->RemoveFile(tmp);
-    } catch (...) {
-    }
-    throw;
-  }
-}
 
 int IndexCommand(const IndexArgs& args) {
   Env* env = Env::Default();
@@ -98,7 +81,7 @@ int IndexCommand(const IndexArgs& args) {
     }
     const std::string out =
         args.beside ? DcpSidecarBeside(path) : DcpSidecarCached(into, path, size);
-    WriteAtomically(env, out, index);
+    WriteFileAtomic(env, out, index);
     std::cout << fmt::format("{}: {} items verified and indexed in {} ({} bytes)\n", path, items,
                              out, index.size());
     ++written;
