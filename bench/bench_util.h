@@ -9,6 +9,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -75,6 +76,19 @@ double BestRawRead(const std::string& path, std::vector<std::vector<std::byte>>&
 
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point start);
+
+// The fewest seconds of `rounds` calls of `fn` (each returning its seconds),
+// one after the other. A warm ratio times both of its sides this way:
+// BestRawRead's two patterns run back to back, the second finding in the
+// CPU's caches what the first just read, so a load timed once after them
+// (its bytes evicted from the caches by the raw reads) was compared with a
+// raw read that had the caches' help.
+template <typename Fn>
+double Best(int rounds, Fn fn) {
+  double best = 1e300;
+  for (int r = 0; r < rounds; ++r) best = std::min(best, fn());
+  return best;
+}
 
 // A whole 1-D f32 tensor `key` of `bytes` bytes on one rank, filled with the
 // ramp first, first + 1, ... (`with_data` false: metadata only).

@@ -154,14 +154,18 @@ void LoadBench(benchmark::State& state, bool cold, const LoadOptions& options = 
     RunPaired(
         state, "over_raw",
         [&] {
-          double seconds = 0;
-          for (int i = 0; i < repeats; ++i) {
-            if (cold) EvictFromPageCache(dir);
-            auto start = Clock::now();
-            read = Load(request, dir, comm, options).summary.bytes_read;
-            seconds += SecondsSince(start);
-          }
-          return seconds;
+          // Warm: the faster of two loads back to back, as the raw side is
+          // timed (Best); cold: one, each evicted before it.
+          return Best(cold ? 1 : 2, [&] {
+            double seconds = 0;
+            for (int i = 0; i < repeats; ++i) {
+              if (cold) EvictFromPageCache(dir);
+              auto start = Clock::now();
+              read = Load(request, dir, comm, options).summary.bytes_read;
+              seconds += SecondsSince(start);
+            }
+            return seconds;
+          });
         },
         [&] { return BestRawRead(raw.Sub("raw.bin"), buffers, readers, cold); });
   });

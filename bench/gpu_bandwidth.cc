@@ -53,13 +53,6 @@ struct Row {
 };
 
 template <typename Fn>
-double Best(int rounds, Fn fn) {
-  double best = 1e300;
-  for (int r = 0; r < rounds; ++r) best = std::min(best, fn());
-  return best;
-}
-
-template <typename Fn>
 double Timed(Fn fn) {
   const Clock::time_point start = Clock::now();
   fn();

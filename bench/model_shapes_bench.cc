@@ -142,10 +142,12 @@ void ModelLoad(benchmark::State& state, const ModelShapes& m, bool cold) {
     RunPaired(
         state, "over_raw",
         [&] {
-          if (cold) EvictFromPageCache(dir.Sub("ckpt"));
-          auto start = Clock::now();
-          Load(request, dir.Sub("ckpt"), comm);
-          return SecondsSince(start);
+          return Best(cold ? 1 : 2, [&] {  // warm: as the raw side is timed
+            if (cold) EvictFromPageCache(dir.Sub("ckpt"));
+            auto start = Clock::now();
+            Load(request, dir.Sub("ckpt"), comm);
+            return SecondsSince(start);
+          });
         },
         [&] { return BestRawRead(dir.Sub("raw.bin"), buffers, readers, cold); });
   });
