@@ -89,8 +89,8 @@ bool FixChecksums(std::vector<std::byte>& bytes) {
     Put64(trailer + 24, distckpt::Checksum(std::span(bytes).subspan(table, table_end - table)));
     return true;
   }
-  const uint64_t groups = (count + distckpt::kDcpIndexGroupEntries - 1) /
-                          distckpt::kDcpIndexGroupEntries;
+  const uint64_t groups =
+      (count + distckpt::kDcpIndexGroupEntries - 1) / distckpt::kDcpIndexGroupEntries;
   const uint64_t D = distckpt::kDcpIndexDirectoryEntryBytes;
   if (groups > (table_end - table) / D) return false;
   const uint64_t directory = table_end - groups * D;
