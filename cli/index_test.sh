@@ -8,6 +8,8 @@
 # damaged one is not used (one warning naming it) and the load still verifies;
 # `index` refuses a bad record (exit 2, no sidecar for that file) and skips
 # files distckpt wrote (their own index); the checkpoint is never modified.
+# reshard and load say `hint: ... distckpt index` after reading torch's
+# records whole, not once indexed; their --index-dir names the sidecars.
 #   index_test.sh DISTCKPT FIXTURES_DIR
 set -euo pipefail
 d=$1 fixtures=$2
@@ -54,6 +56,7 @@ for t in tp=1 tp=4 tp=2,pp=2; do
   reshard "cache $t" "$t" "$work/out1" DISTCKPT_INDEX_DIR="$work/cache"
   within "indexed (cache) under $t" 1.05
   ! grep -q "warning" "$work/r" || { cat "$work/r"; fail "cache $t: a warning"; }
+  ! grep -q "^hint:" "$work/r" || { cat "$work/r"; fail "cache $t: a hint after index"; }
   if [ "$t" = tp=4 ]; then
     for f in "$work"/out0/*.distcp; do
       cmp "$f" "$work/out1/$(basename "$f")" || fail "indexed read differs from the whole-record read"
@@ -66,6 +69,45 @@ rm -rf "$work/out1"
   { cat "$work/r"; fail "reshard --index-dir"; }
 ratio "$work/r" > "$work/rn"
 within "indexed (--index-dir) under tp=4" 1.05
+# load (a scenario's state, every element checked) of a DCP checkpoint torch
+# wrote: the same hint, and --index-dir. torch never wrote a scenario's values
+# here (no peer in this test), so a distckpt DCP save is made to look as
+# torch's files do: each file cut at its items' end (no item index of its
+# own) and the .metadata's distckpt entry renamed (the writer: PyTorch DCP).
+"$d" save -t tp=2,pp=2 --dir "$work/torchlike" --format dcp > /dev/null 2>&1 || fail "save (load's)"
+python3 -c 'import glob, struct, sys
+for p in glob.glob(sys.argv[1] + "/*.distcp"):
+    b = open(p, "rb").read()
+    assert b[-8:] == b"DCPINDX5", p
+    open(p, "wb").write(b[:struct.unpack("<Q", b[-40:-32])[0]])
+m = open(sys.argv[1] + "/.metadata", "rb").read(); key = b"X\x08\x00\x00\x00distckpt"
+assert m.count(key) == 1
+open(sys.argv[1] + "/.metadata", "wb").write(m.replace(key, key[:-8] + b"notours_"))' "$work/torchlike"
+[[ "$("$d" inspect "$work/torchlike")" == *"written by PyTorch DCP"* ]] ||
+  fail "load's checkpoint: not torch's"
+# load_read NAME [FLAGS...]: a load under tp=4; its "read needed" into $work/rn.
+load_read() {
+  local name=$1
+  shift
+  "$d" load -t tp=4 --dir "$work/torchlike" --saved-topology tp=2,pp=2 "$@" > "$work/r" 2>&1 ||
+    { cat "$work/r"; fail "load ($name)"; }
+  sed -nE 's/.*bytes needed ([0-9]+), bytes read ([0-9]+) .*/\2 \1/p' "$work/r" > "$work/rn"
+  [ -s "$work/rn" ] || { cat "$work/r"; fail "load ($name): no bytes read"; }
+  echo "load ($name): $(cat "$work/rn") (read needed)"
+}
+load_read "as written"
+read -r whole _ < "$work/rn"
+grep -q "^hint: .*distckpt index $work/torchlike" "$work/r" ||
+  { cat "$work/r"; fail "load as written: no hint suggesting distckpt index"; }
+"$d" index "$work/torchlike" --into "$work/loadidx" > /dev/null 2>&1 || fail "index (load's)"
+load_read "--index-dir" --index-dir "$work/loadidx"
+read -r indexed _ < "$work/rn"
+[ "$indexed" -lt "$whole" ] || fail "load --index-dir: $indexed bytes read, not fewer than $whole"
+! grep -q "^hint:" "$work/r" || { cat "$work/r"; fail "load --index-dir: a hint after index"; }
+DISTCKPT_INDEX_DIR=$work/loadidx load_read "cache"
+read -r cached _ < "$work/rn"
+[ "$cached" = "$indexed" ] || fail "load (cache): $cached bytes read, --index-dir $indexed"
+! grep -q "^hint:" "$work/r" || { cat "$work/r"; fail "load (cache): a hint after index"; }
 # --beside: <file>.dcpindex next to each data file, found with no cache.
 "$d" index "$ck" --beside > /dev/null 2>&1 || fail "index --beside"
 for f in "$ck"/*.distcp; do [ -f "$f.dcpindex" ] || fail "--beside: no $f.dcpindex"; done

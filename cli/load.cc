@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/index_hint.h"
 #include "cli/options.h"
 #include "cli/step.h"
 #include "core/error.h"
@@ -57,6 +58,10 @@ int LoadCommand(const StepArgs& args) {
       s.name, saved, args.topology, report.bytes_needed, report.bytes_read,
       Ratio(report.bytes_read, report.bytes_needed), report.chunks_verified,
       report.chunks_unverified, report.seconds);
+  if (step.local_dir.empty()) {
+    std::cout << IndexHint(Env::Default(), args.dir, report.bytes_read, report.bytes_needed,
+                           args.dir);
+  }
   for (size_t r = 0; r < report.rank_bytes_read.size(); ++r) {
     std::cout << fmt::format(
         "  rank {}: read {} bytes of the {} bytes of stored chunks it touched ({})\n", r,
@@ -76,7 +81,9 @@ Command AddLoadCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "load", "load a scenario's state under a topology and check every element");
   AddStepOptions(cmd, *args, true);
+  AddIndexDirOption(cmd, args->index_dir);
   return {cmd, [args](CommandLine& line) {
+            UseIndexDir(args->index_dir);
             return OnBackend(line, args->backend, &args->topology,
                              [&] { return LoadCommand(*args); });
           }};

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/index_hint.h"
 #include "cli/options.h"
 #include "comm/thread_world.h"
 #include "core/error.h"
@@ -127,13 +127,10 @@ int ReshardCommand(const ReshardArgs& given) {
   StrictHandling strict = StrictOf(args.strict, spec);
   const Format& format = FormatByName(args.format);
   const int world = Topology::Parse(args.topology).world_size();
-  bool torch_records = false;  // a DCP checkpoint torch wrote: one CRC32 a record (hint below)
   {
     Env* env = Env::Default();
     std::unique_ptr<CheckpointReader> reader =
         DetectFormat(env, args.dir).OpenReader(env, args.dir);
-    torch_records = reader->metadata().format.starts_with("dcp") &&
-                    !reader->metadata().writer.starts_with("distckpt");
     std::vector<ObjectFate> fates =
         ObjectFates(spec, reader->metadata(), Topology::Parse(args.topology), verl.has_value());
     int changed = PrintObjectFates(fates);
@@ -204,13 +201,8 @@ int ReshardCommand(const ReshardArgs& given) {
         result.seconds,
         root ? fmt::format("; tracker {} written in {}", root->tracker.ToString(), root->out_root)
              : "");
-    if (torch_records && result.bytes_read * 20 > result.bytes_needed * 21) {
-      std::cout << fmt::format(
-          "hint: {} bytes read beyond the {} needed: torch's records carry one CRC32 each, so a "
-          "record needed in part is read whole to verify it; `distckpt index {}` (once) writes "
-          "item indexes with which partial reads verify only the tiles they touch\n",
-          result.bytes_read - result.bytes_needed, result.bytes_needed, given.dir);
-    }
+    std::cout << IndexHint(Env::Default(), args.dir, result.bytes_read, result.bytes_needed,
+                           given.dir);
   }
   return kExitOk;
 }
@@ -266,12 +258,9 @@ Command AddReshardCommand(CLI::App& app) {
   reshard->add_flag("--strict-objects", args->strict_objects,
                     "refuse when a stored object (rng_state, rerun or dataloader state) would not "
                     "be carried into the output");
-  reshard->add_option("--index-dir", args->index_dir,
-                      "where `distckpt index` wrote item indexes of torch's files (default: "
-                      "$DISTCKPT_INDEX_DIR, else its cache directory)");
+  AddIndexDirOption(reshard, args->index_dir);
   return {reshard, [args](CommandLine& line) {
-            // The readers (each rank's, under mpirun too: it parses the same flags) look there.
-            if (!args->index_dir.empty()) setenv("DISTCKPT_INDEX_DIR", args->index_dir.c_str(), 1);
+            UseIndexDir(args->index_dir);
             return OnBackend(line, args->backend, &args->topology, [&] {
               if (args->world_size > 0) return ReshardVerlCommand(*args);
               if (args->topology.empty() || args->spec.empty()) {

@@ -26,7 +26,8 @@ struct StepArgs {
   std::string strict;             // load: default = the scenario's
   std::string verify;             // load: whole | always | never (default: the pair's, else whole)
   std::string report_json;
-  int pair = -1;  // scenario pair whose extras apply
+  std::string index_dir;  // load: --index-dir (cli/index_hint.h)
+  int pair = -1;          // scenario pair whose extras apply
   // The step's options: strategies and what the harness does around them
   // (harness/run/runner.h: --fully-parallel, --async, --local, --device, ...).
   StepOptions step;
