@@ -6,8 +6,9 @@
 // and verified as a full verified load does; a bad record (exit 2, naming the
 // file and key) leaves that file without a sidecar. Sidecars go to the cache
 // directory ($DISTCKPT_INDEX_DIR, else $XDG_CACHE_HOME/distckpt/index, else
-// ~/.cache/distckpt/index), --into DIR, or with --beside next to each data
-// file; the checkpoint's own files are never modified. Each is written to a
+// ~/.cache/distckpt/index) with a size record each, --into DIR likewise, or
+// with --beside next to each data file; the checkpoint's own files are never
+// modified. Each is written to a
 // temporary file and renamed.
 #include <fmt/format.h>
 
@@ -79,9 +80,13 @@ int IndexCommand(const IndexArgs& args) {
       ++skipped;
       continue;
     }
-    const std::string out =
-        args.beside ? DcpSidecarBeside(path) : DcpSidecarCached(into, path, size);
-    WriteFileAtomic(env, out, index);
+    std::string out;
+    if (args.beside) {
+      out = DcpSidecarBeside(path);
+      WriteFileAtomic(env, out, index);
+    } else {
+      out = WriteDcpSidecarCached(env, into, path, size, index);
+    }
     std::cout << fmt::format("{}: {} items verified and indexed in {} ({} bytes)\n", path, items,
                              out, index.size());
     ++written;

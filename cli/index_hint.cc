@@ -6,8 +6,8 @@
 #include <memory>
 #include <set>
 
-#include "format/format.h"
 #include "format/dcp/sidecar_index.h"  // internal: where the readers look for sidecars
+#include "format/format.h"
 
 namespace distckpt {
 

@@ -5,7 +5,8 @@
 # to the whole-record read; every byte read still checked: a flipped data byte
 # in a touched tile is refused naming the file and key (exit 2); a stale
 # sidecar (data file appended to, a record rewritten with a new CRC32) or a
-# damaged one is not used (one warning naming it) and the load still verifies;
+# damaged one is not used (one warning naming it) and the load still verifies
+# (a cached one of a file grown since: the warning names the file);
 # `index` refuses a bad record (exit 2, no sidecar for that file) and skips
 # files distckpt wrote (their own index); the checkpoint is never modified.
 # reshard and load say `hint: ... distckpt index` after reading torch's
@@ -174,6 +175,20 @@ grep -q "warning: $ck/$file.dcpindex.*changed since" "$work/r" ||
   { cat "$work/r"; fail "stale size: no warning naming the sidecar"; }
 cp "$work/saved" "$ck/$file"
 rm "$ck"/*.dcpindex
+# Stale in the cache: the data file grown since `index` (its cached sidecar is
+# keyed by the old size): one warning naming the file and its size change
+# (from the size record `index` keeps beside), and the load verifies as
+# without a sidecar, the same values.
+size=$(stat -c %s "$ck/$file")
+echo grown >> "$ck/$file"
+reshard "grown (cache)" tp=4 "$work/out2" DISTCKPT_INDEX_DIR="$work/cache"
+grep -q "warning: $ck/$file: $((size + 6)) bytes, $size when \`distckpt index\` indexed it into $work/cache: its size changed since" "$work/r" ||
+  { cat "$work/r"; fail "grown (cache): no warning naming the file and its size change"; }
+[ "$(grep -c warning "$work/r")" = 1 ] || { cat "$work/r"; fail "grown (cache): not one warning"; }
+for f in "$work"/out0/*.distcp; do
+  cmp "$f" "$work/out2/$(basename "$f")" || fail "grown (cache): values differ"
+done
+cp "$work/saved" "$ck/$file"
 # A damaged sidecar (its group directory): one warning naming it, the load
 # verifies as without it, the same values.
 cp -r "$work/cache" "$work/bad"

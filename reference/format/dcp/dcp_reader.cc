@@ -382,10 +382,8 @@ void DcpReader::WarnSidecar(const std::string& key, const std::string& why) {
 std::shared_ptr<DcpReader::FileIndex> DcpReader::SidecarIndexOf(const std::string& file,
                                                                 const RandomAccessFile& f) {
   std::vector<std::string> candidates{DcpSidecarBeside(f.path())};
-  if (env_->name() == "posix") {
-    if (const std::string dir = DcpIndexCacheDir(); !dir.empty())
-      candidates.push_back(DcpSidecarCached(dir, f.path(), f.size()));
-  }
+  const std::string cache = env_->name() == "posix" ? DcpIndexCacheDir() : "";
+  if (!cache.empty()) candidates.push_back(DcpSidecarCached(cache, f.path(), f.size()));
   for (const std::string& path : candidates) {
     std::unique_ptr<RandomAccessFile> s;
     try {
@@ -442,6 +440,18 @@ std::shared_ptr<DcpReader::FileIndex> DcpReader::SidecarIndexOf(const std::strin
       return index;
     } catch (const std::exception& e) {
       WarnSidecar(path, e.what());
+    }
+  }
+  // None in the cache under the file's size, but one under another size
+  // (its size record): the file changed since `distckpt index`.
+  if (!cache.empty() && !env_->FileExists(candidates.back())) {
+    if (const std::optional<uint64_t> indexed = ReadDcpSidecarSize(env_, cache, f.path());
+        indexed && *indexed != f.size()) {
+      WarnSidecar(DcpSidecarSizeRecord(cache, f.path()),
+                  fmt::format("{}: {} bytes, {} when `distckpt index` indexed it into {}: its "
+                              "size changed since, so that item index no longer applies (rerun "
+                              "`distckpt index`)",
+                              f.path(), f.size(), *indexed, cache));
     }
   }
   return nullptr;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -23,15 +24,59 @@ std::string DcpIndexCacheDir() {
 
 std::string DcpSidecarBeside(const std::string& data_path) { return data_path + kDcpSidecarSuffix; }
 
-std::string DcpSidecarCached(const std::string& cache_dir, const std::string& data_path,
-                             uint64_t size) {
+namespace {
+
+std::string CanonicalPath(const std::string& path) {
   std::error_code error;
-  std::string canonical = std::filesystem::weakly_canonical(data_path, error).string();
-  if (error) canonical = std::filesystem::absolute(data_path).lexically_normal().string();
-  const std::string key = fmt::format("{}\n{}", canonical, size);
+  std::string canonical = std::filesystem::weakly_canonical(path, error).string();
+  if (error) canonical = std::filesystem::absolute(path).lexically_normal().string();
+  return canonical;
+}
+
+std::string CacheName(const std::string& cache_dir, const std::string& key, const char* suffix) {
   return fmt::format("{}/{}{}", cache_dir,
                      ChecksumToHex(Checksum(std::as_bytes(std::span(key.data(), key.size())))),
-                     kDcpSidecarSuffix);
+                     suffix);
+}
+
+}  // namespace
+
+std::string DcpSidecarCached(const std::string& cache_dir, const std::string& data_path,
+                             uint64_t size) {
+  return CacheName(cache_dir, fmt::format("{}\n{}", CanonicalPath(data_path), size),
+                   kDcpSidecarSuffix);
+}
+
+std::string DcpSidecarSizeRecord(const std::string& cache_dir, const std::string& data_path) {
+  return CacheName(cache_dir, CanonicalPath(data_path), kDcpSidecarSizeSuffix);
+}
+
+std::string WriteDcpSidecarCached(Env* env, const std::string& cache_dir,
+                                  const std::string& data_path, uint64_t size,
+                                  const std::string& index) {
+  const std::string sidecar = DcpSidecarCached(cache_dir, data_path, size);
+  WriteFileAtomic(env, sidecar, index);
+  WriteFileAtomic(env, DcpSidecarSizeRecord(cache_dir, data_path),
+                  fmt::format("{} {}\n", size, CanonicalPath(data_path)));
+  return sidecar;
+}
+
+std::optional<uint64_t> ReadDcpSidecarSize(Env* env, const std::string& cache_dir,
+                                           const std::string& data_path) {
+  try {
+    const std::string record = DcpSidecarSizeRecord(cache_dir, data_path);
+    if (!env->FileExists(record) || env->FileSize(record) > 4096) return std::nullopt;
+    const std::string text = ReadFileToString(env, record);
+    uint64_t size = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), size);
+    if (error != std::errc() || end == text.data() || end == text.data() + text.size() ||
+        *end != ' ') {
+      return std::nullopt;
+    }
+    return size;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 namespace {

@@ -8,7 +8,10 @@
 // items_end`). It lies beside the data file (`<file>.dcpindex`, written only
 // when asked: it adds a file to a checkpoint distckpt did not write) or in a
 // cache directory, named by the xxHash3 of the data file's canonical path and
-// size, so two checkpoints do not collide.
+// size, so two checkpoints do not collide. Beside a cache sidecar, a size
+// record named by the path alone (`.dcpsize`) holds the size it was written
+// for: a reader that finds no sidecar under the file's current size but a
+// record of another size warns that the file changed since `distckpt index`.
 //
 // Binding: the trailer's items_end must be the data file's size, and each
 // entry's storage record must still be where the entry says with the CRC32
@@ -22,6 +25,7 @@
 #define DISTCKPT_FORMAT_DCP_SIDECAR_INDEX_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "format/dcp/item_index.h"
@@ -30,6 +34,7 @@
 namespace distckpt {
 
 inline constexpr char kDcpSidecarSuffix[] = ".dcpindex";
+inline constexpr char kDcpSidecarSizeSuffix[] = ".dcpsize";
 
 // The cache directory of sidecars: $DISTCKPT_INDEX_DIR, else
 // $XDG_CACHE_HOME/distckpt/index, else $HOME/.cache/distckpt/index; empty
@@ -41,6 +46,21 @@ std::string DcpSidecarBeside(const std::string& data_path);
 // `cache_dir`: `<xxh3 of its canonical path and size, 16 hex digits>.dcpindex`.
 std::string DcpSidecarCached(const std::string& cache_dir, const std::string& data_path,
                              uint64_t size);
+// The size record of the local data file `data_path` in `cache_dir`:
+// `<xxh3 of its canonical path, 16 hex digits>.dcpsize`, holding
+// "<size> <canonical path>\n", the size the file had when its sidecar was
+// last written there.
+std::string DcpSidecarSizeRecord(const std::string& cache_dir, const std::string& data_path);
+// Writes `index` as the cache sidecar of `data_path` of `size` bytes
+// (DcpSidecarCached), then its size record, each to a temporary file renamed
+// into place. Returns the sidecar's path.
+std::string WriteDcpSidecarCached(Env* env, const std::string& cache_dir,
+                                  const std::string& data_path, uint64_t size,
+                                  const std::string& index);
+// The size the size record of `data_path` in `cache_dir` names; nullopt
+// when there is none or it is not one (a cache older than size records).
+std::optional<uint64_t> ReadDcpSidecarSize(Env* env, const std::string& cache_dir,
+                                           const std::string& data_path);
 // Whether `entry`'s storage record still lies in `file` as the entry says,
 // the record of the item [item_offset, item_end): the zip data descriptor
 // right after it (torch's items; 16 or 24 bytes) or, where there is none, its

@@ -3,9 +3,11 @@
 // touches, bit-exact to the whole-record read; a flipped data byte in a
 // touched tile is refused naming the file and key; a stale or damaged
 // sidecar is not used (the record is read whole and checked by its zip
-// CRC32); beside and in the cache directory both found.
+// CRC32); beside and in the cache directory both found; a file resized since
+// it was indexed into the cache is named in one warning.
 #include "format/dcp/sidecar_index.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -57,9 +59,12 @@ class SidecarTest : public testing::Test {
       uint64_t items = 0;
       const std::string index = dcp.BuildItemIndex(file, &items);
       ASSERT_GT(items, 0u);
-      WriteFileBytes(beside ? DcpSidecarBeside(path)
-                            : DcpSidecarCached(cache_, path, std::filesystem::file_size(path)),
-                     index);
+      if (beside) {
+        WriteFileBytes(DcpSidecarBeside(path), index);
+      } else {
+        WriteDcpSidecarCached(Env::Default(), cache_, path, std::filesystem::file_size(path),
+                              index);
+      }
     }
   }
   const StoredChunk& First(const StoredTensor& t) {
@@ -197,6 +202,48 @@ TEST_F(SidecarTest, AppendedFileOrDamagedSidecarIsNotUsed) {
   Index(true);
   WriteFileBytes(file, ReadFileBytes(file) + "x");
   EXPECT_EQ(ReadHalf(&read), expected);
+  EXPECT_GE(read, 2 * expected.size());
+}
+
+// A file grown (or shrunk) since it was indexed into the cache: its sidecar
+// is keyed by the old size, so none is found; the size record under its path
+// says why, once, naming the file (the record is read whole and verified, as
+// without a sidecar). A cache without size records (older): no word.
+TEST_F(SidecarTest, ResizedFileInTheCacheWarnsOnceNamingIt) {
+  uint64_t read = 0;
+  const std::vector<std::byte> expected = ReadHalf(&read);
+  Index(false);
+  std::string file;
+  RecordOffset(&file);
+  const std::string bytes = ReadFileBytes(file);
+  ASSERT_EQ(ReadDcpSidecarSize(Env::Default(), cache_, file), bytes.size());
+  // Grown by 5 bytes: one warning naming the file and both sizes.
+  WriteFileBytes(file, bytes + "grown");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(ReadHalf(&read), expected);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_GE(read, 2 * expected.size());
+  EXPECT_NE(err.find(fmt::format("warning: {}: {} bytes, {} when `distckpt index` indexed it", file,
+                                 bytes.size() + 5, bytes.size())),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("rerun `distckpt index`"), std::string::npos) << err;
+  // Once a process.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(ReadHalf(&read), expected);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  // Back to its indexed size: through the sidecar again, no word.
+  WriteFileBytes(file, bytes);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(ReadHalf(&read), expected);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_LE(read, expected.size() + 1024);
+  // No size record (a cache written before them): not found, no word.
+  std::filesystem::remove(DcpSidecarSizeRecord(cache_, file));
+  WriteFileBytes(file, bytes + "x");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(ReadHalf(&read), expected);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
   EXPECT_GE(read, 2 * expected.size());
 }
 
