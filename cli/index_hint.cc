@@ -40,15 +40,19 @@ bool ReadsTorchRecordsWhole(Env* env, const std::string& dir, const CheckpointMe
 }
 
 std::string IndexHint(Env* env, const std::string& dir, uint64_t read, uint64_t needed,
-                      const std::string& shown_dir) {
+                      const std::string& shown_dir, const std::string& would) {
   if (read * 20 <= needed * 21) return "";
   if (!ReadsTorchRecordsWhole(env, dir, DetectFormat(env, dir).OpenReader(env, dir)->metadata()))
     return "";
+  const std::string beyond =
+      would.empty()
+          ? fmt::format("{} bytes read beyond the {} needed", read - needed, needed)
+          : fmt::format("{} at least {} bytes beyond the {} needed", would, read - needed, needed);
   return fmt::format(
-      "hint: {} bytes read beyond the {} needed: torch's records carry one CRC32 each, so a "
-      "record needed in part is read whole to verify it; `distckpt index {}` (once) writes "
-      "item indexes with which partial reads verify only the tiles they touch\n",
-      read - needed, needed, shown_dir);
+      "hint: {}: torch's records carry one CRC32 each, so a record needed in part is read whole "
+      "to verify it; `distckpt index {}` (once) writes item indexes with which partial reads "
+      "verify only the tiles they touch\n",
+      beyond, shown_dir);
 }
 
 }  // namespace distckpt

@@ -1,8 +1,8 @@
-// What `distckpt reshard` and `distckpt load` share about `distckpt index`'s
+// What `distckpt reshard`, `load` and `verify` share about `distckpt index`'s
 // sidecar item indexes (reference/format/dcp/sidecar_index.h): the
 // --index-dir flag (where the readers look for them: DISTCKPT_INDEX_DIR),
 // and the `hint:` line a load prints when it read torch's records whole for
-// want of them.
+// want of them (verify: when a load would).
 //
 // Thread-safety: for main's thread (UseIndexDir sets the process's
 // environment before any reader opens).
@@ -30,12 +30,13 @@ void UseIndexDir(const std::string& dir);
 // where the readers look (beside it, or in the cache directory under its
 // current size).
 bool ReadsTorchRecordsWhole(Env* env, const std::string& dir, const CheckpointMetadata& md);
-// After a load of `dir` that read `read` bytes for `needed`: "hint: ...\n"
-// suggesting `distckpt index shown_dir` when it read over 1.05 times what it
-// needed and ReadsTorchRecordsWhole (its metadata opened only then); ""
-// otherwise.
+// After a load of `dir` that read `read` bytes for `needed` (or, `would`
+// given, "a load under T would read": that it would read at least `read`):
+// "hint: ...\n" suggesting `distckpt index shown_dir` when that is over 1.05
+// times what it needs and ReadsTorchRecordsWhole (its metadata opened only
+// then); "" otherwise.
 std::string IndexHint(Env* env, const std::string& dir, uint64_t read, uint64_t needed,
-                      const std::string& shown_dir);
+                      const std::string& shown_dir, const std::string& would = "");
 
 }  // namespace distckpt
 

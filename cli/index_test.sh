@@ -10,7 +10,8 @@
 # `index` refuses a bad record (exit 2, no sidecar for that file) and skips
 # files distckpt wrote (their own index); the checkpoint is never modified.
 # reshard and load say `hint: ... distckpt index` after reading torch's
-# records whole, not once indexed; their --index-dir names the sidecars.
+# records whole (verify: that a load would), not once indexed; their
+# --index-dir names the sidecars.
 #   index_test.sh DISTCKPT FIXTURES_DIR
 set -euo pipefail
 d=$1 fixtures=$2
@@ -70,6 +71,17 @@ rm -rf "$work/out1"
   { cat "$work/r"; fail "reshard --index-dir"; }
 ratio "$work/r" > "$work/rn"
 within "indexed (--index-dir) under tp=4" 1.05
+# verify (metadata only) says what a load would read beyond its need, and the
+# same hint; not once the files are indexed (--index-dir, or the cache).
+"$d" verify "$ck" --spec gpt -t tp=4 > "$work/v" 2>&1 || { cat "$work/v"; fail "verify"; }
+grep -q "^hint: a load under tp=4 would read at least [0-9]* bytes beyond .*distckpt index $ck" "$work/v" ||
+  { cat "$work/v"; fail "verify as written: no hint suggesting distckpt index"; }
+for how in "--index-dir $work/cache" "env DISTCKPT_INDEX_DIR=$work/cache"; do
+  if [ "${how%% *}" = env ]; then set -- $how "$d" verify; else set -- "$d" verify $how; fi
+  "$@" "$ck" --spec gpt -t tp=4 > "$work/v" 2>&1 || { cat "$work/v"; fail "verify ($how)"; }
+  grep -q "under tp=4: loads" "$work/v" || { cat "$work/v"; fail "verify ($how): no verdict"; }
+  ! grep -q "^hint:" "$work/v" || { cat "$work/v"; fail "verify ($how): a hint after index"; }
+done
 # load (a scenario's state, every element checked) of a DCP checkpoint torch
 # wrote: the same hint, and --index-dir. torch never wrote a scenario's values
 # here (no peer in this test), so a distckpt DCP save is made to look as

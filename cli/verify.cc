@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/index_hint.h"
 #include "cli/options.h"
 #include "cli/report.h"
 #include "topology/topology.h"
@@ -24,7 +25,8 @@ struct VerifyArgs {
   std::vector<std::string> sets;        // --set field=value (--spec gpt)
   std::string strict;                   // default: the spec's
   std::string saved_topology;
-  bool data = false;  // also read every byte and check every checksum
+  std::string index_dir;  // --index-dir (cli/index_hint.h)
+  bool data = false;      // also read every byte and check every checksum
   // With data: a chunk, object or metadata.json that carries no checksum
   // fails the data verdict (exit 1) instead of being reported as unverified.
   bool require_checksums = false;
@@ -65,6 +67,9 @@ int VerifyCommand(const VerifyArgs& args) {
     if (r.ok) {
       std::cout << fmt::format("verify {} under {}: loads ({}; metadata only, {:.3f} s)\n",
                                args.dir, t, note, r.seconds);
+      // Torch's records without an item index: read whole (the chunks touched).
+      std::cout << IndexHint(Env::Default(), args.dir, r.chunk_bytes, r.bytes_needed, args.dir,
+                             fmt::format("a load under {} would read", t));
     } else {
       std::cout << fmt::format("verify {} under {}: WOULD NOT LOAD: {}\n", args.dir, t, r.error);
     }
@@ -156,8 +161,10 @@ Command AddVerifyCommand(CLI::App& app) {
   verify->add_flag("--strict-objects", args->strict_objects,
                    "fail a topology under which a stored object (rng_state, rerun or "
                    "dataloader state) would be dropped or re-gridded");
+  AddIndexDirOption(verify, args->index_dir);
   AddReportOptions(verify, args->reports, "topology");
   return {verify, [args](CommandLine&) {
+            UseIndexDir(args->index_dir);
             ResolveRunRoot(args->dir);
             return VerifyCommand(*args);
           }};

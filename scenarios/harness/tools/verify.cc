@@ -152,6 +152,7 @@ VerifyResult VerifyLoad(const Scenario& spec, const std::string& dir, const std:
     result.tensors += tensors[r];
     result.objects += objects[r];
     result.bytes_needed += loads[r].summary.bytes_needed;
+    result.chunk_bytes += loads[r].summary.chunk_bytes;
     missing.insert(loads[r].mismatch.missing.begin(), loads[r].mismatch.missing.end());
     unexpected.insert(loads[r].mismatch.unexpected.begin(), loads[r].mismatch.unexpected.end());
     for (const std::string& w : loads[r].summary.warnings)

@@ -68,11 +68,15 @@ std::vector<ObjectFate> ObjectFates(const Scenario& spec, const CheckpointMetada
 
 struct VerifyResult {
   bool ok = false;
-  std::string error;                     // why it would not load (agreed over the ranks)
-  int ranks = 0;                         // world size of the topology
-  uint64_t tensors = 0;                  // requested ShardedTensors, summed over ranks
-  uint64_t objects = 0;                  // requested ShardedObjects, summed over ranks
-  uint64_t bytes_needed = 0;             // stored bytes a load would read, summed over ranks
+  std::string error;          // why it would not load (agreed over the ranks)
+  int ranks = 0;              // world size of the topology
+  uint64_t tensors = 0;       // requested ShardedTensors, summed over ranks
+  uint64_t objects = 0;       // requested ShardedObjects, summed over ranks
+  uint64_t bytes_needed = 0;  // stored bytes a load would read, summed over ranks
+  // The sizes of the stored tensor chunks those reads touch, summed over
+  // ranks: what a reader that reads every touched record whole (torch's
+  // records without an item index) reads at least.
+  uint64_t chunk_bytes = 0;
   std::string missing, unexpected;       // return_* modes: sorted, comma-separated
   std::vector<std::string> warnings;     // log_* modes
   std::vector<ObjectFate> objects_fate;  // every stored object (ObjectFates)
