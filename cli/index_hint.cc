@@ -42,8 +42,12 @@ bool ReadsTorchRecordsWhole(Env* env, const std::string& dir, const CheckpointMe
 std::string IndexHint(Env* env, const std::string& dir, uint64_t read, uint64_t needed,
                       const std::string& shown_dir, const std::string& would) {
   if (read * 20 <= needed * 21) return "";
-  if (!ReadsTorchRecordsWhole(env, dir, DetectFormat(env, dir).OpenReader(env, dir)->metadata()))
-    return "";
+  try {
+    if (!ReadsTorchRecordsWhole(env, dir, DetectFormat(env, dir).OpenReader(env, dir)->metadata()))
+      return "";
+  } catch (const std::exception&) {
+    return "";  // a hint only: the command's verdict stands (its own reads said what failed)
+  }
   const std::string beyond =
       would.empty()
           ? fmt::format("{} bytes read beyond the {} needed", read - needed, needed)
