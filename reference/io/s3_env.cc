@@ -706,8 +706,9 @@ class S3RandomAccessFile : public RandomAccessFile {
       Fail(ErrorKind::kCorruption, "truncated file {}: wanted {} bytes at offset {}, file has {}",
            path_, dst.size(), offset, size_);
     }
+    if (ReadPlanned(offset, dst)) return;
     const uint64_t piece = client_.config().part_bytes;
-    if (dst.size() < piece) {
+    if (dst.size() < piece && !hinted_) {
       // Read-ahead, for sequential reads only: a read that starts where the
       // previous one ended fetches a window (1 MiB, doubling up to two parts, in parallel GETs)
       // and the reads after it come from memory. A read elsewhere (a
@@ -774,10 +775,147 @@ class S3RandomAccessFile : public RandomAccessFile {
     }
   }
 
+  // The hinted ranges, cut into pieces of 1 MiB up to half a part, fetched
+  // `parallel` pieces ahead of the thread's reads (ranged GETs in flight
+  // while it checks the bytes before: the reader no longer waits for a whole
+  // window, then fetches the next). Exactly the hinted bytes are fetched.
+  void WillRead(std::span<const std::pair<uint64_t, uint64_t>> ranges) const override {
+    hinted_ = true;
+    uint64_t total = 0;
+    for (const auto& [offset, length] : ranges) {
+      if (offset > size_ || length > size_ - offset) return;  // Read names the truncation
+      total += length;
+    }
+    const int parallel = std::max(1, client_.config().parallel);
+    auto plan = std::make_unique<Plan>();
+    if (total >= kPlannedBytes) {
+      const uint64_t piece =
+          std::clamp<uint64_t>((total + parallel - 1) / parallel, 1 << 20, MaxPiece());
+      for (const auto& [offset, length] : ranges) {
+        for (uint64_t at = 0; at < length; at += piece) {
+          plan->pieces.push_back({offset + at, std::min(piece, length - at)});
+        }
+      }
+    }
+    DropPlan();
+    if (plan->pieces.empty()) return;
+    for (int i = 0; i < parallel; ++i) Launch(*plan);
+    std::lock_guard lock(plans_mu_);
+    plans_[std::this_thread::get_id()] = std::move(plan);
+  }
+
   uint64_t size() const override { return size_; }
   const std::string& path() const override { return path_; }
 
  private:
+  // Below this a hint is not worth the threads: reads go as without it.
+  static constexpr uint64_t kPlannedBytes = 1 << 20;
+
+  struct Piece {
+    uint64_t offset, length;
+    std::unique_ptr<std::byte[]> bytes;  // MaxPiece() bytes
+    std::future<void> done;              // (a std::async future: destroying it waits)
+  };
+
+  uint64_t MaxPiece() const { return std::max<uint64_t>(client_.config().part_bytes / 2, 1 << 20); }
+
+  // Piece buffers are reused (up to 2 * parallel a file): fresh ones cost
+  // page faults and zeroing, a quarter of a load's CPU time here.
+  std::unique_ptr<std::byte[]> TakeBuffer() const {
+    {
+      std::lock_guard lock(plans_mu_);
+      if (!free_.empty()) {
+        std::unique_ptr<std::byte[]> buffer = std::move(free_.back());
+        free_.pop_back();
+        return buffer;
+      }
+    }
+    return std::unique_ptr<std::byte[]>(new std::byte[MaxPiece()]);
+  }
+
+  void GiveBuffer(std::unique_ptr<std::byte[]> buffer) const {
+    std::lock_guard lock(plans_mu_);
+    if (free_.size() < 2 * static_cast<size_t>(std::max(1, client_.config().parallel))) {
+      free_.push_back(std::move(buffer));
+    }
+  }
+  struct Plan {
+    std::deque<Piece> pieces;  // not yet read, in order
+    size_t launched = 0;       // the first `launched` are fetched or in flight
+  };
+
+  Plan* ThreadPlan() const {
+    std::lock_guard lock(plans_mu_);
+    auto it = plans_.find(std::this_thread::get_id());
+    return it == plans_.end() ? nullptr : it->second.get();
+  }
+
+  void DropPlan() const {
+    std::unique_ptr<Plan> plan;  // destroyed outside the lock: waits for its pieces in flight
+    std::lock_guard lock(plans_mu_);
+    auto it = plans_.find(std::this_thread::get_id());
+    if (it == plans_.end()) return;
+    plan = std::move(it->second);
+    plans_.erase(it);
+  }
+
+  void Launch(Plan& plan) const {
+    if (plan.launched >= plan.pieces.size()) return;
+    Piece& piece = plan.pieces[plan.launched++];
+    piece.bytes = TakeBuffer();
+    piece.done = std::async(std::launch::async, [this, &piece] {
+      client_.GetRange(path_, object_, piece.offset, std::span(piece.bytes.get(), piece.length));
+    });
+  }
+
+  // A read of the thread's plan: its bytes from the pieces (waiting for
+  // them; a piece's error is the read's, and ends the plan), the next pieces
+  // launched as these are consumed. False: not in the plan (read as without).
+  bool ReadPlanned(const uint64_t offset, std::span<std::byte> dst) const {
+    Plan* plan = ThreadPlan();
+    if (plan == nullptr || dst.empty()) return false;
+    std::deque<Piece>& pieces = plan->pieces;
+    // [offset, end) must lie in consecutive pieces, from the first that ends past offset.
+    const uint64_t end = offset + dst.size();
+    size_t first = 0;
+    while (first < pieces.size() && pieces[first].offset + pieces[first].length <= offset) ++first;
+    if (first == pieces.size() || offset < pieces[first].offset) return false;
+    uint64_t covered = pieces[first].offset;
+    for (size_t i = first; i < pieces.size() && pieces[i].offset == covered && covered < end; ++i) {
+      covered += pieces[i].length;
+    }
+    if (covered < end) return false;
+    // The pieces the reads passed by are no longer needed.
+    for (; first > 0; --first) {
+      pieces.pop_front();  // waits for it, if in flight
+      if (plan->launched > 0) --plan->launched;
+    }
+    for (uint64_t at = offset; at < end;) {
+      if (plan->launched == 0) Launch(*plan);
+      Piece& piece = pieces.front();
+      try {
+        if (piece.done.valid()) piece.done.get();  // its GET's error, if any (once: then invalid)
+      } catch (...) {
+        DropPlan();
+        throw;
+      }
+      const uint64_t take = std::min(end, piece.offset + piece.length) - at;
+      std::memcpy(dst.data() + (at - offset), piece.bytes.get() + (at - piece.offset), take);
+      at += take;
+      if (at == piece.offset + piece.length) {
+        GiveBuffer(std::move(piece.bytes));
+        pieces.pop_front();
+        --plan->launched;
+      }
+      const int parallel = std::max(1, client_.config().parallel);
+      while (plan->launched < static_cast<size_t>(parallel) && plan->launched < pieces.size()) {
+        Launch(*plan);
+      }
+    }
+    if (pieces.empty()) DropPlan();
+    return true;
+  }
+
   S3Env::Client& client_;
   std::string path_;
   ObjectName object_;
@@ -787,6 +925,16 @@ class S3RandomAccessFile : public RandomAccessFile {
   mutable uint64_t ahead_offset_ = 0;
   mutable uint64_t next_ = UINT64_MAX;  // where the last small read ended
   mutable uint64_t window_ = 0;
+  // WillRead's plans, a thread's each; declared last: destroyed (their
+  // pieces in flight waited for) before what those use.
+  // A reader that hints (WillRead) drives the file: its reads outside the
+  // hints are its checksums and small chunks, each asked for exactly, and
+  // the sequential read-ahead, which interleaved hinting threads would set
+  // off and then fetch again, is off.
+  mutable std::atomic<bool> hinted_{false};
+  mutable std::mutex plans_mu_;  // plans_, free_
+  mutable std::vector<std::unique_ptr<std::byte[]>> free_;
+  mutable std::map<std::thread::id, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace
