@@ -780,7 +780,6 @@ class S3RandomAccessFile : public RandomAccessFile {
   // while it checks the bytes before: the reader no longer waits for a whole
   // window, then fetches the next). Exactly the hinted bytes are fetched.
   void WillRead(std::span<const std::pair<uint64_t, uint64_t>> ranges) const override {
-    hinted_ = true;
     uint64_t total = 0;
     for (const auto& [offset, length] : ranges) {
       if (offset > size_ || length > size_ - offset) return;  // Read names the truncation
@@ -789,6 +788,7 @@ class S3RandomAccessFile : public RandomAccessFile {
     const int parallel = std::max(1, client_.config().parallel);
     auto plan = std::make_unique<Plan>();
     if (total >= kPlannedBytes) {
+      hinted_ = true;
       const uint64_t piece =
           std::clamp<uint64_t>((total + parallel - 1) / parallel, 1 << 20, MaxPiece());
       for (const auto& [offset, length] : ranges) {
@@ -927,10 +927,12 @@ class S3RandomAccessFile : public RandomAccessFile {
   mutable uint64_t window_ = 0;
   // WillRead's plans, a thread's each; declared last: destroyed (their
   // pieces in flight waited for) before what those use.
-  // A reader that hints (WillRead) drives the file: its reads outside the
-  // hints are its checksums and small chunks, each asked for exactly, and
-  // the sequential read-ahead, which interleaved hinting threads would set
-  // off and then fetch again, is off.
+  // Once a reader hinted a large read (WillRead, kPlannedBytes), it drives
+  // the file: its reads outside the hints are checksums and small chunks,
+  // each asked for exactly, and the sequential read-ahead, which interleaved
+  // hinting threads set off and then fetched again, is off. (Small hints
+  // leave it on: a resharded load of small chunks reads the same few
+  // windows for many runs.)
   mutable std::atomic<bool> hinted_{false};
   mutable std::mutex plans_mu_;  // plans_, free_
   mutable std::vector<std::unique_ptr<std::byte[]>> free_;
