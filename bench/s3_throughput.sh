@@ -10,8 +10,18 @@ d=$1 out=${2:-}
 : "${AWS_ENDPOINT_URL:?run under ci/with-s3-gateway}" "${DISTCKPT_S3_BUCKET:?}"
 parallel=${DISTCKPT_S3_PARALLEL:-4}
 work=$(mktemp -d /tmp/distckpt-s3bench-XXXXXX)
-trap 'rm -rf "$work"' EXIT
 root="s3://$DISTCKPT_S3_BUCKET/bench-$$-$RANDOM"
+# The run's objects go at exit: left behind, a few runs fill ci/s3-gateway's
+# memstore OSD (3 GiB), and a full OSD stalls every write.
+cleanup() {
+  local prefix=${root#s3://*/}/ key
+  for key in $(s3curl "$AWS_ENDPOINT_URL/$DISTCKPT_S3_BUCKET?list-type=2&prefix=${prefix//\//%2F}" |
+    grep -o '<Key>[^<]*</Key>' | sed -e 's/<Key>//' -e 's/<\/Key>//'); do
+    s3curl -X DELETE -o /dev/null "$AWS_ENDPOINT_URL/$DISTCKPT_S3_BUCKET/$key" || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 # ~230 MB of f32: a GPT of 8 layers, hidden 512, vocab 32000; two ranks (tp=2).
 cat >"$work/s3-bench.json" <<'EOF'
 {"name": "s3-bench", "seed": 1,

@@ -34,6 +34,12 @@ uint64_t ReadCheckedBlocks(
     }
   }
   const uint64_t window_blocks = std::max<uint64_t>(1, kWindowBytes / block);
+  std::vector<std::pair<uint64_t, uint64_t>> hint;  // the reads below, in order
+  for (const auto& [first, last] : ranges) {
+    const uint64_t start = first * block, end = std::min(last * block, length);
+    if (start < end) hint.emplace_back(base + start, end - start);
+  }
+  file.WillRead(hint);
   std::vector<std::byte> scratch;
   uint64_t bytes_read = 0;
   size_t r = 0;  // first run that may reach into the current window
@@ -129,6 +135,10 @@ uint64_t ReadCheckedTiles(
   std::vector<std::byte> scratch;
   uint64_t bytes_read = 0;
   size_t r = 0;  // first run that may reach into the current batch
+  // A first pass over the windows only collects their reads (file.WillRead:
+  // a store fetches ahead while the windows before are checked).
+  std::vector<std::pair<uint64_t, uint64_t>> planned;
+  bool planning = true;
   auto add = [&](uint64_t offset, uint64_t bytes) {
     if (bytes == 0) return;
     if (!ranges.empty() && ranges.back().end == offset) {
@@ -167,6 +177,17 @@ uint64_t ReadCheckedTiles(
       total += range.end - range.begin;
     }
     if (ranges.empty()) return;
+    if (planning) {
+      for (const Range& range : ranges) {
+        if (!planned.empty() &&
+            planned.back().first + planned.back().second == base + range.begin) {
+          planned.back().second += range.end - range.begin;
+        } else {
+          planned.emplace_back(base + range.begin, range.end - range.begin);
+        }
+      }
+      return;
+    }
     while (r < runs.size() && runs[r].offset_in_chunk + runs[r].length <= ranges[0].begin) ++r;
     const bool direct = ranges.size() == 1 && r < runs.size() &&
                         runs[r].offset_in_chunk <= ranges[0].begin &&
@@ -200,24 +221,32 @@ uint64_t ReadCheckedTiles(
   // Windows of about kWindowBytes, cut between tiles where tiles are
   // contiguous, else between groups (a group's tiles share its rows).
   const uint64_t m = layout.pieces();
-  uint64_t batch_bytes = 0;
-  for (const auto& [first, last] : touched) {
-    for (uint64_t t = first; t < last;) {
-      const auto [g, j0] = layout.GroupPiece(t);
-      // Pieces [j0, j1) of group g, tiles [t, t + j1 - j0): up to `last`.
-      const uint64_t j1 = layout.contiguous() ? j0 + 1 : std::min(m, j0 + (last - t));
-      if (batch_bytes >= kWindowBytes && (j0 == 0 || layout.contiguous())) {
-        process();
-        segments.clear();
-        batch.clear();
-        batch_bytes = 0;
+  auto windows = [&] {
+    uint64_t batch_bytes = 0;
+    for (const auto& [first, last] : touched) {
+      for (uint64_t t = first; t < last;) {
+        const auto [g, j0] = layout.GroupPiece(t);
+        // Pieces [j0, j1) of group g, tiles [t, t + j1 - j0): up to `last`.
+        const uint64_t j1 = layout.contiguous() ? j0 + 1 : std::min(m, j0 + (last - t));
+        if (batch_bytes >= kWindowBytes && (j0 == 0 || layout.contiguous())) {
+          process();
+          segments.clear();
+          batch.clear();
+          batch_bytes = 0;
+        }
+        segments.push_back({g, j0, j1});
+        layout.ForEachGroupPart(g, j0, j1, [&](uint64_t, uint64_t bytes) { batch_bytes += bytes; });
+        for (const uint64_t end = t + (j1 - j0); t < end; ++t) batch.push_back(t);
       }
-      segments.push_back({g, j0, j1});
-      layout.ForEachGroupPart(g, j0, j1, [&](uint64_t, uint64_t bytes) { batch_bytes += bytes; });
-      for (const uint64_t end = t + (j1 - j0); t < end; ++t) batch.push_back(t);
     }
-  }
-  process();
+    process();
+    segments.clear();
+    batch.clear();
+  };
+  windows();
+  file.WillRead(planned);
+  planning = false;
+  windows();
   return bytes_read;
 }
 

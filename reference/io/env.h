@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "io/file_lock.h"
@@ -54,6 +55,13 @@ class RandomAccessFile {
       offset += part.size();
     }
   }
+  // A hint: the calling thread's next Reads of this file are of `ranges`
+  // ({offset, length}, in the order given), each read whole or in order in
+  // pieces. A store may fetch them ahead (S3: GETs in flight while the
+  // reader checks the bytes before); the bytes and errors of each Read are
+  // the same with or without it, and a Read elsewhere is served as ever.
+  // Replaces the thread's previous hint. POSIX, memory: nothing.
+  virtual void WillRead(std::span<const std::pair<uint64_t, uint64_t>> ranges) const {}
   virtual uint64_t size() const = 0;
   virtual const std::string& path() const = 0;
 };

@@ -18,11 +18,17 @@
 //   - Directories are key prefixes; CreateDirs writes an empty "dir/" marker
 //     object so that an empty directory exists; SyncDir does nothing.
 //   - Reads are ranged GETs of exactly the bytes asked for, but for
-//     sequential reads: a read starting where the previous one of its file
-//     ended fetches a window ahead (1 MiB, doubling up to 2 part_bytes,
-//     in `parallel` GETs at once). A
+//     hinted and sequential reads. RandomAccessFile::WillRead of 1 MiB or
+//     more (the verified readers of format/block_reads.h hint each chunk's
+//     windows) fetches exactly the hinted ranges, in pieces of 1 MiB up to
+//     part_bytes / 2, `parallel` pieces ahead of the hinting thread's reads;
+//     the file's other reads are then exact. Otherwise a read starting where
+//     the previous one of its file ended fetches a window ahead (1 MiB,
+//     doubling up to 2 part_bytes, in `parallel` GETs at once). A
 //     large read or write is split into parts sent in parallel
 //     (S3Config::parallel).
+//   - A GET's headers are acknowledged at once (TCP_QUICKACK): a gateway with
+//     Nagle's algorithm on (Ceph's) otherwise holds a small body 40 ms.
 //   - Every request is retried with exponential backoff (S3Config::retries)
 //     on a connection failure or reset, a timeout, a 5xx answer or SlowDown.
 //
