@@ -163,9 +163,11 @@ TEST_F(S3EnvTest, SmallReadsOnAReusedConnectionAreNotDelayed) {
     ASSERT_TRUE(std::equal(part.begin(), part.end(), bytes.begin() + 1000 * i + 7));
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("small ranged GETs on one connection: median %.1f ms, max %.1f ms\n", ms[10],
-              ms.back());
-  EXPECT_LT(ms[10], 30.0) << "a delayed ACK again (about 40 ms a GET)";
+  std::printf("small ranged GETs on one connection: min %.1f ms, median %.1f ms, max %.1f ms\n",
+              ms.front(), ms[10], ms.back());
+  // A delayed ACK holds back every GET by about 40 ms; a busy machine (the
+  // suite beside it) slows some, never all: the fastest one tells.
+  EXPECT_LT(ms.front(), 30.0) << "a delayed ACK again (about 40 ms a GET)";
 }
 
 TEST_F(S3EnvTest, AnUnclosedWriterLeavesNothing) {
